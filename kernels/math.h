@@ -1,0 +1,81 @@
+// Per-element math shared by the CPU and CUDA backends: written once, so the CPU tests check the
+// same arithmetic the GPU runs. Everything here is inline, header-only and __host__ __device__.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define STARLING_HD __host__ __device__ __forceinline__
+#else
+#define STARLING_HD inline
+#endif
+
+namespace starling {
+
+// SiLU and its derivative: silu(x) = x * sigmoid(x).
+template <typename T>
+STARLING_HD T silu(T x) {
+    return x / (T(1) + std::exp(-x));
+}
+
+template <typename T>
+STARLING_HD T silu_grad(T x) {
+    T s = T(1) / (T(1) + std::exp(-x));
+    return s * (T(1) + x * (T(1) - s));
+}
+
+// Rotary embedding frequency for pair i of a head of size hs (Hugging Face Llama convention:
+// element j is paired with element j + hs/2).
+STARLING_HD double rope_inv_freq(int i, int hs, double theta) {
+    return std::pow(theta, -2.0 * i / hs);
+}
+
+// One AdamW element update with decoupled weight decay; bias corrections precomputed by the caller.
+struct AdamWScalars {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    float bias_correction1;  // 1 - beta1^t
+    float bias_correction2;  // 1 - beta2^t
+    float grad_scale;        // clipping factor applied to every gradient
+};
+
+template <typename T>
+STARLING_HD void adamw_element(T& param, T& m, T& v, T grad, const AdamWScalars& s) {
+    grad *= T(s.grad_scale);
+    m = T(s.beta1) * m + (T(1) - T(s.beta1)) * grad;
+    v = T(s.beta2) * v + (T(1) - T(s.beta2)) * grad * grad;
+    T m_hat = m / T(s.bias_correction1);
+    T v_hat = v / T(s.bias_correction2);
+    param -= T(s.lr) * (m_hat / (std::sqrt(v_hat) + T(s.eps)) + T(s.weight_decay) * param);
+}
+
+// Counter-based random numbers: a pure function of (seed, index), so initialisation and stochastic
+// rounding give the same values on every backend, thread count and resume point.
+STARLING_HD uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+STARLING_HD uint64_t hash_index(uint64_t seed, uint64_t index) {
+    return mix64(mix64(seed) ^ index);
+}
+
+// Uniform in (0, 1), never exactly 0 so it can feed a logarithm.
+STARLING_HD double uniform_open01(uint64_t bits) {
+    return (double((bits >> 11) | 1ULL)) * 0x1.0p-53;
+}
+
+// Standard normal from (seed, index) by Box-Muller on two independent hashes.
+STARLING_HD double normal_at(uint64_t seed, uint64_t index) {
+    double u1 = uniform_open01(hash_index(seed, 2 * index));
+    double u2 = uniform_open01(hash_index(seed, 2 * index + 1));
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace starling
