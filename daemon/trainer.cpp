@@ -1,0 +1,195 @@
+#include "daemon/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <spdlog/spdlog.h>
+
+#include "daemon/train_checkpoint.h"
+#include "data/shard.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/error.h"
+
+namespace starling {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<Ops<float>> make_backend(const TrainConfig& config) {
+    set_cpu_threads(config.threads);
+    if (config.device == "auto") {
+        spdlog::info("device auto: no GPU backend in this build, training on the CPU ({} threads)",
+                     cpu_threads());
+    } else {
+        spdlog::info("device cpu: {} threads", cpu_threads());
+    }
+    return std::make_unique<CpuOps<float>>();
+}
+
+std::string format_duration(double seconds) {
+    const long s = std::lround(seconds);
+    if (s < 60) return std::to_string(s) + "s";
+    if (s < 3600) return std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s";
+    return std::to_string(s / 3600) + "h" + std::to_string(s % 3600 / 60) + "m";
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config)
+    : config_(config),
+      checkpoints_(config.run_dir, static_cast<size_t>(config.keep_checkpoints)),
+      schedule_(config.lr_schedule()) {
+    config_.validate();
+    ops_ = make_backend(config_);
+    const int B = config_.batch_size, T = config_.effective_seq_len();
+    model_ = std::make_unique<Model<float>>(config_.model, *ops_, B, T);
+    adamw_ = std::make_unique<AdamW<float>>(*ops_, model_->manifest(), config_.adamw);
+
+    DataLoaderOptions train;
+    train.shard_paths = list_shards(config_.data.dir, "train");
+    train.B = B;
+    train.T = T;
+    train.node_id = config_.data.node_id;
+    train.partition_index = config_.data.partition_index;
+    train.partition_count = config_.data.partition_count;
+    train_data_ = std::make_unique<DataLoader>(train);
+
+    DataLoaderOptions val;
+    val.shard_paths = list_shards(config_.data.dir, "val");
+    val.B = B;
+    val.T = T;
+    val.shuffle = false;
+    val_data_ = std::make_unique<DataLoader>(val);
+
+    inputs_.resize(static_cast<size_t>(B) * T);
+    targets_.resize(inputs_.size());
+
+    const std::optional<std::filesystem::path> latest =
+        config_.resume ? checkpoints_.latest() : std::nullopt;
+    if (latest) {
+        resume_from(*latest);
+    } else {
+        model_->init_weights(config_.seed);
+    }
+    spdlog::info("model: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, {} parameters, "
+                 "fingerprint {}",
+                 config_.model.n_layer, config_.model.d_model, config_.model.n_head,
+                 config_.model.d_ff, config_.model.vocab_size, model_->num_params(),
+                 model_->manifest().fingerprint());
+    spdlog::info("batch {} x {} tokens, activations {:.1f} MiB, {} training sequences",
+                 B, T, model_->activation_bytes() / 1048576.0,
+                 train_data_->sequences_per_epoch());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::resume_from(const std::filesystem::path& dir) {
+    TrainingArenas arenas;
+    const TrainingState state =
+        read_training_checkpoint(dir, config_.model, model_->manifest(), arenas);
+    if (state.seed != config_.seed) {
+        throw Error(dir.string() + ": the checkpoint was trained with seed " +
+                    std::to_string(state.seed) + " but the config says " +
+                    std::to_string(config_.seed));
+    }
+    const size_t n = model_->num_params();
+    ops_->from_host(model_->params(), arenas.params.data(), n);
+    ops_->from_host(adamw_->m(), arenas.adam_m.data(), n);
+    ops_->from_host(adamw_->v(), arenas.adam_v.data(), n);
+    adamw_->set_steps_taken(state.adamw_steps);
+    train_data_->restore(state.data);
+    step_ = state.step;
+    resumed_ = true;
+    spdlog::info("resumed from {} at step {}", dir.string(), step_);
+}
+
+std::filesystem::path Trainer::save_checkpoint() {
+    const size_t n = model_->num_params();
+    TrainingArenas arenas;
+    arenas.params.resize(n);
+    arenas.adam_m.resize(n);
+    arenas.adam_v.resize(n);
+    ops_->to_host(arenas.params.data(), model_->params(), n);
+    ops_->to_host(arenas.adam_m.data(), adamw_->m(), n);
+    ops_->to_host(arenas.adam_v.data(), adamw_->v(), n);
+    TrainingState state;
+    state.step = step_;
+    state.adamw_steps = adamw_->steps_taken();
+    state.data = train_data_->state();
+    state.seed = config_.seed;
+    return checkpoints_.save(static_cast<uint64_t>(step_), [&](const std::filesystem::path& dir) {
+        write_training_checkpoint(dir, config_.model, model_->manifest(), arenas, state);
+    });
+}
+
+double Trainer::evaluate() {
+    const uint64_t available = val_data_->sequences_per_epoch() / config_.batch_size;
+    const int batches = static_cast<int>(
+        std::min<uint64_t>(static_cast<uint64_t>(config_.eval_batches), available));
+    val_data_->reset();
+    double total = 0.0;
+    for (int i = 0; i < batches; i++) {
+        val_data_->next_batch(inputs_.data(), targets_.data());
+        total += model_->forward(inputs_.data(), targets_.data());
+    }
+    return total / batches;
+}
+
+TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
+    TrainSummary summary;
+    const int64_t last = stop_after ? std::min(config_.steps, step_ + *stop_after) : config_.steps;
+    const double tokens_per_step = static_cast<double>(inputs_.size());
+    double train_seconds = 0.0, window_seconds = 0.0, window_loss = 0.0;
+    int window_steps = 0;
+    while (step_ < last) {
+        const auto start = Clock::now();
+        train_data_->next_batch(inputs_.data(), targets_.data());
+        const double loss = model_->forward(inputs_.data(), targets_.data());
+        model_->zero_grad();
+        model_->backward();
+        StepRecord record;
+        record.lr = schedule_.lr_at(step_);
+        const AdamWStepStats stats = adamw_->step(model_->params(), model_->grads(), record.lr);
+        step_++;
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        train_seconds += seconds;
+        window_seconds += seconds;
+        window_loss += loss;
+        window_steps++;
+        record.step = step_;
+        record.loss = loss;
+        record.grad_norm = stats.grad_norm;
+        record.skipped = stats.skipped;
+        summary.steps.push_back(record);
+        if (stats.skipped) {
+            spdlog::warn("step {}: gradient norm is {}, update skipped", step_, stats.grad_norm);
+        }
+
+        if (step_ % config_.log_every == 0 || step_ == last) {
+            const double step_time = window_seconds / window_steps;
+            spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | "
+                         "{} left",
+                         step_, config_.steps, window_loss / window_steps, record.lr,
+                         stats.grad_norm, tokens_per_step / step_time,
+                         format_duration(step_time * static_cast<double>(config_.steps - step_)));
+            window_seconds = window_loss = 0.0;
+            window_steps = 0;
+        }
+        const bool final_step = step_ == config_.steps;
+        if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || final_step) {
+            summary.val_loss = evaluate();
+            spdlog::info("step {:>6}/{} | val loss {:.4f}", step_, config_.steps,
+                         *summary.val_loss);
+        }
+        if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) ||
+            final_step) {
+            spdlog::info("checkpoint {}", save_checkpoint().string());
+        }
+    }
+    if (train_seconds > 0.0) {
+        summary.tokens_per_second = tokens_per_step * summary.steps.size() / train_seconds;
+    }
+    return summary;
+}
+
+}  // namespace starling

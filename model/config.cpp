@@ -1,0 +1,44 @@
+#include "model/config.h"
+
+#include <string>
+
+#include "kernels/error.h"
+#include "model/manifest.h"
+
+namespace starling {
+
+namespace {
+
+void require(bool ok, const std::string& problem) {
+    if (!ok) throw Error("model config: " + problem);
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+    require(n_layer >= 1, "n_layer must be at least 1, got " + std::to_string(n_layer));
+    require(n_head >= 1, "n_head must be at least 1, got " + std::to_string(n_head));
+    require(d_model >= 1, "d_model must be at least 1, got " + std::to_string(d_model));
+    require(d_model % n_head == 0, "d_model " + std::to_string(d_model) +
+                                       " is not divisible by n_head " + std::to_string(n_head));
+    require(head_size() % 2 == 0,
+            "head size d_model/n_head = " + std::to_string(head_size()) + " must be even for RoPE");
+    require(d_ff >= 1, "d_ff must be at least 1, got " + std::to_string(d_ff));
+    require(vocab_size >= 2 && vocab_size <= 65536,
+            "vocab_size must be in [2, 65536] (tokens are uint16), got " + std::to_string(vocab_size));
+    require(context >= 1, "context must be at least 1, got " + std::to_string(context));
+    require(rope_theta > 0.0f, "rope_theta must be positive");
+    require(norm_eps > 0.0f, "norm_eps must be positive");
+    require(init_std > 0.0f, "init_std must be positive");
+}
+
+int64_t ModelConfig::num_parameters() const {
+    return static_cast<int64_t>(ParameterManifest(*this).total());
+}
+
+double ModelConfig::flops_per_token(int seq_len) const {
+    return 6.0 * static_cast<double>(num_parameters()) +
+           6.0 * n_layer * static_cast<double>(d_model) * seq_len;
+}
+
+}  // namespace starling

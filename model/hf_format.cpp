@@ -1,0 +1,99 @@
+#include "model/hf_format.h"
+
+#include <span>
+
+#include "kernels/error.h"
+#include "model/safetensors.h"
+
+namespace starling {
+
+namespace {
+
+constexpr const char* kFingerprintKey = "starling.fingerprint";
+
+}  // namespace
+
+nlohmann::json llama_config_json(const ModelConfig& c) {
+    return {
+        {"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"hidden_size", c.d_model},
+        {"intermediate_size", c.d_ff},
+        {"num_hidden_layers", c.n_layer},
+        {"num_attention_heads", c.n_head},
+        {"num_key_value_heads", c.n_head},
+        {"head_dim", c.head_size()},
+        {"vocab_size", c.vocab_size},
+        {"max_position_embeddings", c.context},
+        {"rms_norm_eps", c.norm_eps},
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", nullptr},
+        {"tie_word_embeddings", c.tied_embeddings},
+        {"hidden_act", "silu"},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"attention_dropout", 0.0},
+        {"initializer_range", c.init_std},
+        {"torch_dtype", "float32"},
+    };
+}
+
+ModelConfig model_config_from_llama_json(const nlohmann::json& j, const std::string& source) {
+    auto fail = [&](const std::string& problem) -> void {
+        throw Error(source + ": " + problem);
+    };
+    if (!j.is_object()) fail("not a JSON object");
+    auto number = [&](const char* key) -> const nlohmann::json& {
+        if (!j.contains(key) || !j[key].is_number()) fail(std::string("missing number ") + key);
+        return j[key];
+    };
+    if (j.value("model_type", "") != "llama") fail("model_type is not \"llama\"");
+    ModelConfig c;
+    c.d_model = number("hidden_size").get<int>();
+    c.d_ff = number("intermediate_size").get<int>();
+    c.n_layer = number("num_hidden_layers").get<int>();
+    c.n_head = number("num_attention_heads").get<int>();
+    c.vocab_size = number("vocab_size").get<int>();
+    c.context = number("max_position_embeddings").get<int>();
+    c.norm_eps = number("rms_norm_eps").get<float>();
+    c.rope_theta = j.contains("rope_theta") ? number("rope_theta").get<float>() : 10000.0f;
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    c.init_std = j.contains("initializer_range") ? number("initializer_range").get<float>() : 0.02f;
+    if (j.contains("num_key_value_heads") && number("num_key_value_heads").get<int>() != c.n_head) {
+        fail("grouped key/value heads (num_key_value_heads != num_attention_heads) are not supported");
+    }
+    if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail("biases are not supported");
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) fail("rope_scaling is not supported");
+    if (j.value("hidden_act", "silu") != "silu") fail("hidden_act must be silu");
+    try {
+        c.validate();
+    } catch (const Error& e) {
+        fail(e.what());
+    }
+    return c;
+}
+
+void write_model_safetensors(const std::filesystem::path& path, const ParameterManifest& manifest,
+                             const float* params) {
+    std::vector<TensorRef> refs;
+    for (const TensorInfo& t : manifest.tensors()) {
+        refs.push_back({t.name, DType::F32, t.shape, params + t.offset});
+    }
+    write_safetensors(path, refs, {{"format", "pt"}, {kFingerprintKey, manifest.fingerprint()}});
+}
+
+void read_model_safetensors(const std::filesystem::path& path, const ParameterManifest& manifest,
+                            float* params) {
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    const auto it = file.metadata().find(kFingerprintKey);
+    if (it != file.metadata().end() && it->second != manifest.fingerprint()) {
+        throw Error(path.string() + ": written for a different model (fingerprint " + it->second +
+                    ", this config has " + manifest.fingerprint() +
+                    "): the config does not match the checkpoint");
+    }
+    for (const TensorInfo& t : manifest.tensors()) {
+        file.read_f32(t.name, std::span<float>(params + t.offset, t.numel), t.shape);
+    }
+}
+
+}  // namespace starling
