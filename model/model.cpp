@@ -134,6 +134,13 @@ void Model<Real>::init_weights(uint64_t seed) {
 }
 
 template <typename Real>
+std::vector<double> Model<Real>::position_losses() {
+    std::vector<Real> host(static_cast<size_t>(B_) * T_);
+    ops_.to_host(host.data(), losses_, host.size());
+    return std::vector<double>(host.begin(), host.end());
+}
+
+template <typename Real>
 void Model<Real>::zero_grad() {
     ops_.fill_zero(grads_, manifest_.total());
 }

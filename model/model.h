@@ -42,6 +42,8 @@ public:
 
     // inputs and targets are host arrays of B*T token ids. Returns the mean cross-entropy in nats.
     double forward(const int32_t* inputs, const int32_t* targets);
+    // The per-position losses (B*T) of the last forward(), on the host.
+    std::vector<double> position_losses();
     void zero_grad();
     // Adds d(mean loss)/d(params) into grads(); needs the preceding forward(). Overwrites logits.
     void backward();

@@ -51,8 +51,9 @@ TEST_CASE("AdamW matches two steps computed by hand, decay only on matrices") {
     adamw.step(params.data(), grads.data(), float(lr));
     CHECK(params[wte] == Approx(0.85).epsilon(1e-6));
     CHECK(params[gain] == Approx(0.9).epsilon(1e-6));
-    // A zero gradient still decays a matrix: m = v = 0, p = 1 - 0.1 * 0.5 * 1 = 0.95.
-    CHECK(params[wte + 1] == Approx(0.95).epsilon(1e-12));
+    // A zero gradient still decays a matrix: m = v = 0, p = 1 - 0.1 * 0.5 * 1 = 0.95 (up to the
+    // float rounding of the hyperparameters).
+    CHECK(params[wte + 1] == Approx(0.95).epsilon(1e-7));
     CHECK(params[gain + 1] == 1.0);
 
     // Step 2 with gradient -0.25: m = 0.9*0.05 - 0.025 = 0.02, v = 0.99*0.0025 + 0.01*0.0625

@@ -1,0 +1,86 @@
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "daemon/config.h"
+#include "kernels/error.h"
+
+using namespace starling;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Writes text to a config file in a temporary directory and loads it.
+struct ConfigFile {
+    fs::path path = fs::temp_directory_path() / ("starling-config-" + std::to_string(::getpid()) + ".toml");
+    explicit ConfigFile(const std::string& text) { std::ofstream(path) << text; }
+    ~ConfigFile() { fs::remove(path); }
+    TrainConfig load() const { return load_train_config(path.string()); }
+};
+
+}  // namespace
+
+TEST_CASE("every shipped config loads and describes the model it promises") {
+    const fs::path dir = fs::path(STARLING_SOURCE_DIR) / "configs";
+    const TrainConfig pico = load_train_config((dir / "pico.toml").string());
+    CHECK(pico.model.n_layer == 2);
+    CHECK(pico.model.num_parameters() == 123200);
+    CHECK(pico.lr_schedule().total_steps == pico.steps);
+    const TrainConfig nano = load_train_config((dir / "nano.toml").string());
+    CHECK(nano.model.num_parameters() > 800000);
+    CHECK(nano.model.num_parameters() < 1200000);
+    const TrainConfig m124 = load_train_config((dir / "124m.toml").string());
+    CHECK(m124.model.num_parameters() / 1000000 == 124);
+    CHECK(m124.model.context == 1024);
+    const TrainConfig b1 = load_train_config((dir / "1b.toml").string());
+    CHECK(b1.model.num_parameters() > 1000000000);
+}
+
+TEST_CASE("an empty config gives working defaults") {
+    ConfigFile f("");
+    const TrainConfig c = f.load();
+    CHECK(c.model.d_model == 64);
+    CHECK(c.effective_seq_len() == c.model.context);
+}
+
+TEST_CASE("config errors name the file and the key") {
+    SECTION("unknown key") {
+        ConfigFile f("[model]\nn_layers = 3\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains(f.path.string()) &&
+                                        Catch::Contains("unknown key [model].n_layers"));
+    }
+    SECTION("unknown section") {
+        ConfigFile f("[modle]\nn_layer = 3\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("unknown section [modle]"));
+    }
+    SECTION("wrong type") {
+        ConfigFile f("[train]\nbatch_size = \"eight\"\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("[train].batch_size must be an integer"));
+    }
+    SECTION("out of range") {
+        ConfigFile f("[model]\nn_layer = 99999999999\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("[model].n_layer is out of range"));
+    }
+    SECTION("inconsistent values") {
+        ConfigFile f("[model]\nd_model = 30\nn_head = 4\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("not divisible"));
+    }
+    SECTION("warmup longer than the run") {
+        ConfigFile f("[train]\nsteps = 10\n[optimizer]\nwarmup_steps = 10\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("warmup_steps"));
+    }
+    SECTION("syntax error with line number") {
+        ConfigFile f("[model]\nn_layer = = 2\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains(f.path.string() + ":2"));
+    }
+    SECTION("unavailable device") {
+        ConfigFile f("[train]\ndevice = \"tpu\"\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("[train].device"));
+    }
+}
+
+TEST_CASE("a missing config file is an error naming it") {
+    CHECK_THROWS_WITH(load_train_config("/nonexistent/starling.toml"),
+                      Catch::Contains("/nonexistent/starling.toml"));
+}
