@@ -31,6 +31,22 @@ STARLING_HD double rope_inv_freq(int i, int hs, double theta) {
     return std::pow(theta, -2.0 * i / hs);
 }
 
+// RMSNorm's reciprocal root mean square of a row of C elements, from its sum of squares.
+template <typename A>
+STARLING_HD A rmsnorm_rstd(A sum_squares, int C, float eps) {
+    return A(1) / std::sqrt(sum_squares / A(C) + A(eps));
+}
+
+// Rotates one RoPE pair (x0 = element j, x1 = element j + hs/2) by the angle with cosine c and
+// sine s; the inverse rotation is the same call with -s.
+template <typename T>
+STARLING_HD void rope_rotate(T& x0, T& x1, T c, T s) {
+    T r0 = x0 * c - x1 * s;
+    T r1 = x1 * c + x0 * s;
+    x0 = r0;
+    x1 = r1;
+}
+
 // One AdamW element update with decoupled weight decay; bias corrections precomputed by the caller.
 struct AdamWScalars {
     float lr;

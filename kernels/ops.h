@@ -5,6 +5,7 @@
 // Conventions (as in llm.c): outputs first, then inputs, then weights, then sizes. Gradients are
 // named d<name>. Dimensions: B batch, T time, C channels, NH heads, hs = C/NH head size,
 // F MLP hidden size, V vocab, N = B*T rows. Matrices are row-major; a weight is (out, in).
+// Time is spelled T_ in signatures because T names the scalar type there.
 // Ops that produce a weight gradient ACCUMULATE into it (callers zero the gradient arena once
 // per step), so tied weights and gradient accumulation need no special cases.
 #pragma once
@@ -50,16 +51,16 @@ public:
 
     // In place on the q and k thirds of qkv (B,T,3C): rotate pairs (j, j+hs/2) of every head by
     // position * theta^(-2j/hs). Backward applies the inverse rotation to dqkv.
-    virtual void rope_forward(T* qkv, int B, int T, int C, int NH, float theta) = 0;
-    virtual void rope_backward(T* dqkv, int B, int T, int C, int NH, float theta) = 0;
+    virtual void rope_forward(T* qkv, int B, int T_, int C, int NH, float theta) = 0;
+    virtual void rope_backward(T* dqkv, int B, int T_, int C, int NH, float theta) = 0;
 
     // Causal softmax attention over qkv (B,T,3C) = [q | k | v]; out (B,T,C); lse (B,NH,T) keeps
     // each row's log-sum-exp of the scaled scores so backward can recompute probabilities
     // instead of storing (B,NH,T,T).
-    virtual void attention_forward(T* out, T* lse, const T* qkv, int B, int T, int C, int NH) = 0;
+    virtual void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) = 0;
     // dqkv (B,T,3C) is overwritten with the gradient for q, k and v.
     virtual void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                    const T* lse, int B, int T, int C, int NH) = 0;
+                                    const T* lse, int B, int T_, int C, int NH) = 0;
 
     // out (N,F) = silu(gu[:, :F]) * gu[:, F:], gu (N,2F) = [gate | up].
     virtual void swiglu_forward(T* out, const T* gu, int N, int F) = 0;
