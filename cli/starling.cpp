@@ -8,7 +8,7 @@
 #include "daemon/trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "kernels/error.h"
-#include "model/atomic_file.h"
+#include "common/error.h"
+#include "common/atomic_file.h"
 
 namespace starling {
 

@@ -4,7 +4,7 @@
 #include <set>
 #include <toml++/toml.h>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

@@ -1,7 +1,7 @@
 #include "daemon/train_checkpoint.h"
 
-#include "kernels/error.h"
-#include "model/atomic_file.h"
+#include "common/error.h"
+#include "common/atomic_file.h"
 #include "model/hf_format.h"
 #include "model/safetensors.h"
 

@@ -7,7 +7,7 @@
 #include "daemon/train_checkpoint.h"
 #include "data/shard.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

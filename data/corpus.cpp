@@ -9,7 +9,7 @@
 #include <memory>
 #include <system_error>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "kernels/math.h"
 
 namespace starling {

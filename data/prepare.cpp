@@ -9,7 +9,7 @@
 
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

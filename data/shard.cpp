@@ -14,7 +14,7 @@
 #include <system_error>
 #include <utility>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

@@ -1,6 +1,6 @@
 #include "data/tokenizer.h"
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

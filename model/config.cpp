@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "model/manifest.h"
 
 namespace starling {

@@ -2,7 +2,7 @@
 
 #include <span>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "model/safetensors.h"
 
 namespace starling {

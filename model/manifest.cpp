@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

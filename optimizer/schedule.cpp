@@ -4,7 +4,7 @@
 #include <numbers>
 #include <string>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

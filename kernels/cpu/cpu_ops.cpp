@@ -17,7 +17,7 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling::cpu {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling::cpu {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "daemon/checkpoint_dir.h"
-#include "kernels/error.h"
-#include "model/atomic_file.h"
+#include "common/error.h"
+#include "common/atomic_file.h"
 
 namespace fs = std::filesystem;
 using namespace starling;

@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "daemon/config.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 using namespace starling;
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 #include "daemon/trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
-#include "kernels/error.h"
+#include "common/error.h"
 
 using namespace starling;
 namespace fs = std::filesystem;

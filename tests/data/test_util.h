@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling_test {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/error.h"
+#include "common/error.h"
 #include "tests/support/fd_check.h"
 #include "tests/support/random.h"
 

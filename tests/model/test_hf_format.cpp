@@ -5,7 +5,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "model/hf_format.h"
 #include "model/safetensors.h"
 

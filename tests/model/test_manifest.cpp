@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "model/manifest.h"
 
 using namespace starling;

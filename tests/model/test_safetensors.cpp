@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/error.h"
-#include "model/atomic_file.h"
+#include "common/error.h"
+#include "common/atomic_file.h"
 #include "model/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
-#include "kernels/error.h"
+#include "common/error.h"
 #include "optimizer/schedule.h"
 
 using starling::LrSchedule;

@@ -1,4 +1,4 @@
-#include "model/atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include <system_error>
 #include <utility>
 
-#include "kernels/error.h"
+#include "common/error.h"
 
 namespace starling {
 
