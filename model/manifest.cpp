@@ -1,6 +1,7 @@
 #include "model/manifest.h"
 
 #include <cstdio>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -66,17 +67,22 @@ std::vector<DecaySegment> ParameterManifest::decay_segments() const {
 
 std::string ParameterManifest::fingerprint() const {
     uint64_t h = 0xcbf29ce484222325ULL;
-    auto feed = [&h](const std::string& s) {
+    auto feed = [&h](std::string_view s) {
         for (unsigned char c : s) {
             h ^= c;
             h *= 0x100000001b3ULL;
         }
     };
     for (const TensorInfo& t : tensors_) {
-        std::string line = t.name + "|f32|";
-        for (int64_t d : t.shape) line += std::to_string(d) + ",";
-        line += "|" + std::to_string(t.offset) + "\n";
-        feed(line);
+        feed(t.name);
+        feed("|f32|");
+        for (int64_t d : t.shape) {
+            feed(std::to_string(d));
+            feed(",");
+        }
+        feed("|");
+        feed(std::to_string(t.offset));
+        feed("\n");
     }
     feed(canonical_extra_);
     char hex[17];
