@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace starling {
@@ -24,7 +25,7 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Closes a file descriptor on scope exit unless released.
+// Closes a file descriptor on scope exit (the reader's; writes go through AtomicFileWriter).
 class FdGuard {
 public:
     explicit FdGuard(int fd) : fd_(fd) {}
@@ -33,25 +34,10 @@ public:
     }
     FdGuard(const FdGuard&) = delete;
     FdGuard& operator=(const FdGuard&) = delete;
-    int get() const { return fd_; }
-    int release() { return std::exchange(fd_, -1); }
 
 private:
     int fd_;
 };
-
-void write_all(int fd, const void* data, size_t bytes, const std::string& what) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-        ssize_t n = ::write(fd, p, bytes);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw Error(what + ": write failed: " + errno_text(errno));
-        }
-        p += n;
-        bytes -= static_cast<size_t>(n);
-    }
-}
 
 void put_le32(unsigned char* dst, int32_t value) {
     uint32_t v = static_cast<uint32_t>(value);
@@ -62,13 +48,6 @@ int32_t get_le32(const unsigned char* src) {
     uint32_t v = 0;
     for (int i = 0; i < 4; ++i) v |= uint32_t(src[i]) << (8 * i);
     return static_cast<int32_t>(v);
-}
-
-void fsync_directory(const std::string& dir, const std::string& what) {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) throw Error(what + ": cannot open directory " + dir + " to sync it: " + errno_text(errno));
-    FdGuard guard(fd);
-    if (::fsync(fd) != 0) throw Error(what + ": fsync of directory " + dir + " failed: " + errno_text(errno));
 }
 
 }  // namespace
@@ -85,24 +64,7 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
     put_le32(header + 4, kShardVersion);
     put_le32(header + 8, static_cast<int32_t>(tokens.size()));
 
-    const std::string tmp = path + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw Error(path + ": cannot create " + tmp + ": " + errno_text(errno));
-    try {
-        FdGuard guard(fd);
-        write_all(fd, header, sizeof(header), tmp);
-        write_all(fd, tokens.data(), tokens.size_bytes(), tmp);
-        if (::fsync(fd) != 0) throw Error(tmp + ": fsync failed: " + errno_text(errno));
-        if (::close(guard.release()) != 0) throw Error(tmp + ": close failed: " + errno_text(errno));
-        if (::rename(tmp.c_str(), path.c_str()) != 0) {
-            throw Error(path + ": cannot rename " + tmp + " over it: " + errno_text(errno));
-        }
-    } catch (...) {
-        ::unlink(tmp.c_str());
-        throw;
-    }
-    std::string dir = fs::path(path).parent_path().string();
-    fsync_directory(dir.empty() ? "." : dir, path);
+    write_file_atomic(path, {std::as_bytes(std::span(header)), std::as_bytes(tokens)});
 }
 
 Shard::Shard(std::string path) : path_(std::move(path)) {

@@ -21,8 +21,9 @@ inline constexpr int32_t kShardVersion = 1;
 inline constexpr size_t kShardHeaderInts = 256;
 inline constexpr size_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);  // 1024
 
-// Writes tokens to path + ".tmp", fsyncs it, renames it over path and fsyncs the directory, so a
-// crash leaves either the old file or the complete new one. Throws Error on any I/O failure, for
+// Writes the header and tokens through write_file_atomic (a temporary file in the same directory,
+// fsynced and renamed over path, then the directory fsynced), so a crash leaves either the old
+// file or the complete new one. Throws Error on any I/O failure, for
 // an empty span or for more tokens than an int32 count can hold.
 void write_shard(const std::string& path, std::span<const uint16_t> tokens);
 

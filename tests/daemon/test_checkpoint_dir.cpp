@@ -1,13 +1,7 @@
 // CheckpointDir: staging, rename into place, retention and crash leftovers. Expectations are
 // checked by listing the directory on disk, not only through the class's own list().
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,48 +9,13 @@
 #include "daemon/checkpoint_dir.h"
 #include "common/error.h"
 #include "common/atomic_file.h"
+#include "tests/support/files.h"
 
 namespace fs = std::filesystem;
 using namespace starling;
+using namespace starling::test;
 
 namespace {
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> counter{0};
-        std::random_device rd;
-        path =
-            fs::temp_directory_path() / ("starling-test-ckpt-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(rd()) + "-" + std::to_string(counter++));
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-};
-
-std::vector<std::string> dir_names(const fs::path& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    REQUIRE(in.good());
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void put(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    REQUIRE(out.good());
-}
 
 // A writer that leaves a file naming the step (and a nested file, to exercise the fsync walk).
 auto writer(const std::string& content) {
@@ -89,7 +48,7 @@ TEST_CASE("checkpoint_dir: step directory names", "[checkpoint_dir]") {
 
 TEST_CASE("checkpoint_dir: keeps the newest keep_last checkpoints", "[checkpoint_dir]") {
     TempDir tmp;
-    const fs::path root = tmp.path / "ckpt" / "run1";  // created by the first save
+    const fs::path root = tmp.path() / "ckpt" / "run1";  // created by the first save
     CheckpointDir dir(root, 3);
     CHECK_FALSE(dir.latest().has_value());
     CHECK(dir.list().empty());
@@ -127,18 +86,18 @@ TEST_CASE("checkpoint_dir: keeps the newest keep_last checkpoints", "[checkpoint
 
 TEST_CASE("checkpoint_dir: keep_last 0 keeps everything", "[checkpoint_dir]") {
     TempDir tmp;
-    CheckpointDir dir(tmp.path, 0);
+    CheckpointDir dir(tmp.path(), 0);
     for (uint64_t step = 1; step <= 4; ++step) dir.save(step, writer("s"));
     CHECK(dir.list().size() == 4);
-    CHECK(dir_names(tmp.path).size() == 4);
+    CHECK(dir_names(tmp.path()).size() == 4);
 }
 
 TEST_CASE("checkpoint_dir: a failing write_files leaves no trace", "[checkpoint_dir]") {
     TempDir tmp;
-    CheckpointDir dir(tmp.path, 3);
+    CheckpointDir dir(tmp.path(), 3);
     dir.save(10, writer("ten"));
     dir.save(20, writer("twenty"));
-    const auto before = dir_names(tmp.path);
+    const auto before = dir_names(tmp.path());
 
     SECTION("a new step") {
         CHECK_THROWS_WITH(dir.save(30,
@@ -155,29 +114,29 @@ TEST_CASE("checkpoint_dir: a failing write_files leaves no trace", "[checkpoint_
                                      throw Error("serialisation failed");
                                  }),
                         Error);
-        CHECK(slurp(tmp.path / "step_00000020" / "state.txt") == "twenty");
+        CHECK(slurp(tmp.path() / "step_00000020" / "state.txt") == "twenty");
     }
-    CHECK(dir_names(tmp.path) == before);
-    CHECK(*dir.latest() == tmp.path / "step_00000020");
+    CHECK(dir_names(tmp.path()) == before);
+    CHECK(*dir.latest() == tmp.path() / "step_00000020");
     CHECK(dir.list().size() == 2);
 }
 
 TEST_CASE("checkpoint_dir: saving the same step twice replaces it", "[checkpoint_dir]") {
     TempDir tmp;
-    CheckpointDir dir(tmp.path, 3);
+    CheckpointDir dir(tmp.path(), 3);
     dir.save(7,
              [](const fs::path& s) { write_file_atomic(s / "a.txt", std::string_view("first")); });
     dir.save(7,
              [](const fs::path& s) { write_file_atomic(s / "b.txt", std::string_view("second")); });
-    CHECK(dir_names(tmp.path) == std::vector<std::string>{"step_00000007"});
-    CHECK(dir_names(tmp.path / "step_00000007") == std::vector<std::string>{"b.txt"});
-    CHECK(slurp(tmp.path / "step_00000007" / "b.txt") == "second");
+    CHECK(dir_names(tmp.path()) == std::vector<std::string>{"step_00000007"});
+    CHECK(dir_names(tmp.path() / "step_00000007") == std::vector<std::string>{"b.txt"});
+    CHECK(slurp(tmp.path() / "step_00000007" / "b.txt") == "second");
     CHECK(dir.list().size() == 1);
 }
 
 TEST_CASE("checkpoint_dir: staging leftovers and junk names are ignored", "[checkpoint_dir]") {
     TempDir tmp;
-    const fs::path& root = tmp.path;
+    const fs::path& root = tmp.path();
     CheckpointDir dir(root, 5);
     dir.save(3, writer("three"));
 
@@ -208,7 +167,7 @@ TEST_CASE("checkpoint_dir: staging leftovers and junk names are ignored", "[chec
 
 TEST_CASE("checkpoint_dir: recovers from a replacement cut short", "[checkpoint_dir]") {
     TempDir tmp;
-    const fs::path& root = tmp.path;
+    const fs::path& root = tmp.path();
     {
         CheckpointDir dir(root, 5);
         dir.save(5, writer("five"));
@@ -235,14 +194,14 @@ TEST_CASE("checkpoint_dir: recovers from a replacement cut short", "[checkpoint_
 
 TEST_CASE("checkpoint_dir: an unusable root throws starling::Error", "[checkpoint_dir]") {
     TempDir tmp;
-    put(tmp.path / "file", "x");
-    CheckpointDir dir(tmp.path / "file" / "ckpt", 2);  // root below a regular file
+    put(tmp.path() / "file", "x");
+    CheckpointDir dir(tmp.path() / "file" / "ckpt", 2);  // root below a regular file
     CHECK_FALSE(dir.latest().has_value());
     try {
         dir.save(1, writer("one"));
         FAIL("no exception");
     } catch (const Error& e) {
-        CHECK(std::string(e.what()).find((tmp.path / "file" / "ckpt").string()) !=
+        CHECK(std::string(e.what()).find((tmp.path() / "file" / "ckpt").string()) !=
               std::string::npos);
     }
 }

@@ -1,21 +1,22 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
-#include <unistd.h>
+#include <string>
 
 #include "daemon/config.h"
 #include "common/error.h"
+#include "tests/support/files.h"
 
 using namespace starling;
+using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
 
 // Writes text to a config file in a temporary directory and loads it.
 struct ConfigFile {
-    fs::path path = fs::temp_directory_path() / ("starling-config-" + std::to_string(::getpid()) + ".toml");
-    explicit ConfigFile(const std::string& text) { std::ofstream(path) << text; }
-    ~ConfigFile() { fs::remove(path); }
+    TempDir dir;
+    fs::path path = dir.file("config.toml");
+    explicit ConfigFile(const std::string& text) { put(path, text); }
     TrainConfig load() const { return load_train_config(path.string()); }
 };
 

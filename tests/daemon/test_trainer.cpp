@@ -2,28 +2,24 @@
 // clear errors.
 #include <catch2/catch.hpp>
 #include <filesystem>
-#include <fstream>
-#include <unistd.h>
 
 #include "daemon/config.h"
 #include "daemon/trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
 #include "common/error.h"
+#include "tests/support/files.h"
 
 using namespace starling;
+using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
 
+// Scratch space for the whole test process, removed when it exits.
 const fs::path& scratch_root() {
-    static const fs::path root = [] {
-        fs::path p = fs::temp_directory_path() / ("starling-trainer-" + std::to_string(::getpid()));
-        fs::remove_all(p);
-        fs::create_directories(p);
-        return p;
-    }();
-    return root;
+    static const TempDir root;
+    return root.path();
 }
 
 // The KJV shards, prepared once per test process.
@@ -116,7 +112,7 @@ TEST_CASE("bad checkpoints and data give errors that name the file") {
         CHECK_THROWS_WITH(Trainer(c), Catch::Contains((ckpt / "model.safetensors").string()));
     }
     SECTION("a corrupt training state") {
-        std::ofstream(ckpt / "training_state.safetensors", std::ios::trunc) << "garbage!garbage!";
+        put(ckpt / "training_state.safetensors", "garbage!garbage!");
         CHECK_THROWS_WITH(Trainer(c),
                           Catch::Contains((ckpt / "training_state.safetensors").string()));
     }

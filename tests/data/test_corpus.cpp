@@ -10,7 +10,7 @@
 #include "test_util.h"
 
 using Catch::Matchers::Contains;
-using namespace starling_test;
+using namespace starling::test;
 
 namespace {
 
@@ -108,27 +108,27 @@ TEST_CASE("strip_verse_references keeps everything after the reference", "[data]
 
 TEST_CASE("read_kjv_text explains a missing bible program", "[data][corpus]") {
     TempDir empty_path;
-    ScopedEnv path("PATH", empty_path.str());
+    ScopedEnv path("PATH", empty_path.path().string());
     CHECK_THAT(error_message([] { starling::read_kjv_text(); }),
                Contains("bible") && Contains("not found") && Contains("scripts/setup"));
 }
 
 TEST_CASE("read_text_file reads bytes exactly and names a bad path", "[data][corpus]") {
     TempDir dir;
-    std::vector<unsigned char> bytes;
-    for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<unsigned char>(i));
-    for (int i = 0; i < 100000; ++i) bytes.push_back(static_cast<unsigned char>('a' + i % 26));
-    write_bytes(dir.file("input.txt"), bytes);
+    std::string bytes;
+    for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+    for (int i = 0; i < 100000; ++i) bytes.push_back(static_cast<char>('a' + i % 26));
+    put(dir.file("input.txt"), bytes);
 
     const std::string text = starling::read_text_file(dir.file("input.txt"));
-    CHECK(std::vector<unsigned char>(text.begin(), text.end()) == bytes);
+    CHECK(text == bytes);
 
-    write_bytes(dir.file("empty.txt"), {});
+    put(dir.file("empty.txt"), "");
     CHECK(starling::read_text_file(dir.file("empty.txt")).empty());
 
     const std::string missing = dir.file("missing.txt");
     CHECK_THAT(error_message([&] { starling::read_text_file(missing); }),
                Contains(missing) && Contains("no such file"));
-    CHECK_THAT(error_message([&] { starling::read_text_file(dir.str()); }),
-               Contains(dir.str()) && Contains("directory"));
+    CHECK_THAT(error_message([&] { starling::read_text_file(dir.path().string()); }),
+               Contains(dir.path().string()) && Contains("directory"));
 }

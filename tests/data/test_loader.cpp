@@ -19,7 +19,7 @@ struct StringMaker<starling::LoaderState> {
     }
 };
 }  // namespace Catch
-using namespace starling_test;
+using namespace starling::test;
 
 namespace {
 

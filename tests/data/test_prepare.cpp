@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 using Catch::Matchers::Contains;
-using namespace starling_test;
+using namespace starling::test;
 
 namespace {
 
@@ -64,7 +64,7 @@ TEST_CASE("prepare_shards: uneven sizes, balanced shards, counts add up", "[data
     TempDir tmp;
     const std::string text = sample_text(1003);
     starling::PrepareOptions options;
-    options.out_dir = tmp.str();
+    options.out_dir = tmp.path().string();
     options.val_fraction = 0.05;  // 50.15 -> 50 validation tokens
     options.shard_tokens = 100;
     const starling::PrepareResult result = starling::prepare_shards(text, options);
@@ -93,7 +93,7 @@ TEST_CASE("prepare_shards: uneven sizes, balanced shards, counts add up", "[data
         const starling::PrepareResult again = starling::prepare_shards(text, options);
         CHECK(again.train_paths == std::vector<std::string>{tmp.file("train_000000.bin")});
         CHECK(again.removed_stale == 9);
-        CHECK(starling::list_shards(tmp.str(), "train") == again.train_paths);
+        CHECK(starling::list_shards(tmp.path().string(), "train") == again.train_paths);
         CHECK(read_tokens(again.train_paths[0]) == bytes_of(text, 0, 953));
     }
     SECTION("validation is split by shard_tokens too") {
@@ -110,7 +110,7 @@ TEST_CASE("prepare_shards rejects bad options and too little text", "[data][prep
     TempDir tmp;
     const std::string text = sample_text(1000);
     starling::PrepareOptions options;
-    options.out_dir = tmp.str();
+    options.out_dir = tmp.path().string();
 
     for (double bad : {0.0, -0.1, 0.51, 1.0, std::nan("")}) {
         options.val_fraction = bad;
@@ -134,6 +134,6 @@ TEST_CASE("prepare_shards rejects bad options and too little text", "[data][prep
     CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains("output directory"));
 
     options.out_dir = tmp.file("a_file");
-    write_bytes(options.out_dir, {1, 2, 3});
+    put(options.out_dir, "\x01\x02\x03");
     CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains(options.out_dir));
 }

@@ -1,12 +1,14 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "data/shard.h"
 #include "test_util.h"
 
 using Catch::Matchers::Contains;
-using namespace starling_test;
+using namespace starling::test;
+namespace fs = std::filesystem;
 
 TEST_CASE("shard round trip: tokens and exact header bytes", "[data][shard]") {
     TempDir dir;
@@ -16,9 +18,10 @@ TEST_CASE("shard round trip: tokens and exact header bytes", "[data][shard]") {
     tokens.insert(tokens.end(), more.begin(), more.end());
 
     starling::write_shard(path, tokens);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK(dir_names(dir.path()) == std::vector<std::string>{"train_000000.bin"});  // no temp file
 
-    const std::vector<unsigned char> raw = read_bytes(path);
+    const std::string bytes = slurp(path);
+    const std::vector<unsigned char> raw(bytes.begin(), bytes.end());
     REQUIRE(raw.size() == 1024 + 2 * tokens.size());
     // 20240520 = 0x0134D888, little-endian.
     CHECK(raw[0] == 0x88);
@@ -38,7 +41,7 @@ TEST_CASE("shard round trip: tokens and exact header bytes", "[data][shard]") {
         INFO("header byte " << i);
         REQUIRE(raw[i] == 0);
     }
-    CHECK(raw == raw_shard(20240520, 1, int32_t(n), tokens));
+    CHECK(bytes == raw_shard(20240520, 1, int32_t(n), tokens));
 
     starling::Shard shard(path);
     CHECK(shard.path() == path);
@@ -59,7 +62,7 @@ TEST_CASE("write_shard replaces an existing shard", "[data][shard]") {
     starling::write_shard(path, std::vector<uint16_t>{9, 8});
     starling::Shard shard(path);
     CHECK(std::vector<uint16_t>(shard.tokens().begin(), shard.tokens().end()) == std::vector<uint16_t>{9, 8});
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK(dir_names(dir.path()) == std::vector<std::string>{"val_000000.bin"});  // no temp file
 }
 
 TEST_CASE("write_shard rejects an empty shard and a missing directory", "[data][shard]") {
@@ -72,14 +75,15 @@ TEST_CASE("write_shard rejects an empty shard and a missing directory", "[data][
     const std::string nowhere = dir.file("no/such/dir/train_000000.bin");
     CHECK_THAT(error_message([&] { starling::write_shard(nowhere, std::vector<uint16_t>{1}); }),
                Contains(nowhere) && Contains("No such file"));
+    CHECK(dir_names(dir.path()).empty());
 }
 
 TEST_CASE("Shard rejects bad files, naming the path and the problem", "[data][shard]") {
     TempDir dir;
     const std::vector<uint16_t> tokens = {10, 20, 30, 40, 50};
-    auto message_for = [&](const std::string& name, const std::vector<unsigned char>& bytes) {
+    auto message_for = [&](const std::string& name, const std::string& bytes) {
         const std::string path = dir.file(name);
-        write_bytes(path, bytes);
+        put(path, bytes);
         return error_message([&] { starling::Shard shard(path); });
     };
 
@@ -95,7 +99,7 @@ TEST_CASE("Shard rejects bad files, naming the path and the problem", "[data][sh
                    Contains(path) && Contains("not a regular file"));
     }
     SECTION("shorter than the header") {
-        std::vector<unsigned char> bytes = raw_shard(20240520, 1, 5, tokens);
+        std::string bytes = raw_shard(20240520, 1, 5, tokens);
         bytes.resize(1000);
         CHECK_THAT(message_for("short.bin", bytes),
                    Contains(dir.file("short.bin")) && Contains("too short") && Contains("1000 bytes"));
@@ -111,7 +115,7 @@ TEST_CASE("Shard rejects bad files, naming the path and the problem", "[data][sh
                    Contains(dir.file("version.bin")) && Contains("version 2"));
     }
     SECTION("truncated payload") {
-        std::vector<unsigned char> bytes = raw_shard(20240520, 1, 1000, tokens);
+        std::string bytes = raw_shard(20240520, 1, 1000, tokens);
         CHECK_THAT(message_for("truncated.bin", bytes),
                    Contains(dir.file("truncated.bin")) &&
                        Contains("truncated: header says 1000 tokens but the file holds 5"));
@@ -136,21 +140,22 @@ TEST_CASE("list_shards finds <split>_*.bin sorted and explains an empty result",
     starling::write_shard(dir.file("train_000000.bin"), std::vector<uint16_t>{3, 4});
     starling::write_shard(dir.file("train_000010.bin"), std::vector<uint16_t>{5, 6});
     starling::write_shard(dir.file("val_000000.bin"), std::vector<uint16_t>{7, 8});
-    write_bytes(dir.file("train_000002.bin.tmp"), {1, 2, 3});
-    write_bytes(dir.file("train_notes.txt"), {1});
-    write_bytes(dir.file("mytrain_000000.bin"), {1});
+    put(dir.file("train_000002.bin.tmp"), "\x01\x02\x03");
+    put(dir.file(".train_000003.bin.tmp-42-0"), "\x01\x02\x03");  // an AtomicFileWriter leftover
+    put(dir.file("train_notes.txt"), "\x01");
+    put(dir.file("mytrain_000000.bin"), "\x01");
     fs::create_directory(dir.file("train_dir.bin"));
 
-    CHECK(starling::list_shards(dir.str(), "train") ==
+    CHECK(starling::list_shards(dir.path().string(), "train") ==
           std::vector<std::string>{dir.file("train_000000.bin"), dir.file("train_000001.bin"),
                                    dir.file("train_000010.bin")});
-    CHECK(starling::list_shards(dir.str(), "val") == std::vector<std::string>{dir.file("val_000000.bin")});
+    CHECK(starling::list_shards(dir.path().string(), "val") == std::vector<std::string>{dir.file("val_000000.bin")});
 
     TempDir empty;
-    CHECK_THAT(error_message([&] { starling::list_shards(empty.str(), "train"); }),
-               Contains("no train shards in " + empty.str()) && Contains("starling data prepare"));
-    CHECK_THAT(error_message([&] { starling::list_shards(dir.str(), "test"); }),
-               Contains("no test shards in " + dir.str()));
+    CHECK_THAT(error_message([&] { starling::list_shards(empty.path().string(), "train"); }),
+               Contains("no train shards in " + empty.path().string()) && Contains("starling data prepare"));
+    CHECK_THAT(error_message([&] { starling::list_shards(dir.path().string(), "test"); }),
+               Contains("no test shards in " + dir.path().string()));
 
     const std::string missing = dir.file("missing");
     CHECK_THAT(error_message([&] { starling::list_shards(missing, "train"); }),

@@ -6,7 +6,7 @@
 #include "test_util.h"
 
 using Catch::Matchers::Contains;
-using namespace starling_test;
+using namespace starling::test;
 
 TEST_CASE("byte tokenizer round trips all 256 byte values", "[data][tokenizer]") {
     std::string text;

@@ -1,73 +1,32 @@
-// Helpers shared by the data tests: a self-removing temporary directory, raw file I/O, and
-// capturing the message of a starling::Error.
+// Helpers shared by the data tests: shard files built by hand, capturing the message of a
+// starling::Error, and deterministic token data. Scratch directories and file I/O come from
+// tests/support/files.h.
 #pragma once
 
-#include <unistd.h>
-
-#include <atomic>
 #include <catch2/catch.hpp>
+#include <cstddef>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "tests/support/files.h"
 
-namespace starling_test {
+namespace starling::test {
 
-namespace fs = std::filesystem;
-
-class TempDir {
-public:
-    TempDir() {
-        static std::atomic<int> counter{0};
-        path_ = fs::temp_directory_path() /
-                ("starling-test-data-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-        fs::remove_all(path_);
-        fs::create_directories(path_);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-
-    const fs::path& path() const { return path_; }
-    std::string str() const { return path_.string(); }
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    fs::path path_;
-};
-
-inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    REQUIRE(out.good());
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    REQUIRE(out.good());
+inline void append_le32(std::string& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-inline std::vector<unsigned char> read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    REQUIRE(in.good());
-    return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+inline void append_le16(std::string& out, uint16_t v) {
+    out.push_back(static_cast<char>(v & 0xff));
+    out.push_back(static_cast<char>(v >> 8));
 }
 
-inline void append_le32(std::vector<unsigned char>& out, uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<unsigned char>((v >> (8 * i)) & 0xff));
-}
-
-inline void append_le16(std::vector<unsigned char>& out, uint16_t v) {
-    out.push_back(static_cast<unsigned char>(v & 0xff));
-    out.push_back(static_cast<unsigned char>(v >> 8));
-}
-
-// A shard file built byte by byte, independently of write_shard.
-inline std::vector<unsigned char> raw_shard(int32_t magic, int32_t version, int32_t count,
-                                            const std::vector<uint16_t>& tokens) {
-    std::vector<unsigned char> bytes;
+// The bytes of a shard file built byte by byte, independently of write_shard.
+inline std::string raw_shard(int32_t magic, int32_t version, int32_t count,
+                             const std::vector<uint16_t>& tokens) {
+    std::string bytes;
     append_le32(bytes, uint32_t(magic));
     append_le32(bytes, uint32_t(version));
     append_le32(bytes, uint32_t(count));
@@ -99,4 +58,4 @@ inline std::vector<uint16_t> pseudo_random_tokens(size_t n, uint64_t seed) {
     return tokens;
 }
 
-}  // namespace starling_test
+}  // namespace starling::test

@@ -1,15 +1,15 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <cstring>
-#include <fstream>
-#include <unistd.h>
 #include <vector>
 
 #include "common/error.h"
 #include "model/hf_format.h"
 #include "model/safetensors.h"
+#include "tests/support/files.h"
 
 using namespace starling;
+using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -24,12 +24,6 @@ ModelConfig small_config() {
     c.context = 16;
     return c;
 }
-
-struct TempDir {
-    fs::path path = fs::temp_directory_path() / ("starling-hf-" + std::to_string(::getpid()));
-    TempDir() { fs::create_directories(path); }
-    ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
@@ -64,7 +58,7 @@ TEST_CASE("model.safetensors holds every tensor under its Hugging Face name") {
     const ParameterManifest m(small_config());
     std::vector<float> params(m.total());
     for (size_t i = 0; i < params.size(); i++) params[i] = 0.001f * float(i);
-    const fs::path path = dir.path / "model.safetensors";
+    const fs::path path = dir.path() / "model.safetensors";
     write_model_safetensors(path, m, params.data());
 
     const SafetensorsFile file = SafetensorsFile::open(path);
@@ -86,7 +80,7 @@ TEST_CASE("reading weights into a different model fails naming the file") {
     TempDir dir;
     const ParameterManifest m(small_config());
     std::vector<float> params(m.total(), 0.5f);
-    const fs::path path = dir.path / "model.safetensors";
+    const fs::path path = dir.path() / "model.safetensors";
     write_model_safetensors(path, m, params.data());
     ModelConfig other = small_config();
     other.n_layer = 3;

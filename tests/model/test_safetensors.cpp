@@ -1,20 +1,11 @@
-// safetensors read/write and the atomic file helpers under it. Corrupt files are built by hand
-// byte by byte, so the reader is checked against the format, not against our own writer.
-#include <signal.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
+// safetensors read/write. Corrupt files are built by hand byte by byte, so the reader is checked
+// against the format, not against our own writer.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <tuple>
@@ -23,44 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/atomic_file.h"
 #include "model/safetensors.h"
+#include "tests/support/files.h"
 
 namespace fs = std::filesystem;
 using namespace starling;
+using namespace starling::test;
 
 namespace {
-
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static std::atomic<int> counter{0};
-        std::random_device rd;
-        path = fs::temp_directory_path() /
-               ("starling-test-safetensors-" + std::to_string(::getpid()) + "-" +
-                std::to_string(rd()) + "-" + std::to_string(counter++));
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    REQUIRE(in.good());
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void put(const fs::path& p, const std::string& bytes) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    REQUIRE(out.good());
-}
 
 std::string le64(uint64_t v) {
     std::string s(8, '\0');
@@ -73,13 +34,6 @@ std::string le64(uint64_t v) {
 std::string image(const std::string& header, const std::string& data,
                   std::optional<uint64_t> len = {}) {
     return le64(len.value_or(header.size())) + header + data;
-}
-
-std::vector<std::string> dir_names(const fs::path& dir) {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
 }
 
 // Opening the file must throw starling::Error naming the file and containing `word`.
@@ -131,7 +85,7 @@ TEST_CASE("safetensors: dtype table", "[safetensors]") {
 
 TEST_CASE("safetensors: round trip of several dtypes, shapes and metadata", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "model.safetensors";
+    const fs::path p = tmp.path() / "model.safetensors";
 
     std::vector<float> w(2 * 3 * 4);
     for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f * static_cast<float>(i) - 3.25f;
@@ -222,7 +176,7 @@ TEST_CASE("safetensors: round trip of several dtypes, shapes and metadata", "[sa
 
 TEST_CASE("safetensors: written bytes match a hand-built file", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "tiny.safetensors";
+    const fs::path p = tmp.path() / "tiny.safetensors";
     const float a[2] = {1.0f, -2.0f};
     const uint8_t b[3] = {0xde, 0xad, 0x01};
     write_safetensors(p, {{"a", DType::F32, {2}, a}, {"b", DType::U8, {3}, b}}, {{"format", "pt"}});
@@ -258,7 +212,7 @@ TEST_CASE("safetensors: written bytes match a hand-built file", "[safetensors]")
 
 TEST_CASE("safetensors: reads a hand-built file as other tools write it", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "hf.safetensors";
+    const fs::path p = tmp.path() / "hf.safetensors";
     // Header as the reference writer produces it: compact JSON, __metadata__ first, space padded;
     // a data block whose tensors are not in header order.
     std::string header =
@@ -283,7 +237,7 @@ TEST_CASE("safetensors: reads a hand-built file as other tools write it", "[safe
 TEST_CASE("safetensors: corrupt files are rejected with the file and the problem named",
           "[safetensors]") {
     TempDir tmp;
-    const fs::path& d = tmp.path;
+    const fs::path& d = tmp.path();
     const std::string ok_entry = R"("dtype":"F32","shape":[2],"data_offsets":[0,8])";
     const std::string data8 = f32_bytes({1.0f, 2.0f});
     auto one = [&](const std::string& entry) { return "{\"t\":{" + entry + "}}"; };
@@ -378,7 +332,7 @@ TEST_CASE("safetensors: corrupt files are rejected with the file and the problem
 
 TEST_CASE("safetensors: adjacent and empty tensors are not overlaps", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "edge.safetensors";
+    const fs::path p = tmp.path() / "edge.safetensors";
     put(p, image(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
                  R"("z":{"dtype":"U8","shape":[0],"data_offsets":[2,2]},)"
                  R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
@@ -390,7 +344,7 @@ TEST_CASE("safetensors: adjacent and empty tensors are not overlaps", "[safetens
 
 TEST_CASE("safetensors: get and read_f32 report missing names and mismatches", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "m.safetensors";
+    const fs::path p = tmp.path() / "m.safetensors";
     const std::vector<float> w = {1, 2, 3, 4, 5, 6};
     const std::vector<double> dbl = {1.0, 2.0};
     write_safetensors(p, {{"w", DType::F32, {2, 3}, w.data()}, {"d", DType::F64, {2}, dbl.data()}});
@@ -430,7 +384,7 @@ TEST_CASE("safetensors: get and read_f32 report missing names and mismatches", "
 
 TEST_CASE("safetensors: invalid tensors are refused before anything is written", "[safetensors]") {
     TempDir tmp;
-    const fs::path p = tmp.path / "out.safetensors";
+    const fs::path p = tmp.path() / "out.safetensors";
     put(p, "old contents");
     const float x[2] = {1, 2};
     auto refused = [&](const std::vector<TensorRef>& tensors, const std::string& word) {
@@ -443,7 +397,7 @@ TEST_CASE("safetensors: invalid tensors are refused before anything is written",
             CHECK(std::string(e.what()).find(word) != std::string::npos);
         }
         CHECK(slurp(p) == "old contents");
-        CHECK(dir_names(tmp.path) == std::vector<std::string>{"out.safetensors"});
+        CHECK(dir_names(tmp.path()) == std::vector<std::string>{"out.safetensors"});
     };
     refused({{"a", DType::F32, {2}, x}, {"a", DType::F32, {2}, x}}, "duplicate");
     refused({{"", DType::F32, {2}, x}}, "empty name");
@@ -451,143 +405,4 @@ TEST_CASE("safetensors: invalid tensors are refused before anything is written",
     refused({{"a", DType::F32, {-2}, x}}, "negative dimension");
     refused({{"a", DType::F32, {2}, nullptr}}, "no data");
     refused({{"a", DType::F64, {INT64_MAX, 4}, x}}, "overflows");
-}
-
-TEST_CASE("atomic_file: writes, replaces and leaves no temporary file", "[atomic_file]") {
-    TempDir tmp;
-    const fs::path p = tmp.path / "state.json";
-    write_file_atomic(p, std::string_view("first"));
-    CHECK(read_file(p) == "first");
-    write_file_atomic(p, std::string_view("second, longer"));
-    CHECK(read_file(p) == "second, longer");
-
-    const std::string a = "head|", b = "payload";
-    write_file_atomic(p, {std::as_bytes(std::span(a)), std::as_bytes(std::span(b))});
-    CHECK(read_file(p) == "head|payload");
-    CHECK(slurp(p) == "head|payload");
-    const std::vector<std::byte> raw = read_file_bytes(p);
-    CHECK(std::string(reinterpret_cast<const char*>(raw.data()), raw.size()) == "head|payload");
-
-    write_file_atomic(p, std::span<const std::byte>());
-    CHECK(read_file(p).empty());
-    CHECK(dir_names(tmp.path) == std::vector<std::string>{"state.json"});
-
-    // A relative path (no directory part) works too.
-    const fs::path cwd = fs::current_path();
-    fs::current_path(tmp.path);
-    try {
-        write_file_atomic("rel.txt", std::string_view("r"));
-    } catch (...) {
-        fs::current_path(cwd);
-        throw;
-    }
-    fs::current_path(cwd);
-    CHECK(read_file(tmp.path / "rel.txt") == "r");
-    CHECK(dir_names(tmp.path) == std::vector<std::string>{"rel.txt", "state.json"});
-}
-
-TEST_CASE("atomic_file: failures throw, name the path and keep the old file", "[atomic_file]") {
-    TempDir tmp;
-
-    SECTION("target directory does not exist") {
-        const fs::path p = tmp.path / "no_such_dir" / "f.bin";
-        try {
-            write_file_atomic(p, std::string_view("x"));
-            FAIL("no exception");
-        } catch (const Error& e) {
-            CHECK(std::string(e.what()).find(p.string()) != std::string::npos);
-            CHECK(std::string(e.what()).find("No such file or directory") != std::string::npos);
-        }
-        CHECK(dir_names(tmp.path).empty());
-    }
-
-    SECTION("rename fails: the target is a directory") {
-        const fs::path p = tmp.path / "taken";
-        fs::create_directory(p);
-        put(p / "inside", "keep");
-        try {
-            write_file_atomic(p, std::string_view("x"));
-            FAIL("no exception");
-        } catch (const Error& e) {
-            CHECK(std::string(e.what()).find(p.string()) != std::string::npos);
-            CHECK(std::string(e.what()).find("rename") != std::string::npos);
-        }
-        CHECK(dir_names(tmp.path) == std::vector<std::string>{"taken"});
-        CHECK(slurp(p / "inside") == "keep");
-    }
-
-    SECTION("write fails (file size limit standing in for a full disk)") {
-        const fs::path p = tmp.path / "big.bin";
-        put(p, "old");
-        struct rlimit old_limit {};
-        REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
-        struct rlimit small = old_limit;
-        small.rlim_cur = 4096;
-        auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of being killed
-        REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
-        std::string error;
-        try {
-            write_file_atomic(p, std::string(65536, 'x'));
-        } catch (const Error& e) {
-            error = e.what();
-        }
-        ::setrlimit(RLIMIT_FSIZE, &old_limit);
-        ::signal(SIGXFSZ, old_handler);
-        INFO(error);
-        CHECK(error.find(p.string()) != std::string::npos);
-        CHECK(error.find("cannot write") != std::string::npos);
-        CHECK(error.find("too large") != std::string::npos);  // strerror(EFBIG): "File too large"
-        CHECK(slurp(p) == "old");
-        CHECK(dir_names(tmp.path) == std::vector<std::string>{"big.bin"});
-    }
-
-    SECTION("read-only directory") {
-        if (::geteuid() == 0) {
-            WARN("running as root: permission checks do not apply, read-only case skipped");
-            return;
-        }
-        const fs::path p = tmp.path / "ro.bin";
-        put(p, "old");
-        fs::permissions(tmp.path, fs::perms::owner_read | fs::perms::owner_exec);
-        std::string error;
-        try {
-            write_file_atomic(p, std::string_view("new"));
-        } catch (const Error& e) {
-            error = e.what();
-        }
-        fs::permissions(tmp.path, fs::perms::owner_all);
-        CHECK(error.find(p.string()) != std::string::npos);
-        CHECK(slurp(p) == "old");
-        CHECK(dir_names(tmp.path) == std::vector<std::string>{"ro.bin"});
-    }
-
-    SECTION("writer destroyed before commit") {
-        const fs::path p = tmp.path / "partial.bin";
-        put(p, "old");
-        {
-            AtomicFileWriter w(p);
-            w.write(std::string_view("half of the new"));
-            CHECK(fs::exists(w.temp_path()));
-            CHECK(w.temp_path().parent_path() == tmp.path);
-            CHECK(w.bytes_written() == 15);
-        }
-        CHECK(slurp(p) == "old");
-        CHECK(dir_names(tmp.path) == std::vector<std::string>{"partial.bin"});
-    }
-
-    SECTION("read_file of a missing file") {
-        const fs::path p = tmp.path / "absent.txt";
-        try {
-            (void)read_file(p);
-            FAIL("no exception");
-        } catch (const Error& e) {
-            CHECK(std::string(e.what()).find(p.string()) != std::string::npos);
-            CHECK(std::string(e.what()).find("No such file") != std::string::npos);
-        }
-    }
-
-    SECTION("fsync_directory of a missing directory") {
-        CHECK_THROWS_AS(fsync_directory(tmp.path / "nope"), Error);
-        CHECK_NOTHROW(fsync_directory(tmp.path));
-    }
 }
