@@ -39,13 +39,19 @@ struct FdGuard {
     }
 };
 
-template <typename Buffer>
-Buffer read_whole(const std::filesystem::path& path) {
+// open(2) read-only, retried when a signal interrupts it; what names the kind of thing for errors.
+int open_read_only(const std::filesystem::path& path, int extra_flags, const char* what) {
     int fd;
     do {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | extra_flags);
     } while (fd < 0 && errno == EINTR);
-    if (fd < 0) fail("cannot open file", path, errno);
+    if (fd < 0) fail(std::string("cannot open ") + what, path, errno);
+    return fd;
+}
+
+template <typename Buffer>
+Buffer read_whole(const std::filesystem::path& path) {
+    const int fd = open_read_only(path, 0, "file");
     FdGuard guard{fd};
 
     struct stat st {};
@@ -160,23 +166,14 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view text)
 }
 
 void fsync_directory(const std::filesystem::path& dir) {
-    int fd;
-    do {
-        fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) fail("cannot open directory", dir, errno);
-    FdGuard guard{fd};
+    FdGuard guard{open_read_only(dir, O_DIRECTORY, "directory")};
+    const int fd = guard.fd;
     if (::fsync(fd) != 0 && errno != EINVAL) fail("cannot fsync directory", dir, errno);
 }
 
 void fsync_file(const std::filesystem::path& path) {
-    int fd;
-    do {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) fail("cannot open file", path, errno);
-    FdGuard guard{fd};
-    if (::fsync(fd) != 0 && errno != EINVAL) fail("cannot fsync file", path, errno);
+    FdGuard guard{open_read_only(path, 0, "file")};
+    if (::fsync(guard.fd) != 0 && errno != EINVAL) fail("cannot fsync file", path, errno);
 }
 
 std::string read_file(const std::filesystem::path& path) {

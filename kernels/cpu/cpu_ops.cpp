@@ -66,14 +66,15 @@ void CpuOps<T>::copy(T* dst, const T* src, size_t n) {
     std::memcpy(dst, src, n * sizeof(T));
 }
 
+// Backend memory is host memory here, so transfers are plain copies.
 template <typename T>
 void CpuOps<T>::to_host(T* host_dst, const T* src, size_t n) {
-    std::memcpy(host_dst, src, n * sizeof(T));
+    copy(host_dst, src, n);
 }
 
 template <typename T>
 void CpuOps<T>::from_host(T* dst, const T* host_src, size_t n) {
-    std::memcpy(dst, host_src, n * sizeof(T));
+    copy(dst, host_src, n);
 }
 
 template <typename T>

@@ -6,29 +6,15 @@
 #include "common/error.h"
 #include "model/hf_format.h"
 #include "model/safetensors.h"
+#include "tests/support/model_configs.h"
 #include "tests/support/files.h"
 
 using namespace starling;
 using namespace starling::test;
 namespace fs = std::filesystem;
 
-namespace {
-
-ModelConfig small_config() {
-    ModelConfig c;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.d_model = 8;
-    c.d_ff = 12;
-    c.vocab_size = 11;
-    c.context = 16;
-    return c;
-}
-
-}  // namespace
-
 TEST_CASE("config.json is a LlamaConfig that reads back to the same model") {
-    const ModelConfig c = small_config();
+    const ModelConfig c = tiny_model_config();
     const nlohmann::json j = llama_config_json(c);
     CHECK(j["model_type"] == "llama");
     CHECK(j["architectures"][0] == "LlamaForCausalLM");
@@ -41,21 +27,21 @@ TEST_CASE("config.json is a LlamaConfig that reads back to the same model") {
 }
 
 TEST_CASE("unsupported Llama variants are refused by name") {
-    nlohmann::json j = llama_config_json(small_config());
+    nlohmann::json j = llama_config_json(tiny_model_config());
     j["num_key_value_heads"] = 1;
     CHECK_THROWS_WITH(model_config_from_llama_json(j, "cfg.json"),
                       Catch::Contains("cfg.json") && Catch::Contains("grouped"));
-    j = llama_config_json(small_config());
+    j = llama_config_json(tiny_model_config());
     j["attention_bias"] = true;
     CHECK_THROWS_WITH(model_config_from_llama_json(j, "cfg.json"), Catch::Contains("biases"));
-    j = llama_config_json(small_config());
+    j = llama_config_json(tiny_model_config());
     j.erase("hidden_size");
     CHECK_THROWS_WITH(model_config_from_llama_json(j, "cfg.json"), Catch::Contains("hidden_size"));
 }
 
 TEST_CASE("model.safetensors holds every tensor under its Hugging Face name") {
     TempDir dir;
-    const ParameterManifest m(small_config());
+    const ParameterManifest m(tiny_model_config());
     std::vector<float> params(m.total());
     for (size_t i = 0; i < params.size(); i++) params[i] = 0.001f * float(i);
     const fs::path path = dir.path() / "model.safetensors";
@@ -78,11 +64,11 @@ TEST_CASE("model.safetensors holds every tensor under its Hugging Face name") {
 
 TEST_CASE("reading weights into a different model fails naming the file") {
     TempDir dir;
-    const ParameterManifest m(small_config());
+    const ParameterManifest m(tiny_model_config());
     std::vector<float> params(m.total(), 0.5f);
     const fs::path path = dir.path() / "model.safetensors";
     write_model_safetensors(path, m, params.data());
-    ModelConfig other = small_config();
+    ModelConfig other = tiny_model_config();
     other.n_layer = 3;
     const ParameterManifest m3(other);
     std::vector<float> back(m3.total());

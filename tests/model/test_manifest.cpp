@@ -2,20 +2,14 @@
 
 #include "common/error.h"
 #include "model/manifest.h"
+#include "tests/support/model_configs.h"
 
 using namespace starling;
 
 namespace {
 
 ModelConfig config_with(int layers, bool tied) {
-    ModelConfig c;
-    c.n_layer = layers;
-    c.n_head = 2;
-    c.d_model = 8;
-    c.d_ff = 12;
-    c.vocab_size = 11;
-    c.tied_embeddings = tied;
-    return c;
+    return test::tiny_model_config(layers, tied);
 }
 
 }  // namespace

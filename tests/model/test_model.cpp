@@ -5,20 +5,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/model.h"
 #include "tests/support/fd_check.h"
+#include "tests/support/model_configs.h"
 
 using namespace starling;
 
 namespace {
 
 ModelConfig small_config(bool tied) {
-    ModelConfig c;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.d_model = 8;
-    c.d_ff = 12;
-    c.vocab_size = 11;
-    c.context = 6;
-    c.tied_embeddings = tied;
+    ModelConfig c = test::tiny_model_config(2, tied);
     c.init_std = 0.3f;  // larger than usual so every path carries a gradient worth checking
     return c;
 }

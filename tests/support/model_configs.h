@@ -1,0 +1,21 @@
+// Model shapes small enough for exhaustive checks.
+#pragma once
+
+#include "model/config.h"
+
+namespace starling::test {
+
+// 2 heads of size 4, SwiGLU width 12, vocabulary 11, context 6.
+inline ModelConfig tiny_model_config(int n_layer = 2, bool tied = true) {
+    ModelConfig c;
+    c.n_layer = n_layer;
+    c.n_head = 2;
+    c.d_model = 8;
+    c.d_ff = 12;
+    c.vocab_size = 11;
+    c.context = 6;
+    c.tied_embeddings = tied;
+    return c;
+}
+
+}  // namespace starling::test
