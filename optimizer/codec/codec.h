@@ -1,0 +1,58 @@
+// Element codecs for what peers exchange: deltas (Q8, Q4, with optional error feedback) and whole
+// weights (bf16 with stochastic rounding, blockwise Q8, F32). Stochastic rounding draws from a
+// counter-based RNG keyed by the sender and the round, so every encode is reproducible.
+//
+// Block codecs work on blocks of kBlock = 64 values. Any range of whole blocks encodes and decodes
+// on its own (a message is cut into chunks at block boundaries and each chunk is decoded straight
+// into the destination arena); only the last block of a tensor may be short.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace starling::codec {
+
+enum class Codec : uint8_t {
+    F32 = 0,     // raw little-endian fp32
+    BF16SR = 1,  // bf16 by stochastic rounding of the fp32 bits (state messages)
+    Q8 = 2,      // symmetric int8, fp32 absmax scale per block, stochastic rounding
+    Q4 = 3,      // int4 in [-7, 7], two per byte (low nibble first), fp32 scale per block
+};
+
+inline constexpr size_t kBlock = 64;
+
+// "F32", "BF16SR", "Q8", "Q4".
+std::string_view codec_name(Codec codec);
+// Throws starling::Error for a byte that is not a codec.
+Codec codec_from_byte(uint8_t byte);
+
+// Bytes an encoding of n values takes, a pure function of (codec, n).
+size_t encoded_bytes(Codec codec, size_t n);
+
+// Where the rounding noise comes from: Philox4x32-10 keyed by hash(node_id), with the counter made
+// of (round, stream, element index), so the same element of the same round always draws the same
+// number and encodes are bit-reproducible on any backend and thread count.
+struct RoundingKey {
+    uint64_t node_id = 0;
+    uint64_t round = 0;
+    uint32_t stream = 0;  // which message or tensor of the round
+};
+
+// Encodes x, whose first element has global index first_index (a multiple of kBlock for block
+// codecs; it feeds the RNG counter), into out (exactly encoded_bytes(codec, x.size()) bytes).
+void encode(Codec codec, std::span<const float> x, uint64_t first_index, const RoundingKey& key,
+            std::span<std::byte> out);
+
+// Decodes in (exactly encoded_bytes(codec, out.size()) bytes) into out. The input is hostile: a
+// wrong size, or a NaN, Inf or negative block scale, throws starling::Error naming the problem;
+// nothing is read or written out of bounds.
+void decode(Codec codec, std::span<const std::byte> in, std::span<float> out);
+
+// Error feedback: encodes x = delta + residual and leaves residual = x - decode(encoded), so what
+// was sent plus the final residual always equals the sum of the inputs.
+void encode_with_feedback(Codec codec, std::span<const float> delta, std::span<float> residual,
+                          uint64_t first_index, const RoundingKey& key, std::span<std::byte> out);
+
+}  // namespace starling::codec
