@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/support/fd_check.h"
+#include "tests/support/determinism.h"
 #include "tests/support/random.h"
 
 using namespace starling;
@@ -107,18 +108,10 @@ TEST_CASE("attention_backward is bit-reproducible and independent of the thread 
     auto dout = random_vector<float>(size_t(s.B) * s.T * s.C, 46);
     std::vector<float> out(dout.size()), lse(size_t(s.B) * s.NH * s.T);
     ops.attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-    auto run = [&](int threads) {
-        set_cpu_threads(threads);
+    require_same_bits_for_any_thread_count([&] {
         std::vector<float> dqkv(qkv.size());
         ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
                                s.T, s.C, s.NH);
         return dqkv;
-    };
-    int previous = cpu_threads();
-    auto first = run(2);
-    auto second = run(2);
-    auto single = run(1);
-    set_cpu_threads(previous);
-    REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
-    REQUIRE(std::memcmp(first.data(), single.data(), first.size() * sizeof(float)) == 0);
+    });
 }

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/support/fd_check.h"
+#include "tests/support/determinism.h"
 #include "tests/support/random.h"
 
 using namespace starling;
@@ -81,20 +82,12 @@ TEST_CASE("rmsnorm_backward is bit-reproducible and independent of the thread co
     auto dweight0 = random_vector<float>(weight.size(), 22);
     std::vector<float> out(inp.size()), rstd(N);
     ops.rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, kEps);
-    auto run = [&](int threads) {
-        set_cpu_threads(threads);
+    require_same_bits_for_any_thread_count([&] {
         auto dinp = dinp0;
         auto dweight = dweight0;
         ops.rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(),
                              rstd.data(), N, C);
         dinp.insert(dinp.end(), dweight.begin(), dweight.end());
         return dinp;
-    };
-    int previous = cpu_threads();
-    auto first = run(2);
-    auto second = run(2);
-    auto single = run(1);
-    set_cpu_threads(previous);
-    REQUIRE(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)) == 0);
-    REQUIRE(std::memcmp(first.data(), single.data(), first.size() * sizeof(float)) == 0);
+    });
 }
