@@ -157,19 +157,20 @@ STARLING_HD int32_t round_to_int(float v) {
 // smallest subnormal), so that m / s <= qmax still holds: a rounded-down subnormal scale could
 // be far too small (m = 190 * 2^-149 gives m / 127 = 1.496 * 2^-149, nearest 1 * 2^-149).
 //
-// A value x of the block (|x| <= m) has level y = x / s, computed as t = (x * pre) * inv24 = 2^24 y
-// with inv24 = 2^24 / (s * pre) (pre is 2^64 for scales under 2^-64 and 1 otherwise, so inv24
-// stays finite for tiny, even subnormal, scales; x * pre is exact). t is rounded to an integer T,
-// so y is held in fixed point with 24 fraction bits (|y| exceeds qmax by at most the roundings of
-// s and 1/s, about 2^-23 qmax, so T + w below never overflows int32), then
-//     q = clamp(floor((T + w) / 2^24), -qmax, qmax),   w = word >> 8, uniform in [0, 2^24),
-// in exact integer arithmetic. That is floor(y + u) with u = w * 2^-24 uniform in [0, 1): q is
-// floor(y) + 1 with probability frac(y), so E[q] = y exactly whenever y is a multiple of 2^-24
-// (every |y| >= 1/2 is: fp32 has no finer bits there), else within 2^-25, short of the clamp.
-// Decoding is mul_rn(q, s).
+// A value x of the block (|x| <= m) has level y = x / s, computed as t = (x * pre) * inv16 = 2^16 y
+// with inv16 = 2^16 / (s * pre) (pre is 2^64 for scales under 2^-64 and 1 otherwise, so inv16
+// stays finite for tiny, even subnormal, scales; x * pre is exact, and so is the scaling by 2^16
+// inside inv16, so t is 2^16 times the fp32 level y). t is rounded to the nearest integer T, so y
+// is held in fixed point with 16 fraction bits (|T| <= qmax 2^16 plus a few units, far from int32
+// overflow), then
+//     q = clamp(floor((T + r) / 2^16), -qmax, qmax),   r uniform 16-bit in [0, 2^16),
+// in exact integer arithmetic. That is floor(T / 2^16 + u) with u = r * 2^-16 uniform in [0, 1):
+// q is floor(T / 2^16) + 1 with probability frac(T / 2^16), so E[q] = T / 2^16 exactly, which is
+// within 2^-17 of a step of y (the rounding of t to T; zero where y is a multiple of 2^-16),
+// short of the clamp. Decoding is mul_rn(q, s).
 struct QuantBlock {
     float scale;
-    float inv24;
+    float inv16;
     float pre;
 };
 
@@ -179,23 +180,26 @@ STARLING_HD QuantBlock quant_block(float absmax, float qmax) {
         s = std::nextafter(s, 1.0f);
     }
     const float pre = s < 0x1.0p-64f ? 0x1.0p64f : 1.0f;
-    return QuantBlock{s, (1.0f / (s * pre)) * 0x1.0p24f, pre};
+    return QuantBlock{s, (1.0f / (s * pre)) * 0x1.0p16f, pre};
 }
 
-STARLING_HD int32_t quantize_sr(float x, const QuantBlock& b, uint32_t word, int32_t qmax) {
-    const int32_t q = (round_to_int((x * b.pre) * b.inv24) + int32_t(word >> 8)) >> 24;  // floor
+// r16: the element's 16 random bits (only the low 16 bits are read).
+STARLING_HD int32_t quantize_sr(float x, const QuantBlock& b, uint32_t r16, int32_t qmax) {
+    const int32_t t = round_to_int((x * b.pre) * b.inv16);
+    const int32_t q = (t + int32_t(r16 & 0xffffu)) >> 16;  // floor
     return q < -qmax ? -qmax : (q > qmax ? qmax : q);
 }
 
-// fp32 -> bf16 by stochastic rounding: a uniform 16-bit integer (the top half of word) is added to
-// the fp32 bit pattern, carrying into the high half, which is kept. A value between two bf16
-// neighbours rounds away from zero with probability equal to its distance from the nearer-to-zero
-// one in units of the spacing, so the result is unbiased. Inf stays Inf (its low half is zero);
-// NaN stays NaN (quieted, sign kept); a finite value above the largest finite bf16 (0x7f7f, about
-// 3.39e38, i.e. within one bf16 ulp of FLT_MAX) rounds up to Inf with that probability.
-STARLING_HD uint16_t bf16_round_sr(uint32_t bits, uint32_t word) {
+// fp32 -> bf16 by stochastic rounding: a uniform 16-bit integer r16 (the low 16 bits of the
+// argument) is added to the fp32 bit pattern, carrying into the high half, which is kept. A value
+// between two bf16 neighbours rounds away from zero with probability equal to its distance from
+// the nearer-to-zero one in units of the spacing, so the result is unbiased. Inf stays Inf (its
+// low half is zero); NaN stays NaN (quieted, sign kept); a finite value above the largest finite
+// bf16 (0x7f7f, about 3.39e38, i.e. within one bf16 ulp of FLT_MAX) rounds up to Inf with that
+// probability.
+STARLING_HD uint16_t bf16_round_sr(uint32_t bits, uint32_t r16) {
     const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    return nan ? uint16_t((bits >> 16) | 0x0040u) : uint16_t((bits + (word >> 16)) >> 16);
+    return nan ? uint16_t((bits >> 16) | 0x0040u) : uint16_t((bits + (r16 & 0xffffu)) >> 16);
 }
 
 STARLING_HD uint32_t bf16_to_f32_bits(uint16_t h) {

@@ -1,11 +1,12 @@
 // Element codecs (codec.h). Byte layout and rounding are described in README.md, "Element codecs".
 //
-// Every codec works block by block (64 values; the rounding words come from Philox in windows of
-// 64 elements aligned to the global index), and no block depends on another, so the output is the
-// same whatever the thread count and whichever range of whole blocks is encoded. Large ranges run
-// in parallel; no exception is thrown inside a parallel region: bad blocks are reported by index
-// and the error raised afterwards. The AVX2 paths do exactly the arithmetic of the scalar helpers
-// in kernels/math.h (the scalar paths serve short blocks and builds without AVX2).
+// Every codec works block by block (64 values; the rounding bits, 16 per element, come from Philox
+// in windows of 64 elements aligned to the global index, 8 calls per window), and no block depends
+// on another, so the output is the same whatever the thread count and whichever range of whole
+// blocks is encoded. Large ranges run in parallel; no exception is thrown inside a parallel region:
+// bad blocks are reported by index and the error raised afterwards. The AVX2 paths do exactly the
+// arithmetic of the scalar helpers in kernels/math.h (the scalar paths serve short blocks and
+// builds without AVX2).
 #include "optimizer/codec/codec.h"
 
 #include <algorithm>
@@ -82,7 +83,9 @@ size_t for_each_block(size_t nblocks, size_t n, const Body& body) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rounding words: the 64 words of the elements 64w .. 64w+63 (window w), 16 Philox calls.
+// Rounding bits: the 16 bits of each of the elements 64w .. 64w+63 (window w), 8 Philox calls of
+// four words; word k of a window holds the bits of element 2k (low half) and 2k+1 (high half), so
+// the window's 32 words stored little-endian are the 64 elements' bits as u16s in element order.
 
 class WordGen {
 public:
@@ -100,28 +103,29 @@ public:
 #endif
     }
 
-    // The 64 words of elements 64w .. 64w+63.
-    void window(uint64_t w, uint32_t* words) const {
+    // The bits of elements 64w .. 64w+63 (bits is 32-byte aligned).
+    void window(uint64_t w, uint16_t* bits) const {
 #if STARLING_CODEC_AVX2
         const uint32_t ghi = group_hi(w);
         if (ghi == cached_.ghi) [[likely]] {
-            window_avx2(uint32_t(w * 16), cached_, words);
+            window_avx2(uint32_t(w * 8), cached_, bits);
         } else {
-            window_avx2(uint32_t(w * 16), folded(ghi), words);
+            window_avx2(uint32_t(w * 8), folded(ghi), bits);
         }
 #else
-        for (uint64_t g = 0; g < 16; g++) {
-            const Philox4x32 r = rounding_words(s_, w * 16 + g);
+        for (uint64_t g = 0; g < 8; g++) {
+            const Philox4x32 r = rounding_words(s_, w * 8 + g);
             for (int k = 0; k < 4; k++) {
-                words[4 * g + k] = r.v[k];
+                bits[8 * g + 2 * k] = uint16_t(r.v[k]);
+                bits[8 * g + 2 * k + 1] = uint16_t(r.v[k] >> 16);
             }
         }
 #endif
     }
 
-    // The word of one element (for ranges that do not start on a window).
-    uint32_t word(uint64_t index) const {
-        return rounding_word(s_, index);
+    // The bits of one element (for ranges that do not start on a window).
+    uint32_t bits(uint64_t index) const {
+        return rounding_bits(s_, index);
     }
 
 private:
@@ -148,7 +152,7 @@ private:
     }
 
     static uint32_t group_hi(uint64_t w) {
-        return uint32_t((w * 16) >> 32);
+        return uint32_t((w * 8) >> 32);
     }
 
     // Rounds 1 to 3 over a window: only the counter's last word (the group) varies, so most of
@@ -181,12 +185,13 @@ private:
     // Four Philox counters per register, one per 64-bit lane, each word in the low half of its lane
     // (the high half is don't-care: _mm256_mul_epu32 reads only the low halves). Register j holds
     // the groups 4j, 4j+2, 4j+1, 4j+3, an order that the final unpack turns into element order.
-    void window_avx2(uint32_t glo, const Folded& f, uint32_t* words) const {
+    void window_avx2(uint32_t glo, const Folded& f, uint16_t* bits) const {
+        constexpr int kRegs = 2;  // 8 groups
         const __m256i m0 = m0_.get();
         const __m256i m1 = m1_.get();
         const __m256i base = _mm256_set1_epi32(int(glo));
-        __m256i c0[4], c1[4], c2[4], c3[4];
-        for (int j = 0; j < 4; j++) {
+        __m256i c0[kRegs], c1[kRegs], c2[kRegs], c3[kRegs];
+        for (int j = 0; j < kRegs; j++) {
             const __m256i lane = _mm256_setr_epi64x(4 * j + 0, 4 * j + 2, 4 * j + 1, 4 * j + 3);
             const __m256i c2r1 = _mm256_xor_si256(f.c.get(), _mm256_add_epi32(base, lane));
             const __m256i p1 = _mm256_mul_epu32(c2r1, m1);  // round 2
@@ -198,7 +203,7 @@ private:
             c3[j] = p0;
         }
         for (int r = 3; r < 10; r++) {
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < kRegs; j++) {
                 const __m256i p0 = _mm256_mul_epu32(c0[j], m0);
                 const __m256i p1 = _mm256_mul_epu32(c2[j], m1);
                 c0[j] = _mm256_xor_si256(_mm256_xor_si256(_mm256_srli_epi64(p1, 32), c1[j]),
@@ -209,13 +214,13 @@ private:
                 c3[j] = p0;
             }
         }
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < kRegs; j++) {
             const __m256i r01 = _mm256_blend_epi32(c0[j], _mm256_slli_epi64(c1[j], 32), 0xAA);
             const __m256i r23 = _mm256_blend_epi32(c2[j], _mm256_slli_epi64(c3[j], 32), 0xAA);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * j),
-                                _mm256_unpacklo_epi64(r01, r23));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(words + 16 * j + 8),
-                                _mm256_unpackhi_epi64(r01, r23));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(bits + 32 * j),
+                               _mm256_unpacklo_epi64(r01, r23));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(bits + 32 * j + 16),
+                               _mm256_unpackhi_epi64(r01, r23));
         }
     }
 
@@ -245,7 +250,7 @@ void store_q(int8_t* q, size_t len, std::byte* payload) {
 }
 
 // Encodes a block of len <= 64 values x = delta (+ residual with feedback, which is then updated),
-// whose rounding words are window w of gen. Returns false, writing nothing, if the block holds a
+// whose rounding bits are window w of gen. Returns false, writing nothing, if the block holds a
 // NaN or Inf.
 template <int QMAX, bool FEEDBACK>
 bool encode_block_scalar(const float* delta, float* residual, size_t len, const WordGen& gen,
@@ -260,11 +265,11 @@ bool encode_block_scalar(const float* delta, float* residual, size_t len, const 
         return false;
     }
     const QuantBlock qb = quant_block(std::bit_cast<float>(max_bits), float(QMAX));
-    alignas(32) uint32_t words[kBlock];
-    gen.window(w, words);
+    alignas(32) uint16_t bits[kBlock];
+    gen.window(w, bits);
     int8_t q[kBlock];
     for (size_t i = 0; i < len; i++) {
-        q[i] = int8_t(quantize_sr(x[i], qb, words[i], QMAX));
+        q[i] = int8_t(quantize_sr(x[i], qb, bits[i], QMAX));
         if constexpr (FEEDBACK) {
             residual[i] = x[i] - mul_rn(float(q[i]), qb.scale);
         }
@@ -299,7 +304,7 @@ inline uint32_t hmax_epu32(__m256i v) {
 }
 
 // The whole-block case of encode_block_scalar, 8 values per instruction. The block is loaded and
-// its scale worked out before the Philox words are drawn, so memory latency and the divisions
+// its scale worked out before its rounding bits are drawn, so memory latency and the divisions
 // overlap with Philox's arithmetic.
 template <int QMAX, bool FEEDBACK>
 bool encode_block_avx2(const float* delta, float* residual, const WordGen& gen, uint64_t w,
@@ -323,19 +328,19 @@ bool encode_block_avx2(const float* delta, float* residual, const WordGen& gen, 
     }
     const QuantBlock qb = quant_block(std::bit_cast<float>(m), float(QMAX));
     const bool tiny = qb.pre != 1.0f;  // x * pre first (exact); x * 1 would be x
-    alignas(32) uint32_t words[kBlock];
-    gen.window(w, words);
-    const __m256 inv24 = _mm256_set1_ps(qb.inv24);
+    alignas(32) uint16_t bits[kBlock];
+    gen.window(w, bits);
+    const __m256 inv16 = _mm256_set1_ps(qb.inv16);
     __m256i q[8];
     for (int k = 0; k < 8; k++) {
-        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(words + 8 * k));
+        const __m256i rv = _mm256_cvtepu16_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(bits + 8 * k)));
         const __m256 xk = tiny ? _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(qb.pre))
                                : _mm256_loadu_ps(x + 8 * k);
         // cvtps rounds to nearest even, as round_to_int does (the default MXCSR mode). The
         // floor lies in [-qmax - 1, qmax + 1], clamped once packed to bytes.
-        q[k] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(xk, inv24)),
-                                                  _mm256_srli_epi32(wv, 8)),
-                                 24);
+        q[k] = _mm256_srai_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(xk, inv16)), rv), 16);
     }
     // int32 -> int8 in element order: the packs interleave 128-bit lanes, the permute undoes it.
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -545,16 +550,16 @@ void decode_blocks(Codec c, const std::byte* in, float* out, size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BF16SR: one little-endian bf16 per value. Rounding words are drawn by element index, so a range
+// BF16SR: one little-endian bf16 per value. Rounding bits are drawn by element index, so a range
 // may start anywhere; it is cut at multiples of 64 of the global index ("windows").
 
 template <bool FEEDBACK>
 void bf16_span_scalar(const float* delta, float* residual, size_t len, uint64_t first,
-                      const uint32_t* words, const WordGen& gen, std::byte* out) {
+                      const uint16_t* bits, const WordGen& gen, std::byte* out) {
     for (size_t i = 0; i < len; i++) {
         const float x = FEEDBACK ? delta[i] + residual[i] : delta[i];
-        const uint32_t w = words != nullptr ? words[i] : gen.word(first + i);
-        const uint16_t h = bf16_round_sr(std::bit_cast<uint32_t>(x), w);
+        const uint32_t r = bits != nullptr ? bits[i] : gen.bits(first + i);
+        const uint16_t h = bf16_round_sr(std::bit_cast<uint32_t>(x), r);
         std::memcpy(out + 2 * i, &h, 2);
         if constexpr (FEEDBACK) {
             residual[i] = x - std::bit_cast<float>(bf16_to_f32_bits(h));
@@ -564,7 +569,7 @@ void bf16_span_scalar(const float* delta, float* residual, size_t len, uint64_t 
 
 #if STARLING_CODEC_AVX2
 template <bool FEEDBACK>
-void bf16_window_avx2(const float* delta, float* residual, const uint32_t* words, std::byte* out) {
+void bf16_window_avx2(const float* delta, float* residual, const uint16_t* bits, std::byte* out) {
     const __m256i abs_mask = _mm256_set1_epi32(int(kAbsMask));
     const __m256i inf = _mm256_set1_epi32(int(kInfBits));
     const __m256i quiet = _mm256_set1_epi32(0x0040);
@@ -575,13 +580,12 @@ void bf16_window_avx2(const float* delta, float* residual, const uint32_t* words
             if constexpr (FEEDBACK) {
                 x = _mm256_add_ps(x, _mm256_loadu_ps(residual + 8 * (k + e)));
             }
-            const __m256i bits = _mm256_castps_si256(x);
-            const __m256i w =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + 8 * (k + e)));
-            const __m256i rounded =
-                _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_srli_epi32(w, 16)), 16);
-            const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
-            const __m256i kept = _mm256_or_si256(_mm256_srli_epi32(bits, 16), quiet);
+            const __m256i xbits = _mm256_castps_si256(x);
+            const __m256i r = _mm256_cvtepu16_epi32(
+                _mm_load_si128(reinterpret_cast<const __m128i*>(bits + 8 * (k + e))));
+            const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(xbits, r), 16);
+            const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(xbits, abs_mask), inf);
+            const __m256i kept = _mm256_or_si256(_mm256_srli_epi32(xbits, 16), quiet);
             h[e] = _mm256_blendv_epi8(rounded, kept, nan);
             if constexpr (FEEDBACK) {
                 const __m256 back = _mm256_castsi256_ps(_mm256_slli_epi32(h[e], 16));
@@ -597,7 +601,7 @@ void bf16_window_avx2(const float* delta, float* residual, const uint32_t* words
 template <bool FEEDBACK>
 void encode_bf16(const float* delta, float* residual, size_t n, uint64_t first_index,
                  const RoundingKey& key, std::byte* out) {
-    // Head: up to the first window boundary, word by word.
+    // Head: up to the first window boundary, element by element.
     const size_t head = std::min<size_t>(n, (kBlock - first_index % kBlock) % kBlock);
     const size_t rest = n - head;
     const uint64_t first_window = (first_index + head) / kBlock;
@@ -615,15 +619,15 @@ void encode_bf16(const float* delta, float* residual, size_t n, uint64_t first_i
             }
         }
 #endif
-        alignas(32) uint32_t words[kBlock];
-        gen.window(first_window + b, words);
+        alignas(32) uint16_t bits[kBlock];
+        gen.window(first_window + b, bits);
 #if STARLING_CODEC_AVX2
         if (len == kBlock) {
-            bf16_window_avx2<FEEDBACK>(delta + start, r, words, out + 2 * start);
+            bf16_window_avx2<FEEDBACK>(delta + start, r, bits, out + 2 * start);
             return true;
         }
 #endif
-        bf16_span_scalar<FEEDBACK>(delta + start, r, len, 0, words, gen, out + 2 * start);
+        bf16_span_scalar<FEEDBACK>(delta + start, r, len, 0, bits, gen, out + 2 * start);
         return true;
     });
 }

@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
 #include "optimizer/codec/codec.h"
+#include "optimizer/codec/rounding.h"
 #include "tests/support/random.h"
 
 using namespace starling;
@@ -67,15 +68,16 @@ float qmax_of(Codec c) {
     return c == Codec::Q8 ? 127.0f : 7.0f;
 }
 
-// The rounding word of element i, straight from the documented mapping: Philox4x32-10 keyed by
-// the halves of mix64(node_id), counter (round lo, round hi ^ g hi, stream, g lo) with g = i / 4,
-// word i % 4.
-uint32_t reference_word(const RoundingKey& key, uint64_t i) {
+// The 16 rounding bits of element i, straight from the documented mapping: Philox4x32-10 keyed by
+// the halves of mix64(node_id), counter (round lo, round hi ^ g hi, stream, g lo) with g = i / 8,
+// word (i % 8) / 2, its low half for even i and its high half for odd i.
+uint32_t reference_bits(const RoundingKey& key, uint64_t i) {
     const uint64_t k = mix64(key.node_id);
-    const uint64_t g = i / 4;
+    const uint64_t g = i / 8;
     const Philox4x32 counter{{uint32_t(key.round), uint32_t(key.round >> 32) ^ uint32_t(g >> 32),
                               key.stream, uint32_t(g)}};
-    return philox4x32_10(counter, uint32_t(k), uint32_t(k >> 32)).v[i % 4];
+    const uint32_t word = philox4x32_10(counter, uint32_t(k), uint32_t(k >> 32)).v[(i % 8) / 2];
+    return i % 2 == 0 ? word & 0xffffu : word >> 16;
 }
 
 // Element by element, from the shared per-element helpers and the documented layout.
@@ -91,7 +93,7 @@ Bytes reference_encode(Codec c, const std::vector<float>& x, uint64_t first,
     } else if (c == Codec::BF16SR) {
         for (size_t i = 0; i < x.size(); i++) {
             const uint16_t h =
-                bf16_round_sr(std::bit_cast<uint32_t>(x[i]), reference_word(key, first + i));
+                bf16_round_sr(std::bit_cast<uint32_t>(x[i]), reference_bits(key, first + i));
             put(&h, 2);
         }
     } else {
@@ -106,7 +108,7 @@ Bytes reference_encode(Codec c, const std::vector<float>& x, uint64_t first,
             put(&qb.scale, 4);
             std::vector<int> q(len);
             for (size_t i = 0; i < len; i++) {
-                q[i] = quantize_sr(x[start + i], qb, reference_word(key, first + start + i),
+                q[i] = quantize_sr(x[start + i], qb, reference_bits(key, first + start + i),
                                    int(qmax));
             }
             if (c == Codec::Q8) {
@@ -186,6 +188,27 @@ TEST_CASE("Philox4x32-10 gives the Random123 known answers", "[codec][philox]") 
     CHECK(pi.v[1] == 0x94fdccebu);
     CHECK(pi.v[2] == 0x5001e420u);
     CHECK(pi.v[3] == 0x24126ea1u);
+}
+
+TEST_CASE("rounding.h draws 16 bits per element, eight elements per Philox call",
+          "[codec][philox]") {
+    for (RoundingKey key : {kKey, RoundingKey{7, 3, 0}}) {
+        const PhiloxStream s = philox_stream(key.node_id, key.round, key.stream);
+        for (uint64_t base : {uint64_t(0), uint64_t(1000003), (uint64_t(1) << 35) - 8,
+                              (uint64_t(1) << 35), (uint64_t(1) << 40) + 24}) {
+            const uint64_t g = base / 8;
+            const Philox4x32 words = rounding_words(s, g);
+            for (uint64_t i = g * 8; i < g * 8 + 8; i++) {
+                INFO("round " << key.round << " element " << i);
+                const uint32_t word = words.v[(i % 8) / 2];
+                CHECK(rounding_bits(s, i) == (i % 2 == 0 ? word & 0xffffu : word >> 16));
+                CHECK(rounding_bits(s, i) == reference_bits(key, i));
+                CHECK(rounding_bits(s, i) < 0x10000u);
+            }
+        }
+        // The index's high half reaches the counter: groups 2^32 apart draw different words.
+        CHECK(rounding_words(s, 5).v[0] != rounding_words(s, 5 + (uint64_t(1) << 32)).v[0]);
+    }
 }
 
 TEST_CASE("names, codec bytes and encoded sizes", "[codec]") {
