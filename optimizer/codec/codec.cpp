@@ -24,7 +24,7 @@
 
 #include "common/error.h"
 #include "kernels/math.h"
-#include "optimizer/codec/rounding.h"
+#include "kernels/rounding.h"
 
 namespace starling::codec {
 

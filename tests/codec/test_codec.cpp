@@ -18,7 +18,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
 #include "optimizer/codec/codec.h"
-#include "optimizer/codec/rounding.h"
+#include "kernels/rounding.h"
 #include "tests/support/random.h"
 
 using namespace starling;
