@@ -1,6 +1,8 @@
 #include "daemon/config.h"
 
-#include <map>
+#include <cctype>
+#include <cstdlib>
+#include <limits>
 #include <set>
 #include <toml++/toml.h>
 
@@ -11,7 +13,8 @@ namespace starling {
 namespace {
 
 // Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
-// reported as unknown.
+// reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
+// overrides the file; its value is read as a TOML value, except for strings, taken as they are.
 class TableReader {
 public:
     TableReader(const std::string& file, const std::string& section, const toml::table* table)
@@ -20,26 +23,23 @@ public:
     template <typename V>
     void read(const char* key, V& out) {
         known_.insert(key);
-        if (!table_) return;
-        const toml::node* node = table_->get(key);
-        if (!node) return;
-        if constexpr (std::is_same_v<V, bool>) {
-            if (!node->is_boolean()) fail(key, "must be true or false");
-            out = node->as_boolean()->get();
-        } else if constexpr (std::is_same_v<V, std::string>) {
-            if (!node->is_string()) fail(key, "must be a string");
-            out = node->as_string()->get();
-        } else if constexpr (std::is_floating_point_v<V>) {
-            if (!node->is_number()) fail(key, "must be a number");
-            out = static_cast<V>(node->value<double>().value());
+        if (const toml::node* node = table_ ? table_->get(key) : nullptr) {
+            assign(*node, out, file_ + ": [" + section_ + "]." + key);
+        }
+        const std::string variable = environment_name(key);
+        const char* value = std::getenv(variable.c_str());
+        if (!value) return;
+        const std::string where = "environment variable " + variable + "=" + value;
+        if constexpr (std::is_same_v<V, std::string>) {
+            out = value;
         } else {
-            if (!node->is_integer()) fail(key, "must be an integer");
-            const int64_t v = node->as_integer()->get();
-            if (v < static_cast<int64_t>(std::numeric_limits<V>::min()) ||
-                (v > 0 && static_cast<uint64_t>(v) > std::numeric_limits<V>::max())) {
-                fail(key, "is out of range");
+            toml::table parsed;
+            try {
+                parsed = toml::parse("v = " + std::string(value));
+            } catch (const toml::parse_error&) {
+                throw Error(where + ": not a valid value");
             }
-            out = static_cast<V>(v);
+            assign(*parsed.get("v"), out, where);
         }
     }
 
@@ -56,8 +56,33 @@ public:
     }
 
 private:
-    [[noreturn]] void fail(const char* key, const std::string& problem) const {
-        throw Error(file_ + ": [" + section_ + "]." + key + " " + problem);
+    std::string environment_name(const char* key) const {
+        std::string name = "STARLING_" + section_ + "_" + key;
+        for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return name;
+    }
+
+    template <typename V>
+    static void assign(const toml::node& node, V& out, const std::string& where) {
+        auto fail = [&](const char* problem) { throw Error(where + " " + problem); };
+        if constexpr (std::is_same_v<V, bool>) {
+            if (!node.is_boolean()) fail("must be true or false");
+            out = node.as_boolean()->get();
+        } else if constexpr (std::is_same_v<V, std::string>) {
+            if (!node.is_string()) fail("must be a string");
+            out = node.as_string()->get();
+        } else if constexpr (std::is_floating_point_v<V>) {
+            if (!node.is_number()) fail("must be a number");
+            out = static_cast<V>(node.value<double>().value());
+        } else {
+            if (!node.is_integer()) fail("must be an integer");
+            const int64_t v = node.as_integer()->get();
+            if (v < static_cast<int64_t>(std::numeric_limits<V>::min()) ||
+                (v > 0 && static_cast<uint64_t>(v) > std::numeric_limits<V>::max())) {
+                fail("is out of range");
+            }
+            out = static_cast<V>(v);
+        }
     }
 
     std::string file_, section_;

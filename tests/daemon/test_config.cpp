@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -84,4 +85,35 @@ TEST_CASE("config errors name the file and the key") {
 TEST_CASE("a missing config file is an error naming it") {
     CHECK_THROWS_WITH(load_train_config("/nonexistent/starling.toml"),
                       Catch::Contains("/nonexistent/starling.toml"));
+}
+
+TEST_CASE("STARLING_<SECTION>_<KEY> environment variables override the file") {
+    // Sets a variable for the scope of one check and removes it afterwards.
+    struct EnvVar {
+        const char* name;
+        EnvVar(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
+        ~EnvVar() { ::unsetenv(name); }
+    };
+    ConfigFile f("[train]\nsteps = 10\n[data]\ndir = \"from-file\"\n");
+    {
+        EnvVar steps("STARLING_TRAIN_STEPS", "123");
+        EnvVar dir("STARLING_DATA_DIR", "/tmp/shards");
+        EnvVar lr("STARLING_OPTIMIZER_LR", "1e-4");
+        EnvVar tied("STARLING_MODEL_TIED_EMBEDDINGS", "false");
+        const TrainConfig c = f.load();
+        CHECK(c.steps == 123);
+        CHECK(c.data.dir == "/tmp/shards");
+        CHECK(c.schedule.max_lr == Approx(1e-4f));
+        CHECK_FALSE(c.model.tied_embeddings);
+    }
+    CHECK(f.load().steps == 10);
+    {
+        EnvVar bad("STARLING_MODEL_N_LAYER", "two");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("STARLING_MODEL_N_LAYER=two"));
+    }
+    {
+        EnvVar wrong_type("STARLING_TRAIN_BATCH_SIZE", "1.5");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("STARLING_TRAIN_BATCH_SIZE") &&
+                                        Catch::Contains("must be an integer"));
+    }
 }
