@@ -8,7 +8,6 @@
 #include "daemon/trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
-#include "common/error.h"
 
 namespace {
 
@@ -96,10 +95,7 @@ int main(int argc, char** argv) {
     try {
         if (train_cmd->parsed()) return run_train(train);
         if (prepare_cmd->parsed()) return run_prepare(prepare);
-    } catch (const starling::Error& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 1;
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }

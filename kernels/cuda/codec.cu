@@ -97,6 +97,32 @@ __device__ __forceinline__ void store_u32_le(uint8_t* p, uint32_t v) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The layout both Q8/Q4 kernels share: each warp takes blocks of 64 in a grid-stride loop, and
+// lane l holds elements 2l and 2l+1 of the block (one Philox word's two halves).
+
+struct WarpLanes {
+    unsigned lane, i0, i1;
+    size_t first_block, block_stride;
+};
+
+__device__ __forceinline__ WarpLanes warp_lanes() {
+    const unsigned lane = threadIdx.x % 32;
+    return {lane, 2 * lane, 2 * lane + 1, (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32,
+            size_t(gridDim.x) * blockDim.x / 32};
+}
+
+struct LaneBlock {
+    size_t start, len;  // the block's first element and its length (the last may be short)
+    bool has0, has1;    // whether this lane's two elements exist
+};
+
+__device__ __forceinline__ LaneBlock lane_block(size_t b, size_t n, unsigned i0, unsigned i1) {
+    const size_t start = b * kBlock;
+    const size_t len = min(kBlock, n - start);
+    return {start, len, i0 < len, i1 < len};
+}
+
+// ---------------------------------------------------------------------------------------------
 // Q8 / Q4 encode: x = theta - phi (+ residual), one warp per block.
 
 template <int QMAX, bool FEEDBACK>
@@ -105,16 +131,9 @@ __global__ void __launch_bounds__(kThreads)
                     const float* __restrict__ theta, const float* __restrict__ phi, size_t n,
                     size_t nblocks, uint64_t first_window, PhiloxStream ps,
                     unsigned long long* first_bad) {
-    const unsigned lane = threadIdx.x % 32;
-    const size_t warp = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    const size_t warps = size_t(gridDim.x) * blockDim.x / 32;
-    const unsigned i0 = 2 * lane;
-    const unsigned i1 = 2 * lane + 1;
-    for (size_t b = warp; b < nblocks; b += warps) {
-        const size_t start = b * kBlock;
-        const size_t len = min(kBlock, n - start);
-        const bool has0 = i0 < len;
-        const bool has1 = i1 < len;
+    const auto [lane, i0, i1, first_block, block_stride] = warp_lanes();
+    for (size_t b = first_block; b < nblocks; b += block_stride) {
+        const auto [start, len, has0, has1] = lane_block(b, n, i0, i1);
         float x0 = 0.0f;
         float x1 = 0.0f;
         if (has0) {
@@ -180,16 +199,9 @@ template <int QMAX>
 __global__ void __launch_bounds__(kThreads)
     decode_q_kernel(float* __restrict__ out, const uint8_t* __restrict__ in, size_t n,
                     size_t nblocks, unsigned long long* first_bad) {
-    const unsigned lane = threadIdx.x % 32;
-    const size_t warp = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    const size_t warps = size_t(gridDim.x) * blockDim.x / 32;
-    const unsigned i0 = 2 * lane;
-    const unsigned i1 = 2 * lane + 1;
-    for (size_t b = warp; b < nblocks; b += warps) {
-        const size_t start = b * kBlock;
-        const size_t len = min(kBlock, n - start);
-        const bool has0 = i0 < len;
-        const bool has1 = i1 < len;
+    const auto [lane, i0, i1, first_block, block_stride] = warp_lanes();
+    for (size_t b = first_block; b < nblocks; b += block_stride) {
+        const auto [start, len, has0, has1] = lane_block(b, n, i0, i1);
         const uint8_t* block = in + b * kBlockBytes<QMAX>;
         const float s = __uint_as_float(load_u32_le(block));
         bool bad = !(s >= 0.0f && s <= FLT_MAX);
