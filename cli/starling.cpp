@@ -1,5 +1,6 @@
-// starling: the operator's command line. For now it prepares data and trains one node; the swarm
-// commands (join, leave, status, peers, watch) arrive with the daemon.
+// starling: the operator's command line. For now it prepares data, trains one node and runs
+// in-process swarm experiments; the swarm commands (join, leave, status, peers, watch) arrive with
+// the daemon.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <spdlog/spdlog.h>
@@ -8,6 +9,7 @@
 #include "daemon/trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
+#include "experiment/experiment.h"
 
 namespace {
 
@@ -42,6 +44,29 @@ int run_train(const TrainFlags& flags) {
     const starling::TrainSummary summary = trainer.run();
     spdlog::info("done: {} steps, {:.0f} tok/s, final val loss {:.4f}", summary.steps.size(),
                  summary.tokens_per_second, summary.val_loss.value_or(NAN));
+    return 0;
+}
+
+struct ExperimentFlags {
+    std::string config_path;
+    std::optional<std::string> name;
+    std::optional<std::string> out_dir;
+    std::optional<std::string> data_dir;
+    std::optional<uint64_t> seed;
+    std::optional<int64_t> steps;
+    std::optional<int> threads;
+};
+
+int run_experiment(const ExperimentFlags& flags) {
+    starling::ExperimentConfig config = starling::load_experiment_config(flags.config_path);
+    if (flags.name) config.name = *flags.name;
+    if (flags.out_dir) config.out_dir = *flags.out_dir;
+    if (flags.data_dir) config.train.data.dir = *flags.data_dir;
+    if (flags.seed) config.train.seed = *flags.seed;
+    if (flags.steps) config.train.steps = *flags.steps;
+    if (flags.threads) config.train.threads = *flags.threads;
+    config.validate();
+    starling::run_experiment(config);
     return 0;
 }
 
@@ -91,10 +116,25 @@ int main(int argc, char** argv) {
     prepare_cmd->add_option("--val-fraction", prepare.val_fraction, "held-out tail of the text")
         ->capture_default_str();
 
+    ExperimentFlags experiment;
+    CLI::App* experiment_cmd = app.add_subcommand(
+        "experiment", "train N replicas in one process over a simulated exchange (see "
+                      "configs/experiments/)");
+    experiment_cmd->add_option("-c,--config", experiment.config_path, "experiment TOML config")
+        ->required();
+    experiment_cmd->add_option("--name", experiment.name, "run name: the CSV's file name");
+    experiment_cmd->add_option("--out-dir", experiment.out_dir, "where the CSVs go");
+    experiment_cmd->add_option("--data-dir", experiment.data_dir, "directory of prepared shards");
+    experiment_cmd->add_option("--seed", experiment.seed,
+                               "initialisation, node ids, data order and rounding");
+    experiment_cmd->add_option("--steps", experiment.steps, "inner steps per replica");
+    experiment_cmd->add_option("--threads", experiment.threads, "CPU threads (0 = all cores)");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (train_cmd->parsed()) return run_train(train);
         if (prepare_cmd->parsed()) return run_prepare(prepare);
+        if (experiment_cmd->parsed()) return run_experiment(experiment);
     } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

@@ -1,96 +1,8 @@
 #include "daemon/config.h"
 
-#include <cctype>
-#include <cstdlib>
-#include <limits>
-#include <set>
-#include <toml++/toml.h>
-
-#include "common/error.h"
+#include "daemon/config_reader.h"
 
 namespace starling {
-
-namespace {
-
-// Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
-// reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
-// overrides the file; its value is read as a TOML value, except for strings, taken as they are.
-class TableReader {
-public:
-    TableReader(const std::string& file, const std::string& section, const toml::table* table)
-        : file_(file), section_(section), table_(table) {}
-
-    template <typename V>
-    void read(const char* key, V& out) {
-        known_.insert(key);
-        if (const toml::node* node = table_ ? table_->get(key) : nullptr) {
-            assign(*node, out, file_ + ": [" + section_ + "]." + key);
-        }
-        const std::string variable = environment_name(key);
-        const char* value = std::getenv(variable.c_str());
-        if (!value) return;
-        const std::string where = "environment variable " + variable + "=" + value;
-        if constexpr (std::is_same_v<V, std::string>) {
-            out = value;
-        } else {
-            toml::table parsed;
-            try {
-                parsed = toml::parse("v = " + std::string(value));
-            } catch (const toml::parse_error&) {
-                throw Error(where + ": not a valid value");
-            }
-            assign(*parsed.get("v"), out, where);
-        }
-    }
-
-    void reject_unknown() const {
-        if (!table_) return;
-        for (const auto& [key, node] : *table_) {
-            if (!known_.count(std::string(key.str()))) {
-                std::string list;
-                for (const std::string& k : known_) list += (list.empty() ? "" : ", ") + k;
-                throw Error(file_ + ": unknown key [" + section_ + "]." + std::string(key.str()) +
-                            " (known keys: " + list + ")");
-            }
-        }
-    }
-
-private:
-    std::string environment_name(const char* key) const {
-        std::string name = "STARLING_" + section_ + "_" + key;
-        for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        return name;
-    }
-
-    template <typename V>
-    static void assign(const toml::node& node, V& out, const std::string& where) {
-        auto fail = [&](const char* problem) { throw Error(where + " " + problem); };
-        if constexpr (std::is_same_v<V, bool>) {
-            if (!node.is_boolean()) fail("must be true or false");
-            out = node.as_boolean()->get();
-        } else if constexpr (std::is_same_v<V, std::string>) {
-            if (!node.is_string()) fail("must be a string");
-            out = node.as_string()->get();
-        } else if constexpr (std::is_floating_point_v<V>) {
-            if (!node.is_number()) fail("must be a number");
-            out = static_cast<V>(node.value<double>().value());
-        } else {
-            if (!node.is_integer()) fail("must be an integer");
-            const int64_t v = node.as_integer()->get();
-            if (v < static_cast<int64_t>(std::numeric_limits<V>::min()) ||
-                (v > 0 && static_cast<uint64_t>(v) > std::numeric_limits<V>::max())) {
-                fail("is out of range");
-            }
-            out = static_cast<V>(v);
-        }
-    }
-
-    std::string file_, section_;
-    const toml::table* table_;
-    std::set<std::string> known_;
-};
-
-}  // namespace
 
 void TrainConfig::validate() const {
     model.validate();
@@ -117,40 +29,47 @@ void TrainConfig::validate() const {
     need(keep_checkpoints >= 1, "[checkpoint].keep must be at least 1");
 }
 
-TrainConfig load_train_config(const std::string& path) {
-    toml::table root;
+toml::table parse_config_file(const std::string& path) {
     try {
-        root = toml::parse_file(path);
+        return toml::parse_file(path);
     } catch (const toml::parse_error& e) {
         const auto& where = e.source().begin;
         throw Error(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
                     ": " + std::string(e.description()));
     }
-    const std::set<std::string> sections = {"model", "train", "optimizer", "data",
-                                            "log",   "eval",  "checkpoint"};
+}
+
+void check_config_sections(const std::string& path, const toml::table& root,
+                           const std::vector<std::string>& known) {
     for (const auto& [key, node] : root) {
-        if (!sections.count(std::string(key.str())) || !node.is_table()) {
-            throw Error(path + ": unknown section [" + std::string(key.str()) +
-                        "] (known: model, train, optimizer, data, log, eval, checkpoint)");
+        const std::string name(key.str());
+        if (std::find(known.begin(), known.end(), name) == known.end() || !node.is_table()) {
+            std::string list;
+            for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+            throw Error(path + ": unknown section [" + name + "] (known: " + list + ")");
         }
     }
-    auto section = [&](const char* name) { return TableReader(path, name, root[name].as_table()); };
+}
 
-    TrainConfig c;
-    TableReader m = section("model");
-    m.read("n_layer", c.model.n_layer);
-    m.read("n_head", c.model.n_head);
-    m.read("d_model", c.model.d_model);
-    m.read("d_ff", c.model.d_ff);
-    m.read("vocab_size", c.model.vocab_size);
-    m.read("context", c.model.context);
-    m.read("tied_embeddings", c.model.tied_embeddings);
-    m.read("rope_theta", c.model.rope_theta);
-    m.read("norm_eps", c.model.norm_eps);
-    m.read("init_std", c.model.init_std);
+TableReader config_section(const std::string& path, const toml::table& root, const char* name) {
+    return TableReader(path, name, root[name].as_table());
+}
+
+void read_model_section(TableReader& m, ModelConfig& model) {
+    m.read("n_layer", model.n_layer);
+    m.read("n_head", model.n_head);
+    m.read("d_model", model.d_model);
+    m.read("d_ff", model.d_ff);
+    m.read("vocab_size", model.vocab_size);
+    m.read("context", model.context);
+    m.read("tied_embeddings", model.tied_embeddings);
+    m.read("rope_theta", model.rope_theta);
+    m.read("norm_eps", model.norm_eps);
+    m.read("init_std", model.init_std);
     m.reject_unknown();
+}
 
-    TableReader t = section("train");
+void read_train_section(TableReader& t, TrainConfig& c) {
     t.read("batch_size", c.batch_size);
     t.read("seq_len", c.seq_len);
     t.read("steps", c.steps);
@@ -158,8 +77,9 @@ TrainConfig load_train_config(const std::string& path) {
     t.read("threads", c.threads);
     t.read("device", c.device);
     t.reject_unknown();
+}
 
-    TableReader o = section("optimizer");
+void read_optimizer_section(TableReader& o, TrainConfig& c) {
     o.read("lr", c.schedule.max_lr);
     o.read("warmup_steps", c.schedule.warmup_steps);
     o.read("min_lr_fraction", c.schedule.min_lr_fraction);
@@ -169,6 +89,21 @@ TrainConfig load_train_config(const std::string& path) {
     o.read("weight_decay", c.adamw.weight_decay);
     o.read("grad_clip", c.adamw.grad_clip);
     o.reject_unknown();
+}
+
+TrainConfig load_train_config(const std::string& path) {
+    const toml::table root = parse_config_file(path);
+    check_config_sections(path, root,
+                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint"});
+    auto section = [&](const char* name) { return config_section(path, root, name); };
+
+    TrainConfig c;
+    TableReader m = section("model");
+    read_model_section(m, c.model);
+    TableReader t = section("train");
+    read_train_section(t, c);
+    TableReader o = section("optimizer");
+    read_optimizer_section(o, c);
 
     TableReader d = section("data");
     d.read("dir", c.data.dir);

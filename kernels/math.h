@@ -69,6 +69,15 @@ STARLING_HD void adamw_element(T& param, T& m, T& v, T grad, const AdamWScalars&
     param -= T(s.lr) * (m_hat / (std::sqrt(v_hat) + T(s.eps)) + T(s.weight_decay) * param);
 }
 
+// One element of an outer step (optimizer/outer.h), in the project's one sign convention: the
+// update signal g (already scaled by the outer lr, pointing from phi towards where the round went)
+// feeds the outer momentum delta, and phi moves by delta (heavy-ball) or by g + momentum * delta
+// (Nesterov's look-ahead).
+STARLING_HD void outer_element(float& phi, float& delta, float g, float momentum, bool nesterov) {
+    delta = momentum * delta + g;
+    phi += nesterov ? g + momentum * delta : delta;
+}
+
 // Counter-based random numbers: a pure function of (seed, index), so initialisation and stochastic
 // rounding give the same values on every backend, thread count and resume point.
 STARLING_HD uint64_t mix64(uint64_t x) {

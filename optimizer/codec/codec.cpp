@@ -738,6 +738,13 @@ Codec codec_from_byte(uint8_t byte) {
     return Codec(byte);
 }
 
+Codec codec_from_name(std::string_view name) {
+    for (uint8_t b = 0; b <= uint8_t(Codec::Q4); b++) {
+        if (codec_name(Codec(b)) == name) return Codec(b);
+    }
+    throw Error("unknown codec \"" + std::string(name) + "\" (known: F32, BF16SR, Q8, Q4)");
+}
+
 size_t encoded_bytes(Codec codec, size_t n) {
     // n can come off the wire: refuse counts whose size would not fit in size_t.
     const size_t limit = std::numeric_limits<size_t>::max() / 8;

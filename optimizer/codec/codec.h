@@ -27,6 +27,8 @@ inline constexpr size_t kBlock = 64;
 std::string_view codec_name(Codec codec);
 // Throws starling::Error for a byte that is not a codec.
 Codec codec_from_byte(uint8_t byte);
+// The codec codec_name() calls name; throws starling::Error for any other name.
+Codec codec_from_name(std::string_view name);
 
 // Bytes an encoding of n values takes, a pure function of (codec, n).
 size_t encoded_bytes(Codec codec, size_t n);

@@ -1,0 +1,110 @@
+// Reading TOML config files: typed keys with clear errors, unknown keys refused, environment
+// overrides. Shared by the training config (daemon/config.h) and the experiment config.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <string>
+#include <toml++/toml.h>
+#include <type_traits>
+#include <vector>
+
+#include "common/error.h"
+#include "daemon/config.h"
+
+namespace starling {
+
+// Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
+// reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
+// overrides the file; its value is read as a TOML value, except for strings, taken as they are.
+class TableReader {
+public:
+    TableReader(const std::string& file, const std::string& section, const toml::table* table)
+        : file_(file), section_(section), table_(table) {}
+
+    template <typename V>
+    void read(const char* key, V& out) {
+        known_.insert(key);
+        if (const toml::node* node = table_ ? table_->get(key) : nullptr) {
+            assign(*node, out, file_ + ": [" + section_ + "]." + key);
+        }
+        const std::string variable = environment_name(key);
+        const char* value = std::getenv(variable.c_str());
+        if (!value) return;
+        const std::string where = "environment variable " + variable + "=" + value;
+        if constexpr (std::is_same_v<V, std::string>) {
+            out = value;
+        } else {
+            toml::table parsed;
+            try {
+                parsed = toml::parse("v = " + std::string(value));
+            } catch (const toml::parse_error&) {
+                throw Error(where + ": not a valid value");
+            }
+            assign(*parsed.get("v"), out, where);
+        }
+    }
+
+    void reject_unknown() const {
+        if (!table_) return;
+        for (const auto& [key, node] : *table_) {
+            if (!known_.count(std::string(key.str()))) {
+                std::string list;
+                for (const std::string& k : known_) list += (list.empty() ? "" : ", ") + k;
+                throw Error(file_ + ": unknown key [" + section_ + "]." + std::string(key.str()) +
+                            " (known keys: " + list + ")");
+            }
+        }
+    }
+
+private:
+    std::string environment_name(const char* key) const {
+        std::string name = "STARLING_" + section_ + "_" + key;
+        for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return name;
+    }
+
+    template <typename V>
+    static void assign(const toml::node& node, V& out, const std::string& where) {
+        auto fail = [&](const char* problem) { throw Error(where + " " + problem); };
+        if constexpr (std::is_same_v<V, bool>) {
+            if (!node.is_boolean()) fail("must be true or false");
+            out = node.as_boolean()->get();
+        } else if constexpr (std::is_same_v<V, std::string>) {
+            if (!node.is_string()) fail("must be a string");
+            out = node.as_string()->get();
+        } else if constexpr (std::is_floating_point_v<V>) {
+            if (!node.is_number()) fail("must be a number");
+            out = static_cast<V>(node.value<double>().value());
+        } else {
+            if (!node.is_integer()) fail("must be an integer");
+            const int64_t v = node.as_integer()->get();
+            if (v < static_cast<int64_t>(std::numeric_limits<V>::min()) ||
+                (v > 0 && static_cast<uint64_t>(v) > std::numeric_limits<V>::max())) {
+                fail("is out of range");
+            }
+            out = static_cast<V>(v);
+        }
+    }
+
+    std::string file_, section_;
+    const toml::table* table_;
+    std::set<std::string> known_;
+};
+
+// Parses a TOML file; a syntax error names the file, line and column.
+toml::table parse_config_file(const std::string& path);
+// Throws starling::Error naming the first top-level entry that is not one of the known sections.
+void check_config_sections(const std::string& path, const toml::table& root,
+                           const std::vector<std::string>& known);
+TableReader config_section(const std::string& path, const toml::table& root, const char* name);
+
+// The sections a training run and an experiment share.
+void read_model_section(TableReader& reader, ModelConfig& model);
+void read_train_section(TableReader& reader, TrainConfig& config);
+void read_optimizer_section(TableReader& reader, TrainConfig& config);
+
+}  // namespace starling

@@ -1,0 +1,27 @@
+// Validation loss of any weights: a fixed set of validation batches (the first eval_batches of the
+// validation split, in order) read once, and a model of its own to load the weights into, so every
+// replica and every round is scored on exactly the same tokens.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "experiment/experiment_config.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace starling {
+
+class Evaluator {
+public:
+    Evaluator(const ExperimentConfig& config, Ops<float>& ops);
+    double loss(std::span<const float> weights);  // mean cross-entropy in nats per token
+    size_t batches() const { return inputs_.size(); }
+
+private:
+    std::unique_ptr<Model<float>> model_;
+    std::vector<std::vector<int32_t>> inputs_, targets_;
+};
+
+}  // namespace starling

@@ -1,0 +1,474 @@
+#include "experiment/experiment.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include "common/error.h"
+#include "experiment/churn.h"
+#include "experiment/evaluator.h"
+#include "experiment/replica.h"
+#include "experiment/transmit.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/math.h"
+#include "optimizer/partners.h"
+
+namespace starling {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What one replica did in one round.
+struct RoundRecord {
+    int group = 0;  // replicas whose values entered its outer step, itself included (1: solo)
+    size_t sent = 0;
+    size_t received = 0;
+    int refused = 0;
+    double train_loss = NAN;
+    double val_loss = NAN;
+};
+
+uint64_t hash_of(std::span<const float> values) {
+    return XXH3_64bits(values.data(), values.size_bytes());
+}
+
+class ExperimentRun {
+public:
+    explicit ExperimentRun(const ExperimentConfig& config);
+    ExperimentSummary execute();
+
+private:
+    std::vector<Replica*> live_replicas();
+    void apply_churn(int64_t round);
+    void exchange_noloco(int64_t round);
+    void step_noloco_member(int64_t round, Replica& self, const std::vector<Replica*>& group);
+    void exchange_diloco(int64_t round);
+    double spread();
+    void evaluate_live();
+    void write_rows(int64_t round, double sigma, float lr);
+    void log_round(int64_t round, double sigma, float lr);
+    void finish_summary();
+    void append_summary_line() const;
+
+    const ExperimentConfig& config_;
+    std::unique_ptr<Ops<float>> ops_;
+    std::vector<std::unique_ptr<Replica>> replicas_;
+    std::vector<std::unique_ptr<DataLoader>> ddp_streams_;
+    std::unique_ptr<Evaluator> evaluator_;
+    std::optional<ChurnSchedule> churn_;
+    LrSchedule schedule_;
+    codec::MessagePlan state_plan_, delta_plan_;
+    std::vector<std::vector<float>> wire_a_, wire_b_;  // each replica's outgoing messages, decoded
+    std::vector<float> mean_a_, mean_b_;
+    std::vector<RoundRecord> records_;
+    std::ofstream csv_;
+    ExperimentSummary summary_;
+    uint64_t live_replica_rounds_ = 0;
+    double total_sent_ = 0.0, total_received_ = 0.0;
+    Clock::time_point start_;
+};
+
+ExperimentRun::ExperimentRun(const ExperimentConfig& config)
+    : config_(config), schedule_(config.train.lr_schedule()) {
+    config_.validate();
+    set_cpu_threads(config_.train.threads);
+    ops_ = std::make_unique<CpuOps<float>>();
+    // Data-parallel training keeps one model, fed by every replica's stream each step.
+    const int models = config_.method == Method::Ddp ? 1 : config_.replicas;
+    for (int i = 0; i < config_.replicas; i++) {
+        const uint64_t node_id = hash_index(config_.train.seed, static_cast<uint64_t>(i) + 1);
+        if (i < models) {
+            replicas_.push_back(std::make_unique<Replica>(config_, *ops_, i, node_id));
+        }
+        if (config_.method == Method::Ddp) {
+            ddp_streams_.push_back(make_train_loader(config_, i, node_id));
+        }
+    }
+    evaluator_ = std::make_unique<Evaluator>(config_, *ops_);
+    if (config_.churn.enabled && models > 1) {
+        churn_.emplace(config_.churn, models, config_.inner_steps);
+    }
+    const ParameterManifest& manifest = replicas_[0]->manifest();
+    state_plan_ = codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
+    delta_plan_ = codec::make_plan(manifest, codec::PlanKind::Delta, config_.exchange.delta_codec);
+    const size_t n = replicas_[0]->size();
+    wire_a_.assign(replicas_.size(), std::vector<float>(n));
+    wire_b_.assign(config_.exchange.mode == MessageMode::Split ? replicas_.size() : 0,
+                   std::vector<float>(n));
+    mean_a_.resize(n);
+    mean_b_.resize(n);
+    records_.resize(replicas_.size());
+
+    std::filesystem::create_directories(config_.out_dir);
+    const std::filesystem::path csv_path =
+        std::filesystem::path(config_.out_dir) / (config_.name + ".csv");
+    csv_.open(csv_path);
+    if (!csv_) throw Error("cannot write " + csv_path.string());
+    csv_ << "round,inner_step,replica,node_id,live,group,val_loss,train_loss,sigma_w,lr,"
+            "bytes_sent,bytes_received,refused,seconds\n";
+
+    summary_.name = config_.name;
+    summary_.method = config_.method;
+    summary_.params = n;
+    summary_.rounds = config_.rounds();
+    spdlog::info("experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps, "
+                 "{} validation batches, {} threads",
+                 config_.name, method_name(config_.method), config_.replicas, n,
+                 summary_.rounds, config_.inner_steps, evaluator_->batches(), cpu_threads());
+}
+
+std::vector<Replica*> ExperimentRun::live_replicas() {
+    std::vector<Replica*> live;
+    for (auto& r : replicas_) {
+        if (r->live) live.push_back(r.get());
+    }
+    return live;
+}
+
+void ExperimentRun::apply_churn(int64_t round) {
+    std::vector<bool> live;
+    for (auto& r : replicas_) live.push_back(r->live);
+    const ChurnSchedule::Changes changes = churn_->at_round(round, live);
+    for (int i : changes.leaving) replicas_[i]->live = false;
+    std::vector<int> sponsors;
+    for (auto& r : replicas_) {
+        if (r->live) sponsors.push_back(r->index());
+    }
+    for (int i : changes.returning) {
+        Replica& joiner = *replicas_[i];
+        const Replica& sponsor = *replicas_[churn_->pick_sponsor(sponsors)];
+        joiner.rejoin_from(sponsor, hash_index(joiner.node_id(), static_cast<uint64_t>(round)));
+        joiner.live = true;
+        records_[i].received += joiner.snapshot_bytes();
+        summary_.rejoins++;
+    }
+    if (!changes.leaving.empty() || !changes.returning.empty()) {
+        spdlog::info("round {}: {} replica(s) left, {} came back from a sponsor's snapshot",
+                     round, changes.leaving.size(), changes.returning.size());
+    }
+}
+
+void ExperimentRun::exchange_noloco(int64_t round) {
+    std::vector<uint64_t> ids;
+    std::map<uint64_t, Replica*> by_id;
+    for (Replica* r : live_replicas()) {
+        ids.push_back(r->node_id());
+        by_id[r->node_id()] = r;
+    }
+    const bool fused = config_.exchange.mode == MessageMode::Fused;
+    const bool zstd = config_.exchange.zstd;
+    std::vector<std::vector<Replica*>> groups;
+    for (const auto& group_ids : deterministic_groups(static_cast<uint64_t>(round), ids,
+                                                      static_cast<size_t>(config_.group_size))) {
+        std::vector<Replica*> group;
+        for (uint64_t id : group_ids) group.push_back(by_id.at(id));
+        groups.push_back(group);
+        if (group.size() < 2) continue;
+        // Every member sends the same message to each of the others.
+        for (Replica* sender : group) {
+            const int i = sender->index();
+            const ParameterManifest& manifest = sender->manifest();
+            size_t bytes = 0;
+            if (fused) {
+                bytes = transmit(state_plan_, {sender->node_id(), uint64_t(round), 0},
+                                 sender->theta(), nullptr, zstd, manifest, wire_a_[i]);
+            } else {
+                sender->compute_displacement();
+                float* residual = config_.exchange.error_feedback ? sender->residual().data()
+                                                                  : nullptr;
+                bytes = transmit(delta_plan_, {sender->node_id(), uint64_t(round), 0},
+                                 sender->displacement(), residual, zstd, manifest, wire_a_[i]);
+                bytes += transmit(state_plan_, {sender->node_id(), uint64_t(round), 1},
+                                  sender->phi(), nullptr, zstd, manifest, wire_b_[i]);
+            }
+            records_[i].sent += bytes * (group.size() - 1);
+            for (Replica* receiver : group) {
+                if (receiver != sender) records_[receiver->index()].received += bytes;
+            }
+        }
+    }
+    for (const auto& group : groups) {
+        for (Replica* self : group) step_noloco_member(round, *self, group);
+    }
+}
+
+// One member's outer step: its own values exact, each partner's as decoded, members in node-id
+// order (the group is sorted), partners whose messages fail the sanity check left out.
+void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
+                                       const std::vector<Replica*>& group) {
+    const bool fused = config_.exchange.mode == MessageMode::Fused;
+    std::vector<std::span<const float>> first, second;  // fused: theta; split: D and phi
+    RoundRecord& record = records_[self.index()];
+    for (Replica* member : group) {
+        const int j = member->index();
+        if (member == &self) {
+            first.push_back(fused ? self.theta() : self.displacement());
+            if (!fused) second.push_back(self.phi());
+            continue;
+        }
+        std::optional<std::string> problem =
+            fused ? self.state_sanity().check(wire_a_[j], self.theta())
+                  : self.delta_sanity().check(wire_a_[j], self.displacement());
+        if (!problem && !fused) problem = self.state_sanity().check(wire_b_[j], self.phi());
+        if (problem) {
+            spdlog::warn("round {}: replica {} refused the message of replica {}: {}", round,
+                         self.index(), j, *problem);
+            record.refused++;
+            continue;
+        }
+        first.push_back(wire_a_[j]);
+        if (!fused) second.push_back(wire_b_[j]);
+    }
+    record.group = static_cast<int>(first.size());
+    if (first.size() < 2) {
+        // Solo round: the node's own displacement only (DiLoCo with one worker); never waits.
+        outer_step_towards(config_.outer, self.phi(), self.momentum(), self.theta());
+    } else if (fused) {
+        group_mean(mean_a_, first);
+        outer_step_towards(config_.outer, self.phi(), self.momentum(), mean_a_);
+    } else {
+        group_mean(mean_a_, first);
+        group_mean(mean_b_, second);
+        outer_step(config_.outer, self.phi(), self.momentum(), mean_a_, mean_b_);
+    }
+}
+
+// DiLoCo over the live quorum: every replica averages the same decoded messages (its own
+// included, decoded from what it sent) in node-id order, so all of them land on the same bits.
+void ExperimentRun::exchange_diloco(int64_t round) {
+    std::vector<Replica*> quorum = live_replicas();
+    std::sort(quorum.begin(), quorum.end(),
+              [](Replica* a, Replica* b) { return a->node_id() < b->node_id(); });
+    std::vector<std::span<const float>> decoded;
+    size_t total = 0;
+    std::vector<size_t> bytes;
+    for (Replica* r : quorum) {
+        r->compute_displacement();
+        float* residual = config_.exchange.error_feedback ? r->residual().data() : nullptr;
+        bytes.push_back(transmit(delta_plan_, {r->node_id(), uint64_t(round), 0},
+                                 r->displacement(), residual, config_.exchange.zstd,
+                                 r->manifest(), wire_a_[r->index()]));
+        total += bytes.back();
+        decoded.push_back(wire_a_[r->index()]);
+    }
+    group_mean(mean_a_, decoded);
+    for (size_t k = 0; k < quorum.size(); k++) {
+        Replica& r = *quorum[k];
+        RoundRecord& record = records_[r.index()];
+        record.group = static_cast<int>(quorum.size());
+        record.sent += bytes[k] * (quorum.size() - 1);
+        record.received += total - bytes[k];
+        outer_step(config_.outer, r.phi(), r.momentum(), mean_a_, {});
+    }
+    const uint64_t phi_hash = hash_of(quorum[0]->phi());
+    const uint64_t momentum_hash = hash_of(quorum[0]->momentum());
+    for (Replica* r : quorum) {
+        if (hash_of(r->phi()) != phi_hash || hash_of(r->momentum()) != momentum_hash) {
+            throw Error("DiLoCo round " + std::to_string(round) + ": replica " +
+                        std::to_string(r->index()) + " disagrees with replica " +
+                        std::to_string(quorum[0]->index()) + " after the outer step");
+        }
+    }
+}
+
+// sigma_w = sqrt(mean over live replicas and parameters of (phi_i - mean phi)^2), in double so
+// that replicas holding the same bits give exactly zero.
+double ExperimentRun::spread() {
+    const std::vector<Replica*> live = live_replicas();
+    if (live.size() < 2) return 0.0;
+    const size_t n = live[0]->size();
+    const double count = static_cast<double>(live.size());
+    double sum = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double mean = 0.0;
+        for (Replica* r : live) mean += r->phi()[k];
+        mean /= count;
+        for (Replica* r : live) {
+            const double d = r->phi()[k] - mean;
+            sum += d * d;
+        }
+    }
+    return std::sqrt(sum / (count * static_cast<double>(n)));
+}
+
+void ExperimentRun::evaluate_live() {
+    for (Replica* r : live_replicas()) records_[r->index()].val_loss = evaluator_->loss(r->phi());
+}
+
+void ExperimentRun::write_rows(int64_t round, double sigma, float lr) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    auto number = [](double v) { return std::isfinite(v) ? fmt::format("{:.6f}", v) : ""; };
+    for (auto& r : replicas_) {
+        const RoundRecord& rec = records_[r->index()];
+        csv_ << round << ',' << round * config_.inner_steps << ',' << r->index() << ','
+             << fmt::format("{:016x}", r->node_id()) << ',' << (r->live ? 1 : 0) << ','
+             << rec.group << ',' << number(rec.val_loss) << ',' << number(rec.train_loss) << ','
+             << fmt::format("{:.6e}", sigma) << ',' << fmt::format("{:.6e}", lr) << ','
+             << rec.sent << ',' << rec.received << ',' << rec.refused << ','
+             << fmt::format("{:.2f}", seconds) << '\n';
+    }
+    csv_.flush();
+}
+
+void ExperimentRun::log_round(int64_t round, double sigma, float lr) {
+    double lo = INFINITY, hi = -INFINITY, sum = 0.0, train = 0.0, sent = 0.0;
+    int n = 0, paired = 0;
+    for (Replica* r : live_replicas()) {
+        const RoundRecord& rec = records_[r->index()];
+        train += rec.train_loss;
+        sent += static_cast<double>(rec.sent);
+        paired += rec.group >= 2 ? 1 : 0;
+        if (std::isfinite(rec.val_loss)) {
+            lo = std::min(lo, rec.val_loss);
+            hi = std::max(hi, rec.val_loss);
+            sum += rec.val_loss;
+            n++;
+        }
+    }
+    const size_t live = live_replicas().size();
+    const std::string val = n ? fmt::format("val {:.4f} [{:.4f}, {:.4f}]", sum / n, lo, hi)
+                              : std::string("val -");
+    spdlog::info("round {:>4}/{} | step {:>6} | lr {:.2e} | train {:.4f} | {} | spread {:.3e} | "
+                 "live {} paired {} | sent {:.2f} MB",
+                 round, summary_.rounds, round * config_.inner_steps, lr, train / live, val,
+                 sigma, live, paired, sent / 1e6);
+}
+
+ExperimentSummary ExperimentRun::execute() {
+    start_ = Clock::now();
+    evaluate_live();
+    write_rows(0, 0.0, schedule_.lr_at(0));
+    const int H = config_.inner_steps;
+    const uint64_t tokens_per_step =
+        static_cast<uint64_t>(config_.train.batch_size) * config_.train.effective_seq_len();
+    const size_t n = summary_.params;
+    for (int64_t round = 0; round < summary_.rounds; round++) {
+        records_.assign(replicas_.size(), RoundRecord{});
+        if (churn_) apply_churn(round);
+        std::vector<Replica*> live = live_replicas();
+        for (Replica* r : live) {
+            records_[r->index()].train_loss =
+                config_.method == Method::Ddp
+                    ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
+                    : r->inner_phase(H, schedule_);
+        }
+        summary_.tokens += tokens_per_step * H * live.size() *
+                           (config_.method == Method::Ddp ? config_.replicas : 1);
+        switch (config_.method) {
+            case Method::Ddp: {
+                // A ring all-reduce of fp32 gradients every step: 2 (N-1)/N of the gradient out
+                // and in per node. Computed, not sent: nothing crosses a wire here.
+                const double N = config_.replicas;
+                const size_t bytes = static_cast<size_t>(2.0 * (N - 1) / N * 4.0 * n) * H;
+                records_[0] = RoundRecord{int(N), bytes, bytes, 0, records_[0].train_loss, NAN};
+                live[0]->adopt_theta();
+                break;
+            }
+            case Method::Local:
+                for (Replica* r : live) {
+                    records_[r->index()].group = 1;
+                    r->adopt_theta();
+                }
+                break;
+            case Method::DiLoCo:
+                exchange_diloco(round);
+                break;
+            case Method::NoLoCo:
+                exchange_noloco(round);
+                break;
+        }
+        for (Replica* r : live) r->restart_from_phi();
+        const int64_t done = round + 1;
+        if (done % config_.eval_every == 0 || done == summary_.rounds) evaluate_live();
+        const double sigma = spread();
+        const float lr = schedule_.lr_at(done * H - 1);
+        write_rows(done, sigma, lr);
+        log_round(done, sigma, lr);
+        for (Replica* r : live) {
+            const RoundRecord& rec = records_[r->index()];
+            live_replica_rounds_++;
+            total_sent_ += static_cast<double>(rec.sent);
+            total_received_ += static_cast<double>(rec.received);
+            (rec.group >= 2 ? summary_.paired : summary_.solo)++;
+            summary_.refused += static_cast<uint64_t>(rec.refused);
+        }
+        summary_.final_spread = sigma;
+    }
+    finish_summary();
+    append_summary_line();
+    return summary_;
+}
+
+void ExperimentRun::finish_summary() {
+    std::vector<std::span<const float>> phis;
+    double sum = 0.0;
+    summary_.final_loss_min = INFINITY;
+    summary_.final_loss_max = -INFINITY;
+    for (Replica* r : live_replicas()) {
+        const double loss = records_[r->index()].val_loss;
+        sum += loss;
+        summary_.final_loss_min = std::min(summary_.final_loss_min, loss);
+        summary_.final_loss_max = std::max(summary_.final_loss_max, loss);
+        phis.push_back(r->phi());
+    }
+    summary_.final_loss_mean = sum / static_cast<double>(phis.size());
+    group_mean(mean_a_, phis);
+    summary_.averaged_phi_loss = evaluator_->loss(mean_a_);
+    if (live_replica_rounds_ > 0) {
+        summary_.sent_per_round = total_sent_ / static_cast<double>(live_replica_rounds_);
+        summary_.received_per_round = total_received_ / static_cast<double>(live_replica_rounds_);
+    }
+    summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    spdlog::info("{}: final val loss {:.4f} (min {:.4f}, max {:.4f}), perplexity {:.3f}, averaged "
+                 "phi {:.4f}, spread {:.3e}, {:.3f} bytes/param sent per round, {} paired / {} "
+                 "solo replica-rounds, {} refused, {} rejoins, {:.0f} s",
+                 summary_.name, summary_.final_loss_mean, summary_.final_loss_min,
+                 summary_.final_loss_max, std::exp(summary_.final_loss_mean),
+                 summary_.averaged_phi_loss, summary_.final_spread,
+                 summary_.sent_per_round / static_cast<double>(summary_.params), summary_.paired,
+                 summary_.solo, summary_.refused, summary_.rejoins, summary_.seconds);
+}
+
+// One line per run in <out_dir>/summary.csv, with the settings that distinguish runs.
+void ExperimentRun::append_summary_line() const {
+    const std::filesystem::path path = std::filesystem::path(config_.out_dir) / "summary.csv";
+    const bool fresh = !std::filesystem::exists(path);
+    std::ofstream out(path, std::ios::app);
+    if (!out) throw Error("cannot append to " + path.string());
+    if (fresh) {
+        out << "name,method,replicas,inner_steps,seed,params,rounds,tokens,final_loss_mean,"
+               "final_loss_min,final_loss_max,final_ppl,averaged_phi_loss,final_sigma_w,"
+               "sent_per_round,received_per_round,sent_bytes_per_param,paired,solo,refused,"
+               "rejoins,seconds,mode,state_codec,delta_codec,error_feedback,momentum,outer_lr,"
+               "pull,form,churn\n";
+    }
+    const ExperimentSummary& s = summary_;
+    const ExchangeConfig& x = config_.exchange;
+    out << fmt::format(
+        "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
+        "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{}\n",
+        s.name, method_name(s.method), config_.replicas, config_.inner_steps, config_.train.seed,
+        s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min, s.final_loss_max,
+        std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread, s.sent_per_round,
+        s.received_per_round, s.sent_per_round / static_cast<double>(s.params), s.paired, s.solo,
+        s.refused, s.rejoins, s.seconds, message_mode_name(x.mode), codec::codec_name(x.state_codec),
+        codec::codec_name(x.delta_codec), x.error_feedback ? 1 : 0, config_.outer.momentum,
+        config_.outer.lr, config_.outer.pull, momentum_form_name(config_.outer.form),
+        config_.churn.enabled ? 1 : 0);
+}
+
+}  // namespace
+
+ExperimentSummary run_experiment(const ExperimentConfig& config) {
+    ExperimentRun run(config);
+    return run.execute();
+}
+
+}  // namespace starling

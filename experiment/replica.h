@@ -1,0 +1,79 @@
+// One simulated node of an experiment: its engine (theta is the model's parameter arena, trained by
+// AdamW), its own disjoint stream of the training data, and the outer state of
+// research/algorithms.md section 7.1: phi, the outer momentum and the error-feedback residual.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "data/loader.h"
+#include "experiment/experiment_config.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "optimizer/adamw.h"
+#include "optimizer/sanity.h"
+
+namespace starling {
+
+// The training stream of replica `index`: partition index of config.replicas, shuffled by node_id.
+std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, int index,
+                                              uint64_t node_id);
+
+class Replica {
+public:
+    // theta = phi = the weights initialised from config.train.seed (every replica starts equal).
+    Replica(const ExperimentConfig& config, Ops<float>& ops, int index, uint64_t node_id);
+
+    // `steps` inner AdamW steps from theta; returns the mean training loss.
+    double inner_phase(int steps, const LrSchedule& schedule);
+    // Data-parallel training instead: each step averages the gradients of one batch from every
+    // stream before the AdamW update. Returns the mean training loss.
+    double averaged_gradient_phase(int steps, const LrSchedule& schedule,
+                                   std::span<const std::unique_ptr<DataLoader>> streams);
+    // D = theta - phi into displacement().
+    void compute_displacement();
+    // theta = phi: the start of the next round.
+    void restart_from_phi();
+    // phi = theta: a round with no outer step (local-only and data-parallel training).
+    void adopt_theta();
+    // Rejoining after a drop-out (section 7.6): phi, outer momentum, AdamW state and step counts
+    // from the sponsor, theta = phi, residual zero, and a new node id, so a new data order.
+    void rejoin_from(const Replica& sponsor, uint64_t new_node_id);
+    // Bytes of the snapshot a rejoining replica fetches.
+    size_t snapshot_bytes() const;
+
+    int index() const { return index_; }
+    uint64_t node_id() const { return node_id_; }
+    int64_t inner_step() const { return inner_step_; }
+    size_t size() const { return phi_.size(); }
+
+    std::span<float> theta() { return {model_->params(), size()}; }
+    std::span<const float> theta() const { return {model_->params(), size()}; }
+    std::span<float> phi() { return phi_; }
+    std::span<const float> phi() const { return phi_; }
+    std::span<float> momentum() { return momentum_; }
+    std::span<float> residual() { return residual_; }
+    std::span<float> displacement() { return displacement_; }
+    const ParameterManifest& manifest() const { return model_->manifest(); }
+    // One history per kind of message a partner sends: whole weights (theta or phi) and deltas.
+    MessageSanity& state_sanity() { return state_sanity_; }
+    MessageSanity& delta_sanity() { return delta_sanity_; }
+
+    bool live = true;
+
+private:
+    const ExperimentConfig& config_;
+    int index_;
+    uint64_t node_id_;
+    std::unique_ptr<Model<float>> model_;
+    std::unique_ptr<AdamW<float>> adamw_;
+    std::unique_ptr<DataLoader> data_;
+    std::vector<int32_t> inputs_, targets_;
+    std::vector<float> phi_, momentum_, residual_, displacement_;
+    MessageSanity state_sanity_, delta_sanity_;
+    int64_t inner_step_ = 0;
+};
+
+}  // namespace starling

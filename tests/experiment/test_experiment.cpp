@@ -1,0 +1,231 @@
+// The experiment harness end to end on the KJV: short runs of every method, checked against what
+// each method must do (identical replicas for DiLoCo, the same result for fused and split
+// messages, the bytes the message layout implies, data-parallel training equal to one big batch).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "data/corpus.h"
+#include "data/prepare.h"
+#include "experiment/experiment.h"
+#include "experiment/replica.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/manifest.h"
+#include "tests/support/files.h"
+
+using namespace starling;
+using namespace starling::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path& scratch_root() {
+    static const TempDir root;
+    return root.path();
+}
+
+const std::string& kjv_dir() {
+    static const std::string dir = [] {
+        PrepareOptions options;
+        options.out_dir = (scratch_root() / "kjv").string();
+        prepare_shards(read_kjv_text(), options);
+        return options.out_dir;
+    }();
+    return dir;
+}
+
+const std::string kSwarmConfig = std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml";
+
+// The study's config, shrunk: 4 replicas, 4 rounds of 10 steps, 2 validation batches.
+ExperimentConfig small(const std::string& name, Method method) {
+    ExperimentConfig c = load_experiment_config(kSwarmConfig);
+    c.train.data.dir = kjv_dir();
+    c.train.threads = 2;
+    c.train.steps = 40;
+    c.train.schedule.warmup_steps = 10;
+    c.train.eval_batches = 2;
+    c.replicas = 4;
+    c.inner_steps = 10;
+    c.method = method;
+    c.out_dir = (scratch_root() / "runs").string();
+    c.name = name;
+    return c;
+}
+
+// Bytes of one message: the 64-byte header, then per chunk a 48-byte header and the payload.
+// Every segment of these small models fits in one chunk.
+size_t message_bytes(const std::vector<std::pair<size_t, size_t>>& segments_bytes) {
+    size_t total = 64;
+    for (const auto& [count, bytes] : segments_bytes) total += 48 + count * bytes;
+    return total;
+}
+
+std::vector<std::string> read_lines(const fs::path& path) {
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+}  // namespace
+
+TEST_CASE("experiment: DiLoCo keeps every replica on the same bits and sends Q8 deltas") {
+    ExperimentConfig c = small("diloco", Method::DiLoCo);
+    c.outer = {0.9f, 0.7f, 0.7f, MomentumForm::Nesterov};
+    c.exchange.delta_codec = codec::Codec::Q8;
+    c.exchange.zstd = false;
+    const ExperimentSummary s = run_experiment(c);
+    CHECK(s.final_spread == 0.0);
+    CHECK(s.final_loss_min == s.final_loss_max);
+    CHECK(s.final_loss_mean < 3.5);  // from about 5.5 at initialisation
+    // All-gather: each replica sends its Q8 message (1 byte per value, a 4-byte scale per 64) to
+    // the 3 others.
+    const size_t n = s.params;
+    const size_t q8 = n + (n + 63) / 64 * 4;
+    CHECK(s.sent_per_round == Approx(3.0 * (64 + 48 + q8)).epsilon(1e-12));
+    CHECK(s.received_per_round == s.sent_per_round);
+    CHECK(s.paired == 16);
+    CHECK(s.solo == 0);
+
+    const std::vector<std::string> lines = read_lines(fs::path(c.out_dir) / "diloco.csv");
+    REQUIRE(lines.size() == 1 + 5 * 4);  // header, then rounds 0-4 for 4 replicas
+    CHECK(lines[0].rfind("round,inner_step,replica,node_id,live,group,val_loss", 0) == 0);
+}
+
+TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
+    ExperimentConfig fused = small("fused", Method::NoLoCo);
+    fused.exchange.mode = MessageMode::Fused;
+    fused.exchange.state_codec = codec::Codec::F32;
+    ExperimentConfig split = small("split", Method::NoLoCo);
+    split.exchange.mode = MessageMode::Split;
+    split.exchange.state_codec = codec::Codec::F32;
+    split.exchange.delta_codec = codec::Codec::F32;
+    split.exchange.error_feedback = false;
+    fused.exchange.zstd = split.exchange.zstd = false;
+    const ExperimentSummary a = run_experiment(fused);
+    const ExperimentSummary b = run_experiment(split);
+    CHECK(a.final_loss_mean == Approx(b.final_loss_mean).epsilon(1e-5));
+    CHECK(a.averaged_phi_loss == Approx(b.averaged_phi_loss).epsilon(1e-5));
+    CHECK(a.final_spread == Approx(b.final_spread).epsilon(1e-3));
+    CHECK(a.final_spread > 0.0);  // pairs differ: this is not DiLoCo
+    CHECK(a.paired == 16);        // 4 replicas make 2 pairs every round
+    // Split sends twice what fused does: D and phi instead of theta.
+    CHECK(b.sent_per_round == Approx(2.0 * a.sent_per_round).epsilon(1e-12));
+}
+
+TEST_CASE("experiment: a state message costs what its layout says") {
+    ExperimentConfig c = small("bytes", Method::NoLoCo);
+    c.exchange.state_codec = codec::Codec::BF16SR;
+    c.exchange.zstd = false;
+    const ExperimentSummary s = run_experiment(c);
+    // 1-D tensors and tensors under 4096 values go as F32, the rest as bf16; neighbouring tensors
+    // with the same codec share a segment.
+    const ParameterManifest manifest(c.train.model);
+    std::vector<std::pair<size_t, size_t>> segments;
+    for (const TensorInfo& t : manifest.tensors()) {
+        const size_t bytes = (t.shape.size() == 1 || t.numel < 4096) ? 4 : 2;
+        if (!segments.empty() && segments.back().second == bytes) {
+            segments.back().first += t.numel;
+        } else {
+            segments.push_back({t.numel, bytes});
+        }
+    }
+    CHECK(s.sent_per_round == Approx(message_bytes(segments)).epsilon(1e-12));
+    // Research section 7.5's estimate for fused bf16 messages: about 2 bytes per parameter.
+    CHECK(s.sent_per_round / static_cast<double>(s.params) == Approx(2.0).epsilon(0.01));
+}
+
+TEST_CASE("experiment: local-only replicas never send and drift apart") {
+    const ExperimentSummary s = run_experiment(small("local", Method::Local));
+    CHECK(s.sent_per_round == 0.0);
+    CHECK(s.received_per_round == 0.0);
+    CHECK(s.final_spread > 0.0);
+    CHECK(s.final_loss_min < s.final_loss_max);
+    CHECK(s.solo == 16);
+}
+
+TEST_CASE("experiment: under churn replicas leave, come back from a sponsor and training goes on") {
+    ExperimentConfig c = small("churn", Method::NoLoCo);
+    c.train.steps = 80;
+    c.churn.enabled = true;
+    c.churn.mean_up_steps = 15;
+    c.churn.down_steps = 10;
+    const ExperimentSummary s = run_experiment(c);
+    CHECK(s.rejoins > 0);
+    CHECK(s.paired + s.solo < 8u * 4u);  // some replica-rounds were spent down
+    CHECK(s.tokens < uint64_t(80) * 4 * 16 * 64);
+    CHECK(s.final_loss_mean < 3.5);
+    // A rejoin fetches phi, outer momentum and AdamW m and v: 16 bytes per parameter.
+    const std::vector<std::string> lines = read_lines(fs::path(c.out_dir) / "churn.csv");
+    bool snapshot_seen = false;
+    for (const std::string& line : lines) {
+        snapshot_seen |= line.find(',' + std::to_string(16 * s.params) + ',') != std::string::npos;
+    }
+    CHECK(snapshot_seen);
+}
+
+TEST_CASE("experiment: data-parallel steps equal one model trained on the concatenated batch") {
+    ExperimentConfig c = small("ddp", Method::Ddp);
+    c.replicas = 3;
+    CpuOps<float> ops;
+    std::vector<std::unique_ptr<DataLoader>> streams;
+    for (int i = 0; i < c.replicas; i++) streams.push_back(make_train_loader(c, i, 100 + i));
+    Replica replica(c, ops, 0, 100);
+    const LrSchedule schedule = c.train.lr_schedule();
+    replica.averaged_gradient_phase(2, schedule, streams);
+
+    // The reference: one model with a batch of all three streams' sequences.
+    const int B = c.train.batch_size, T = c.train.effective_seq_len();
+    Model<float> big(c.train.model, ops, 3 * B, T);
+    big.init_weights(c.train.seed);
+    AdamW<float> adamw(ops, big.manifest(), c.train.adamw);
+    std::vector<int32_t> inputs(size_t(3) * B * T), targets(inputs.size());
+    for (int i = 0; i < c.replicas; i++) streams[i] = make_train_loader(c, i, 100 + i);
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < c.replicas; i++) {
+            const size_t at = size_t(i) * B * T;
+            streams[i]->next_batch(inputs.data() + at, targets.data() + at);
+        }
+        big.forward(inputs.data(), targets.data());
+        big.zero_grad();
+        big.backward();
+        adamw.step(big.params(), big.grads(), schedule.lr_at(step));
+    }
+    double max_diff = 0.0;
+    for (size_t k = 0; k < replica.size(); k++) {
+        max_diff = std::max(max_diff, double(std::fabs(replica.theta()[k] - big.params()[k])));
+    }
+    CHECK(max_diff < 1e-5);
+}
+
+TEST_CASE("experiment: config mistakes are refused with the key named") {
+    ExperimentConfig c = small("bad", Method::NoLoCo);
+    c.outer.pull = 0.35f;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[outer].pull"));
+    c = small("bad", Method::NoLoCo);
+    c.train.steps = 45;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("whole number of rounds"));
+    c = small("bad", Method::NoLoCo);
+    c.exchange.state_codec = codec::Codec::Q4;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].state_codec"));
+
+    TempDir tmp;
+    std::string text;
+    {
+        std::ifstream in(kSwarmConfig);
+        text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string bad_method = [&] {
+        std::string t = text;
+        t.replace(t.find("method = \"noloco\""), 17, "method = \"gossip\"");
+        return t;
+    }();
+    put(tmp.file("method.toml"), bad_method);
+    CHECK_THROWS_WITH(load_experiment_config(tmp.file("method.toml").string()),
+                      Catch::Contains("method") && Catch::Contains("gossip"));
+    put(tmp.file("section.toml"), text + "\n[swarm]\nsize = 3\n");
+    CHECK_THROWS_WITH(load_experiment_config(tmp.file("section.toml").string()),
+                      Catch::Contains("unknown section [swarm]"));
+}
