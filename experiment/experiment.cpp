@@ -199,44 +199,26 @@ void ExperimentRun::exchange_noloco(int64_t round) {
     }
 }
 
-// One member's outer step: its own values exact, each partner's as decoded, members in node-id
-// order (the group is sorted), partners whose messages fail the sanity check left out.
 void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
                                        const std::vector<Replica*>& group) {
     const bool fused = config_.exchange.mode == MessageMode::Fused;
-    std::vector<std::span<const float>> first, second;  // fused: theta; split: D and phi
-    RoundRecord& record = records_[self.index()];
+    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(),
+                           self.phi()};
+    std::vector<MemberValues> partners;
     for (Replica* member : group) {
+        if (member == &self) continue;
         const int j = member->index();
-        if (member == &self) {
-            first.push_back(fused ? self.theta() : self.displacement());
-            if (!fused) second.push_back(self.phi());
-            continue;
-        }
-        std::optional<std::string> problem =
-            fused ? self.state_sanity().check(wire_a_[j], self.theta())
-                  : self.delta_sanity().check(wire_a_[j], self.displacement());
-        if (!problem && !fused) problem = self.state_sanity().check(wire_b_[j], self.phi());
-        if (problem) {
-            spdlog::warn("round {}: replica {} refused the message of replica {}: {}", round,
-                         self.index(), j, *problem);
-            record.refused++;
-            continue;
-        }
-        first.push_back(wire_a_[j]);
-        if (!fused) second.push_back(wire_b_[j]);
+        partners.push_back({member->node_id(), wire_a_[j],
+                            fused ? std::span<const float>() : std::span<const float>(wire_b_[j])});
     }
-    record.group = static_cast<int>(first.size());
-    if (first.size() < 2) {
-        // Solo round: the node's own displacement only (DiLoCo with one worker); never waits.
-        outer_step_towards(config_.outer, self.phi(), self.momentum(), self.theta());
-    } else if (fused) {
-        group_mean(mean_a_, first);
-        outer_step_towards(config_.outer, self.phi(), self.momentum(), mean_a_);
-    } else {
-        group_mean(mean_a_, first);
-        group_mean(mean_b_, second);
-        outer_step(config_.outer, self.phi(), self.momentum(), mean_a_, mean_b_);
+    const NoLoCoStep step =
+        noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
+                          self.partner_checks(), self.phi(), self.momentum(), mean_a_, mean_b_);
+    RoundRecord& record = records_[self.index()];
+    record.group = step.members;
+    record.refused = static_cast<int>(step.refused.size());
+    for (const std::string& why : step.refused) {
+        spdlog::warn("round {}: replica {} refused {}", round, self.index(), why);
     }
 }
 
@@ -258,14 +240,13 @@ void ExperimentRun::exchange_diloco(int64_t round) {
         total += bytes.back();
         decoded.push_back(wire_a_[r->index()]);
     }
-    group_mean(mean_a_, decoded);
     for (size_t k = 0; k < quorum.size(); k++) {
         Replica& r = *quorum[k];
         RoundRecord& record = records_[r.index()];
         record.group = static_cast<int>(quorum.size());
         record.sent += bytes[k] * (quorum.size() - 1);
         record.received += total - bytes[k];
-        outer_step(config_.outer, r.phi(), r.momentum(), mean_a_, {});
+        diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_);
     }
     const uint64_t phi_hash = hash_of(quorum[0]->phi());
     const uint64_t momentum_hash = hash_of(quorum[0]->momentum());

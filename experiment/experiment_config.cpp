@@ -47,16 +47,6 @@ Method method_from_name(std::string_view name) {
     throw Error("method \"" + std::string(name) + "\" is not known (ddp, local, diloco, noloco)");
 }
 
-std::string_view message_mode_name(MessageMode mode) {
-    return mode == MessageMode::Split ? "split" : "fused";
-}
-
-MessageMode message_mode_from_name(std::string_view name) {
-    if (name == "fused") return MessageMode::Fused;
-    if (name == "split") return MessageMode::Split;
-    throw Error("message mode \"" + std::string(name) + "\" is not known (fused, split)");
-}
-
 void ExperimentConfig::validate() const {
     train.validate();
     need(replicas >= 2 && replicas <= 64, "[experiment].replicas must be in [2, 64]");

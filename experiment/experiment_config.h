@@ -10,7 +10,7 @@
 
 #include "daemon/config.h"
 #include "optimizer/codec/codec.h"
-#include "optimizer/outer.h"
+#include "optimizer/outer_round.h"
 
 namespace starling {
 
@@ -22,13 +22,6 @@ enum class Method : uint8_t {
 };
 std::string_view method_name(Method method);  // "ddp", "local", "diloco", "noloco"
 Method method_from_name(std::string_view name);
-
-enum class MessageMode : uint8_t {
-    Fused,  // NoLoCo sends theta only (needs pull == lr)
-    Split,  // NoLoCo sends D = theta - phi (delta codec, error feedback) and phi (state codec)
-};
-std::string_view message_mode_name(MessageMode mode);  // "fused", "split"
-MessageMode message_mode_from_name(std::string_view name);
 
 struct ExchangeConfig {
     MessageMode mode = MessageMode::Fused;

@@ -88,8 +88,7 @@ void Replica::rejoin_from(const Replica& sponsor, uint64_t new_node_id) {
     restart_from_phi();
     node_id_ = new_node_id;
     data_ = make_train_loader(config_, index_, node_id_);
-    state_sanity_ = MessageSanity();
-    delta_sanity_ = MessageSanity();
+    checks_ = PartnerChecks();
 }
 
 size_t Replica::snapshot_bytes() const {

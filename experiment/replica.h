@@ -13,7 +13,7 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "optimizer/adamw.h"
-#include "optimizer/sanity.h"
+#include "optimizer/outer_round.h"
 
 namespace starling {
 
@@ -57,9 +57,7 @@ public:
     std::span<float> residual() { return residual_; }
     std::span<float> displacement() { return displacement_; }
     const ParameterManifest& manifest() const { return model_->manifest(); }
-    // One history per kind of message a partner sends: whole weights (theta or phi) and deltas.
-    MessageSanity& state_sanity() { return state_sanity_; }
-    MessageSanity& delta_sanity() { return delta_sanity_; }
+    PartnerChecks& partner_checks() { return checks_; }
 
     bool live = true;
 
@@ -72,7 +70,7 @@ private:
     std::unique_ptr<DataLoader> data_;
     std::vector<int32_t> inputs_, targets_;
     std::vector<float> phi_, momentum_, residual_, displacement_;
-    MessageSanity state_sanity_, delta_sanity_;
+    PartnerChecks checks_;
     int64_t inner_step_ = 0;
 };
 

@@ -1,0 +1,56 @@
+// One node's outer step at the end of a round, as research/algorithms.md section 7.4 (NoLoCo) and
+// 7.3 (DiLoCo) spell it out, on top of the arithmetic of outer.h: which values enter the group
+// means, in which order, and what happens when partners are missing or refused. The experiment
+// harness and the daemon both call these, so a simulated swarm and a real one step alike.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "optimizer/outer.h"
+#include "optimizer/sanity.h"
+
+namespace starling {
+
+enum class MessageMode : uint8_t {
+    Fused,  // NoLoCo messages carry theta only (needs pull == lr)
+    Split,  // NoLoCo messages carry D = theta - phi and phi
+};
+std::string_view message_mode_name(MessageMode mode);  // "fused", "split"
+MessageMode message_mode_from_name(std::string_view name);
+
+// A group member's values: this node's own exactly, a partner's as its message decoded.
+struct MemberValues {
+    uint64_t node_id = 0;
+    std::span<const float> values;  // fused: theta; split: D
+    std::span<const float> phi;     // split only
+};
+
+// The sanity history a node keeps per kind of message.
+struct PartnerChecks {
+    MessageSanity state;  // theta or phi messages
+    MessageSanity delta;  // D messages
+};
+
+struct NoLoCoStep {
+    int members = 1;                   // values that entered the step, own included; 1 = solo
+    std::vector<std::string> refused;  // one line per partner left out, naming it and why
+};
+
+// NoLoCo: partners whose values fail the sanity check are left out; the rest and the node's own
+// exact values are averaged in node-id order; with no partner left the node takes a solo step
+// (its own D only) and never waits. self.phi must be the phi span being updated (split mode).
+// scratch_a and scratch_b hold the group means (phi.size() floats each).
+NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
+                             std::span<const MemberValues> partners, PartnerChecks& checks,
+                             std::span<float> phi, std::span<float> momentum,
+                             std::span<float> scratch_a, std::span<float> scratch_b);
+
+// DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
+// in the order given (node-id order), then the outer step; every member gets the same bits.
+void diloco_outer_step(const OuterConfig& config, std::span<const std::span<const float>> decoded,
+                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch);
+
+}  // namespace starling
