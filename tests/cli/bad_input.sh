@@ -62,5 +62,17 @@ cp "$source_dir/configs/pico.toml" "$work/pico.toml"
 expect_error "corrupt checkpoint" "step_00000010" -- \
     "$starling" train --config "$work/pico.toml" --data-dir "$work/prepared" --run-dir "$work/run"
 
-echo "$(( 7 - failures )) passed, $failures failed"
+expect_error "unknown experiment method" "method" "gossip" -- \
+    env STARLING_EXPERIMENT_METHOD=gossip "$starling" experiment \
+    --config "$source_dir/configs/experiments/swarm.toml" --data-dir "$work/prepared" --out-dir "$work/exp"
+
+expect_error "fused messages with a pull unlike the lr" "swarm.toml" "\[outer\].pull" -- \
+    env STARLING_OUTER_PULL=0.2 "$starling" experiment \
+    --config "$source_dir/configs/experiments/swarm.toml" --data-dir "$work/prepared" --out-dir "$work/exp"
+
+expect_error "experiment without data" "data-none" "does not exist" -- \
+    "$starling" experiment --config "$source_dir/configs/experiments/swarm.toml" \
+    --data-dir "$work/data-none" --out-dir "$work/exp"
+
+echo "$(( 10 - failures )) passed, $failures failed"
 [ "$failures" -eq 0 ]
