@@ -5,33 +5,15 @@
 
 #include "daemon/config.h"
 #include "daemon/trainer.h"
-#include "data/corpus.h"
-#include "data/prepare.h"
 #include "common/error.h"
 #include "tests/support/files.h"
+#include "tests/support/kjv.h"
 
 using namespace starling;
 using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-// Scratch space for the whole test process, removed when it exits.
-const fs::path& scratch_root() {
-    static const TempDir root;
-    return root.path();
-}
-
-// The KJV shards, prepared once per test process.
-const std::string& kjv_dir() {
-    static const std::string dir = [] {
-        PrepareOptions options;
-        options.out_dir = (scratch_root() / "kjv").string();
-        prepare_shards(read_kjv_text(), options);
-        return options.out_dir;
-    }();
-    return dir;
-}
 
 TrainConfig pico(const std::string& run_name, int64_t steps) {
     TrainConfig c = load_train_config(std::string(STARLING_SOURCE_DIR) + "/configs/pico.toml");

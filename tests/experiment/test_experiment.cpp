@@ -7,34 +7,18 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "data/corpus.h"
-#include "data/prepare.h"
 #include "experiment/experiment.h"
 #include "experiment/replica.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
 #include "tests/support/files.h"
+#include "tests/support/kjv.h"
 
 using namespace starling;
 using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-const fs::path& scratch_root() {
-    static const TempDir root;
-    return root.path();
-}
-
-const std::string& kjv_dir() {
-    static const std::string dir = [] {
-        PrepareOptions options;
-        options.out_dir = (scratch_root() / "kjv").string();
-        prepare_shards(read_kjv_text(), options);
-        return options.out_dir;
-    }();
-    return dir;
-}
 
 const std::string kSwarmConfig = std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml";
 
