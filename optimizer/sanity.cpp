@@ -29,6 +29,11 @@ std::optional<std::string> MessageSanity::check(std::span<const float> decoded,
         sum_squares += d * d;
     }
     const double distance = std::sqrt(sum_squares);
+    if (!std::isfinite(distance)) {
+        // Finite decoded values but a NaN or Inf distance: this node's own values are broken, and
+        // a non-finite number must not enter the history the median is taken from.
+        return "the distance from this node's values is not finite (this node's values are)";
+    }
     std::optional<std::string> problem;
     if (recent_.size() == window_) {
         std::vector<double> sorted(recent_.begin(), recent_.end());

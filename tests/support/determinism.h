@@ -10,6 +10,18 @@
 
 namespace starling::test {
 
+// Sets the CPU thread count for the life of the object, then restores the previous one.
+class ScopedCpuThreads {
+public:
+    explicit ScopedCpuThreads(int threads) : previous_(cpu_threads()) { set_cpu_threads(threads); }
+    ~ScopedCpuThreads() { set_cpu_threads(previous_); }
+    ScopedCpuThreads(const ScopedCpuThreads&) = delete;
+    ScopedCpuThreads& operator=(const ScopedCpuThreads&) = delete;
+
+private:
+    int previous_;
+};
+
 // run() computes and returns the op's outputs with the current thread count.
 template <typename Run>
 void require_same_bits_for_any_thread_count(const Run& run) {

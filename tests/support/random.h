@@ -46,6 +46,12 @@ double max_rel_diff(const std::vector<T>& a, const std::vector<double>& ref) {
     return diff / scale;
 }
 
+// x widened to double, e.g. to serve as the reference of max_rel_diff.
+template <typename T>
+std::vector<double> as_double(const std::vector<T>& x) {
+    return std::vector<double>(x.begin(), x.end());
+}
+
 // a - b elementwise: the part of an accumulated gradient that the op added.
 template <typename T>
 std::vector<T> minus(const std::vector<T>& a, const std::vector<T>& b) {
