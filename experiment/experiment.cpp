@@ -164,6 +164,9 @@ void ExperimentRun::exchange_noloco(int64_t round) {
     }
     const bool fused = config_.exchange.mode == MessageMode::Fused;
     const bool zstd = config_.exchange.zstd;
+    if (!fused) {
+        for (auto& [id, r] : by_id) r->compute_displacement();  // solo steps need D too
+    }
     std::vector<std::vector<Replica*>> groups;
     for (const auto& group_ids : deterministic_groups(static_cast<uint64_t>(round), ids,
                                                       static_cast<size_t>(config_.group_size))) {
@@ -180,7 +183,6 @@ void ExperimentRun::exchange_noloco(int64_t round) {
                 bytes = transmit(state_plan_, {sender->node_id(), uint64_t(round), 0},
                                  sender->theta(), nullptr, zstd, manifest, wire_a_[i]);
             } else {
-                sender->compute_displacement();
                 float* residual = config_.exchange.error_feedback ? sender->residual().data()
                                                                   : nullptr;
                 bytes = transmit(delta_plan_, {sender->node_id(), uint64_t(round), 0},
