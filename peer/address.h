@@ -1,0 +1,32 @@
+// host:port strings as peers announce and dial them, and the checks that keep a node from
+// announcing an address its peers cannot reach.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace starling {
+
+struct HostPort {
+    std::string host;  // without brackets for IPv6
+    uint16_t port = 0;
+    std::string str() const;  // brackets IPv6 hosts again
+};
+
+// "host:port" or "[v6]:port"; nullopt when malformed (no port, port out of range, empty host).
+std::optional<HostPort> parse_host_port(std::string_view text);
+
+bool is_loopback_host(std::string_view host);  // localhost, 127.0.0.0/8, ::1
+bool is_wildcard_host(std::string_view host);  // 0.0.0.0, ::
+
+// The address this node announces: `announce` when set, else the listen host with the port the
+// server got. Throws starling::Error with advice when the result cannot work: a wildcard with no
+// announce, a loopback announcement in a swarm whose seeds are not all loopback, or a loopback
+// listen address announced as a routable one.
+std::string choose_announce_address(std::string_view listen, std::string_view announce, uint16_t bound_port,
+                                    const std::vector<std::string>& seeds);
+
+}  // namespace starling

@@ -1,0 +1,166 @@
+#include "peer/membership.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace starling {
+
+const char* member_state_name(MemberState state) {
+    switch (state) {
+        case MemberState::Alive: return "alive";
+        case MemberState::Suspect: return "suspect";
+        case MemberState::Dead: return "dead";
+        case MemberState::Left: return "left";
+    }
+    return "unknown";
+}
+
+namespace {
+
+auto precedence(const Member& m) { return std::make_tuple(m.incarnation, static_cast<int>(m.state)); }
+
+bool gone(MemberState state) { return state == MemberState::Dead || state == MemberState::Left; }
+
+}  // namespace
+
+MemberTable::MemberTable(Member self, MembershipLimits limits) : limits_(limits), self_(std::move(self)) {}
+
+MemberTable::Merge MemberTable::merge(const Member& incoming, SteadyClock::time_point now) {
+    std::lock_guard lock(mutex_);
+    return merge_locked(incoming, now);
+}
+
+MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock::time_point now) {
+    if (incoming.node_id == self_.node_id) {
+        if (incoming.instance != self_.instance) {
+            // Echoes of this node's previous run carry a lower incarnation; a higher one that is
+            // not gone is another process holding the same key.
+            const bool other_live = !gone(incoming.state) && incoming.incarnation > self_.incarnation;
+            return other_live ? Merge::Duplicate : Merge::Ignored;
+        }
+        if (incoming.state != MemberState::Alive && self_.state != MemberState::Left &&
+            incoming.incarnation >= self_.incarnation) {
+            self_.incarnation = incoming.incarnation + 1;
+            return Merge::Refuted;
+        }
+        return Merge::Ignored;
+    }
+    if (const auto tomb = tombstones_.find(incoming.node_id); tomb != tombstones_.end()) {
+        if (incoming.incarnation <= tomb->second.first) return Merge::Ignored;
+        tombstones_.erase(tomb);
+    }
+    const auto it = others_.find(incoming.node_id);
+    if (it == others_.end()) {
+        if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members) return Merge::Ignored;
+        Member added = incoming;
+        added.since = now;
+        others_.emplace(added.node_id, std::move(added));
+        return Merge::Added;
+    }
+    Member& known = it->second;
+    if (precedence(incoming) > precedence(known)) {
+        const bool state_changed = incoming.state != known.state || incoming.incarnation != known.incarnation;
+        const auto since = state_changed ? now : known.since;
+        known = incoming;
+        known.since = since;
+        return Merge::Updated;
+    }
+    if (precedence(incoming) == precedence(known)) known.round = std::max(known.round, incoming.round);
+    return Merge::Ignored;
+}
+
+void MemberTable::suspect(uint64_t node_id, SteadyClock::time_point now) {
+    std::lock_guard lock(mutex_);
+    const auto it = others_.find(node_id);
+    if (it == others_.end() || it->second.state != MemberState::Alive) return;
+    it->second.state = MemberState::Suspect;
+    it->second.since = now;
+}
+
+std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
+    std::lock_guard lock(mutex_);
+    std::vector<uint64_t> declared_dead;
+    for (auto it = others_.begin(); it != others_.end();) {
+        Member& m = it->second;
+        if (m.state == MemberState::Suspect && now - m.since >= limits_.suspicion_timeout) {
+            m.state = MemberState::Dead;
+            m.since = now;
+            declared_dead.push_back(m.node_id);
+        }
+        if (gone(m.state) && now - m.since >= limits_.retention) {
+            tombstones_[m.node_id] = {m.incarnation, now};
+            it = others_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    // Tombstones outlive any digest still in flight by a wide margin, then go, so the table of
+    // them stays bounded too.
+    std::erase_if(tombstones_, [&](const auto& t) { return now - t.second.second >= 10 * limits_.retention; });
+    while (tombstones_.size() > limits_.max_members) {
+        tombstones_.erase(std::min_element(tombstones_.begin(), tombstones_.end(), [](const auto& a, const auto& b) {
+            return a.second.second < b.second.second;
+        }));
+    }
+    return declared_dead;
+}
+
+void MemberTable::set_round(uint64_t round) {
+    std::lock_guard lock(mutex_);
+    self_.round = round;
+}
+
+void MemberTable::set_address(const std::string& address) {
+    std::lock_guard lock(mutex_);
+    self_.address = address;
+}
+
+void MemberTable::leave() {
+    std::lock_guard lock(mutex_);
+    self_.state = MemberState::Left;
+}
+
+Member MemberTable::self() const {
+    std::lock_guard lock(mutex_);
+    return self_;
+}
+
+std::optional<Member> MemberTable::find(uint64_t node_id) const {
+    std::lock_guard lock(mutex_);
+    if (node_id == self_.node_id) return self_;
+    const auto it = others_.find(node_id);
+    if (it == others_.end()) return std::nullopt;
+    return it->second;
+}
+
+std::vector<Member> MemberTable::all() const {
+    std::lock_guard lock(mutex_);
+    std::vector<Member> members{self_};
+    for (const auto& [id, m] : others_) members.push_back(m);
+    return members;
+}
+
+std::vector<Member> MemberTable::reachable_others() const {
+    std::lock_guard lock(mutex_);
+    std::vector<Member> members;
+    for (const auto& [id, m] : others_)
+        if (!gone(m.state)) members.push_back(m);
+    return members;
+}
+
+bool MemberTable::compatible(const Member& member) const {
+    return member.fingerprint == self_.fingerprint && member.protocol_version == self_.protocol_version &&
+           member.swarm_id == self_.swarm_id;
+}
+
+std::vector<uint64_t> MemberTable::pairable_ids() const {
+    std::lock_guard lock(mutex_);
+    std::vector<uint64_t> ids;
+    if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
+    for (const auto& [id, m] : others_)
+        if (m.state == MemberState::Alive && compatible(m)) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+}  // namespace starling

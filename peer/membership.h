@@ -1,0 +1,90 @@
+// What a node knows of the swarm: one entry per member, merged from gossip by SWIM's rules, plus
+// the node's own entry. Pure bookkeeping with no network, so every rule is testable on its own;
+// peer_node.h drives it with probes and gossip.
+//
+// Rules, for one node id: the higher incarnation wins; at the same incarnation
+// LEFT > DEAD > SUSPECT > ALIVE. A node starts at an incarnation taken from its start time, so a
+// restarted node supersedes whatever the swarm remembers of its previous run. A node that hears
+// itself suspected or declared dead at its own incarnation refutes by raising its incarnation.
+// Unknown members reported DEAD or LEFT are not added, and purged members leave a tombstone, so
+// departed nodes cannot circulate forever.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "peer/identity.h"
+
+namespace starling {
+
+using SteadyClock = std::chrono::steady_clock;
+
+enum class MemberState { Alive = 1, Suspect = 2, Dead = 3, Left = 4 };
+const char* member_state_name(MemberState state);
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+struct Member {
+    uint64_t node_id = 0;
+    std::string address;
+    uint64_t incarnation = 0;
+    MemberState state = MemberState::Alive;
+    uint64_t round = 0;
+    std::string fingerprint;
+    uint32_t protocol_version = kProtocolVersion;
+    std::string swarm_id;
+    PublicKey public_key{};
+    uint64_t instance = 0;
+    SteadyClock::time_point since{};  // local: when this node learned the current state
+};
+
+struct MembershipLimits {
+    std::chrono::milliseconds suspicion_timeout{5000};  // SUSPECT to DEAD
+    std::chrono::milliseconds retention{60000};         // DEAD and LEFT entries are listed this long
+    size_t max_members = 4096;  // a hostile or broken peer cannot grow the table past this
+};
+
+class MemberTable {
+public:
+    MemberTable(Member self, MembershipLimits limits);
+
+    enum class Merge { Ignored, Added, Updated, Refuted, Duplicate };
+    // Applies one digest. Duplicate: a digest about this node's id from another instance that
+    // is alive (someone else runs with the same key).
+    Merge merge(const Member& incoming, SteadyClock::time_point now);
+
+    // A direct and the indirect probes of a member failed: SUSPECT at its current incarnation.
+    void suspect(uint64_t node_id, SteadyClock::time_point now);
+    // SUSPECT past the suspicion timeout becomes DEAD; DEAD and LEFT past retention are purged.
+    // Returns the ids declared dead by this call.
+    std::vector<uint64_t> expire(SteadyClock::time_point now);
+
+    void set_round(uint64_t round);
+    void set_address(const std::string& address);
+    void leave();  // this node announces LEFT
+
+    Member self() const;
+    std::optional<Member> find(uint64_t node_id) const;
+    std::vector<Member> all() const;                // self first, then the others
+    std::vector<Member> reachable_others() const;   // ALIVE or SUSPECT: worth probing and gossiping
+    // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
+    // self included.
+    std::vector<uint64_t> pairable_ids() const;
+    bool compatible(const Member& member) const;
+
+private:
+    Merge merge_locked(const Member& incoming, SteadyClock::time_point now);
+
+    MembershipLimits limits_;
+    mutable std::mutex mutex_;
+    Member self_;
+    std::unordered_map<uint64_t, Member> others_;
+    std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>> tombstones_;  // id -> incarnation, when
+};
+
+}  // namespace starling

@@ -1,0 +1,445 @@
+#include "peer/peer_node.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <future>
+#include <random>
+#include <sstream>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "peer/address.h"
+#include "peer/wire.h"
+#include "starling/v1/peer.grpc.pb.h"
+
+namespace starling {
+namespace {
+
+int64_t unix_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+uint64_t random_u64() {
+    uint64_t value = 0;
+    randombytes_buf(&value, sizeof value);
+    return value;
+}
+
+void set_deadline(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+// Merges every usable digest; an unusable one is logged with its reason and skipped.
+template <typename Digests>
+void merge_all(MemberTable& table, const Digests& digests, size_t limit, const char* source) {
+    const auto now = SteadyClock::now();
+    size_t taken = 0;
+    for (const auto& digest : digests) {
+        if (taken++ == limit) break;
+        auto parsed = from_digest(digest);
+        if (auto* why = std::get_if<std::string>(&parsed)) {
+            spdlog::debug("peer: dropped a member digest from {}: {}", source, *why);
+            continue;
+        }
+        const Member& member = std::get<Member>(parsed);
+        const auto result = table.merge(member, now);
+        if (result == MemberTable::Merge::Added)
+            spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id), member.address,
+                         member_state_name(member.state));
+        else if (result == MemberTable::Merge::Refuted)
+            spdlog::info("peer: refuted a report of this node as {}", member_state_name(member.state));
+        else if (result == MemberTable::Merge::Duplicate)
+            spdlog::error("peer: another live process at {} uses this node's key (node {}); give every node its "
+                          "own data directory", member.address, format_node_id(member.node_id));
+    }
+}
+
+template <typename Response>
+void fill_members(const MemberTable& table, Response* response) {
+    for (const Member& m : table.all()) to_digest(m, response->add_members());
+}
+
+}  // namespace
+
+class PeerNode::Service final : public v1::Peer::Service {
+public:
+    explicit Service(PeerNode& node) : node_(node) {}
+
+    grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
+                      v1::JoinResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Join", &caller); !status.ok()) return status;
+        auto parsed = from_digest(request->joiner());
+        if (auto* why = std::get_if<std::string>(&parsed))
+            return {grpc::StatusCode::INVALID_ARGUMENT, "joiner digest: " + *why};
+        const Member& joiner = std::get<Member>(parsed);
+        if (joiner.node_id != caller)
+            return {grpc::StatusCode::PERMISSION_DENIED, "a node can only join as itself"};
+        if (auto holder = node_.duplicate_of(joiner))
+            return {grpc::StatusCode::ALREADY_EXISTS,
+                    "node id " + format_node_id(joiner.node_id) + " is already live at " + *holder};
+        merge_all(*node_.table_, std::array{request->joiner()}, 1, "a joiner");
+        fill_members(*node_.table_, response);
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Gossip(grpc::ServerContext* context, const v1::GossipRequest* request,
+                        v1::GossipResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Gossip", &caller); !status.ok()) return status;
+        merge_all(*node_.table_, request->members(), node_.config_.membership.max_members, "gossip");
+        fill_members(*node_.table_, response);
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Ping(grpc::ServerContext* context, const v1::PingRequest* request,
+                      v1::PingResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Ping", &caller); !status.ok()) return status;
+        if (request->target_id() != node_.node_id())
+            return {grpc::StatusCode::NOT_FOUND, "this address now belongs to node " + format_node_id(node_.node_id())};
+        to_digest(node_.table_->self(), response->mutable_self());
+        return grpc::Status::OK;
+    }
+
+    grpc::Status PingReq(grpc::ServerContext* context, const v1::PingReqRequest* request,
+                         v1::PingReqResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "PingReq", &caller); !status.ok()) return status;
+        if (request->target_address().size() > 262 || !parse_host_port(request->target_address()))
+            return {grpc::StatusCode::INVALID_ARGUMENT, "target_address is not host:port"};
+        response->set_reached(node_.ping(request->target_address(), request->target_id()).has_value());
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse*) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Leave", &caller); !status.ok()) return status;
+        if (request->leaver().node_id() != caller)
+            return {grpc::StatusCode::PERMISSION_DENIED, "a node can only announce its own leave"};
+        if (request->leaver().state() != v1::MEMBER_STATE_LEFT)
+            return {grpc::StatusCode::INVALID_ARGUMENT, "a leave must carry state LEFT"};
+        merge_all(*node_.table_, std::array{request->leaver()}, 1, "a leave");
+        spdlog::info("peer: node {} left", format_node_id(caller));
+        return grpc::Status::OK;
+    }
+
+private:
+    PeerNode& node_;
+};
+
+PeerNode::PeerNode(PeerConfig config)
+    : PeerNode(config, config.data_dir.empty() ? NodeIdentity::generate()
+                                               : NodeIdentity::load_or_create(config.data_dir)) {}
+
+PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
+    : config_(std::move(config)),
+      identity_(std::move(identity)),
+      auth_(config_.swarm_secret, identity_, config_.rate_limit),
+      rng_(random_u64()) {}
+
+PeerNode::~PeerNode() { stop(false); }
+
+void PeerNode::start() {
+    if (running_) throw Error("peer node already started");
+    int bound_port = 0;
+    service_ = std::make_unique<Service>(*this);
+    grpc::ResourceQuota quota("starling-peer");
+    quota.SetMaxThreads(config_.max_server_threads);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &bound_port);
+    builder.RegisterService(service_.get());
+    builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+    builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+    builder.SetResourceQuota(quota);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+    // The table exists before the first call can arrive; the address is filled in once the
+    // port is known.
+    Member self;
+    self.node_id = identity_.node_id();
+    self.incarnation = static_cast<uint64_t>(unix_ms());
+    self.fingerprint = config_.fingerprint;
+    self.swarm_id = config_.swarm_id;
+    self.public_key = identity_.public_key();
+    self.instance = random_u64();
+    table_ = std::make_unique<MemberTable>(self, config_.membership);
+    server_ = builder.BuildAndStart();
+    if (!server_ || bound_port == 0)
+        throw Error("cannot listen on " + config_.listen + " (address in use or not local?)");
+    std::vector<std::string> seeds = config_.seeds;
+    try {
+        address_ = choose_announce_address(config_.listen, config_.announce, static_cast<uint16_t>(bound_port), seeds);
+    } catch (...) {
+        server_->Shutdown();
+        throw;
+    }
+    table_->set_address(address_);
+
+    if (!config_.data_dir.empty()) {
+        std::error_code ec;
+        if (std::filesystem::exists(config_.data_dir / "peers.txt", ec)) {
+            std::istringstream lines(read_file(config_.data_dir / "peers.txt"));
+            for (std::string line; std::getline(lines, line);)
+                if (parse_host_port(line)) seeds.push_back(line);
+        }
+    }
+    for (const auto& seed : seeds)
+        if (seed != address_) seeds_.emplace(seed, SeedState{});
+
+    for (const auto& [seed, state] : seeds_) {
+        std::string why;
+        const auto result = try_join(seed, &why);
+        if (result == JoinResult::Duplicate) {
+            server_->Shutdown();
+            throw Error("cannot start: " + why + "; two nodes share one key: give each node its own data directory");
+        }
+        if (result == JoinResult::Joined) break;
+    }
+    if (!seeds_.empty() && table_->reachable_others().empty())
+        spdlog::warn("peer: no seed answered; running alone and retrying with backoff");
+    spdlog::info("peer: node {} at {} in swarm '{}', {} member(s) known", format_node_id(node_id()), address_,
+                 config_.swarm_id, table_->all().size());
+    running_ = true;
+    stopping_ = false;
+    thread_ = std::thread([this] { run(); });
+}
+
+void PeerNode::add_seeds(const std::vector<std::string>& seeds) {
+    std::lock_guard lock(seeds_mutex_);
+    for (const auto& seed : seeds) {
+        if (!parse_host_port(seed)) throw Error("'" + seed + "' is not host:port");
+        seeds_[seed] = SeedState{};
+    }
+}
+
+std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address) {
+    std::lock_guard lock(channels_mutex_);
+    auto& channel = channels_[address];
+    if (!channel) {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+        args.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+        // Probes must see a dead peer at once, not after a reconnect backoff of many seconds.
+        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+        channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    }
+    return channel;
+}
+
+PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {
+    v1::JoinRequest request;
+    to_digest(table_->self(), request.mutable_joiner());
+    v1::JoinResponse response;
+    grpc::ClientContext context;
+    set_deadline(context, config_.probe_timeout * 4);
+    auth_.attach(context, "Join");
+    const auto status = v1::Peer::NewStub(channel(seed))->Join(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+        *why = "seed " + seed + " says " + status.error_message();
+        return JoinResult::Duplicate;
+    }
+    if (!status.ok()) {
+        *why = status.error_message();
+        spdlog::debug("peer: join through {} failed: {}", seed, *why);
+        return JoinResult::Unreachable;
+    }
+    merge_all(*table_, response.members(), config_.membership.max_members, seed.c_str());
+    spdlog::info("peer: joined through {}", seed);
+    return JoinResult::Joined;
+}
+
+std::optional<Member> PeerNode::ping(const std::string& address, uint64_t target_id) {
+    v1::PingRequest request;
+    request.set_target_id(target_id);
+    v1::PingResponse response;
+    grpc::ClientContext context;
+    set_deadline(context, config_.probe_timeout);
+    auth_.attach(context, "Ping");
+    if (!v1::Peer::NewStub(channel(address))->Ping(&context, request, &response).ok()) return std::nullopt;
+    auto parsed = from_digest(response.self());
+    auto* member = std::get_if<Member>(&parsed);
+    if (!member || member->node_id != target_id) return std::nullopt;
+    return *member;
+}
+
+std::optional<std::string> PeerNode::duplicate_of(const Member& joiner) {
+    const Member self = table_->self();
+    if (joiner.node_id == self.node_id && joiner.instance != self.instance) return self.address;
+    const auto known = table_->find(joiner.node_id);
+    if (!known || known->instance == joiner.instance ||
+        (known->state != MemberState::Alive && known->state != MemberState::Suspect))
+        return std::nullopt;
+    // The swarm knows another instance under this id: a duplicate only if that one still answers.
+    const auto answer = ping(known->address, joiner.node_id);
+    if (answer && answer->instance == known->instance) return known->address;
+    return std::nullopt;
+}
+
+bool PeerNode::probe(const Member& target) {
+    if (auto answer = ping(target.address, target.node_id)) {
+        table_->merge(*answer, SteadyClock::now());
+        return true;
+    }
+    // Indirect probes through up to k other members, at once, so a congested path between two
+    // nodes alone does not make one suspect the other.
+    auto helpers = table_->reachable_others();
+    std::erase_if(helpers, [&](const Member& m) { return m.node_id == target.node_id; });
+    std::shuffle(helpers.begin(), helpers.end(), rng_);
+    if (helpers.size() > static_cast<size_t>(config_.indirect_probes)) helpers.resize(config_.indirect_probes);
+    std::vector<std::future<bool>> answers;
+    for (const Member& helper : helpers) {
+        answers.push_back(std::async(std::launch::async, [&, helper] {
+            v1::PingReqRequest request;
+            request.set_target_id(target.node_id);
+            request.set_target_address(target.address);
+            v1::PingReqResponse response;
+            grpc::ClientContext context;
+            set_deadline(context, config_.probe_timeout * 2);
+            auth_.attach(context, "PingReq");
+            return v1::Peer::NewStub(channel(helper.address))->PingReq(&context, request, &response).ok() &&
+                   response.reached();
+        }));
+    }
+    bool reached = false;
+    for (auto& answer : answers) reached = answer.get() || reached;
+    return reached;
+}
+
+void PeerNode::gossip_with(const Member& target) {
+    v1::GossipRequest request;
+    for (const Member& m : table_->all()) to_digest(m, request.add_members());
+    v1::GossipResponse response;
+    grpc::ClientContext context;
+    set_deadline(context, config_.probe_timeout * 2);
+    auth_.attach(context, "Gossip");
+    if (v1::Peer::NewStub(channel(target.address))->Gossip(&context, request, &response).ok())
+        merge_all(*table_, response.members(), config_.membership.max_members, target.address.c_str());
+}
+
+void PeerNode::maintain_seeds(SteadyClock::time_point now) {
+    std::vector<std::string> due;
+    {
+        std::lock_guard lock(seeds_mutex_);
+        const auto known = table_->reachable_others();
+        for (auto& [seed, state] : seeds_) {
+            const bool member = std::any_of(known.begin(), known.end(), [&](const Member& m) { return m.address == seed; });
+            if (member || seed == address_) {
+                state = SeedState{};
+            } else if (now >= state.next_try) {
+                due.push_back(seed);
+            }
+        }
+    }
+    for (const auto& seed : due) {
+        std::string why;
+        const auto result = try_join(seed, &why);
+        if (result == JoinResult::Duplicate) spdlog::error("peer: {}", why);
+        std::lock_guard lock(seeds_mutex_);
+        auto& state = seeds_[seed];
+        state.backoff = result == JoinResult::Joined
+                            ? std::chrono::milliseconds(0)
+                            : std::min(config_.join_backoff_max,
+                                       std::max(config_.gossip_interval, state.backoff * 2));
+        state.next_try = SteadyClock::now() + state.backoff;
+    }
+}
+
+void PeerNode::tick() {
+    const auto now = SteadyClock::now();
+    for (uint64_t id : table_->expire(now)) spdlog::warn("peer: node {} declared dead", format_node_id(id));
+    maintain_seeds(now);
+
+    const auto others = table_->reachable_others();
+    if (others.empty()) return;
+    // Round-robin over a shuffled order (SWIM's bound on the time to first probe of a failure).
+    if (probe_next_ >= probe_order_.size()) {
+        probe_order_.clear();
+        for (const Member& m : others) probe_order_.push_back(m.node_id);
+        std::shuffle(probe_order_.begin(), probe_order_.end(), rng_);
+        probe_next_ = 0;
+    }
+    if (const auto target = table_->find(probe_order_[probe_next_++]);
+        target && (target->state == MemberState::Alive || target->state == MemberState::Suspect)) {
+        if (!probe(*target)) {
+            if (target->state == MemberState::Alive)
+                spdlog::info("peer: node {} at {} does not answer; suspect", format_node_id(target->node_id),
+                             target->address);
+            table_->suspect(target->node_id, SteadyClock::now());
+        }
+    }
+    gossip_with(others[std::uniform_int_distribution<size_t>(0, others.size() - 1)(rng_)]);
+    save_peer_cache();
+}
+
+void PeerNode::save_peer_cache() {
+    if (config_.data_dir.empty()) return;
+    std::vector<std::string> addresses;
+    for (const Member& m : table_->reachable_others())
+        if (table_->compatible(m) && addresses.size() < 64) addresses.push_back(m.address);
+    std::sort(addresses.begin(), addresses.end());
+    if (addresses.empty() || addresses == cached_addresses_) return;
+    std::string text;
+    for (const auto& a : addresses) text += a + "\n";
+    try {
+        write_file_atomic(config_.data_dir / "peers.txt", text);
+        cached_addresses_ = std::move(addresses);
+    } catch (const Error& e) {
+        spdlog::warn("peer: cannot save the peer cache: {}", e.what());
+    }
+}
+
+void PeerNode::run() {
+    auto next = SteadyClock::now();
+    std::unique_lock lock(run_mutex_);
+    while (!stopping_) {
+        if (wake_.wait_until(lock, next, [&] { return stopping_; })) break;
+        lock.unlock();
+        tick();
+        lock.lock();
+        next = std::max(next + config_.gossip_interval, SteadyClock::now());
+    }
+}
+
+void PeerNode::leave() { stop(true); }
+
+void PeerNode::kill() { stop(false); }
+
+void PeerNode::stop(bool announce) {
+    if (!running_.exchange(false)) return;
+    {
+        std::lock_guard lock(run_mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    if (announce) {
+        table_->leave();
+        v1::LeaveRequest request;
+        to_digest(table_->self(), request.mutable_leaver());
+        std::vector<std::future<void>> sent;
+        for (const Member& m : table_->reachable_others()) {
+            sent.push_back(std::async(std::launch::async, [&, address = m.address] {
+                v1::LeaveResponse response;
+                grpc::ClientContext context;
+                set_deadline(context, config_.probe_timeout);
+                auth_.attach(context, "Leave");
+                v1::Peer::NewStub(channel(address))->Leave(&context, request, &response);
+            }));
+        }
+        for (auto& s : sent) s.get();
+        spdlog::info("peer: node {} left the swarm", format_node_id(node_id()));
+    }
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+}
+
+}  // namespace starling

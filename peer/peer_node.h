@@ -1,0 +1,119 @@
+// One swarm member's peer layer: a gRPC server for the Peer service, bootstrap from seeds and a
+// cache of last-known peers, push-pull gossip of membership and SWIM failure detection (direct
+// probe, indirect probe through k members, suspicion, death), and a graceful leave. One thread
+// runs the protocol, one tick every gossip interval; the gRPC server answers on its own threads.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/server.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "peer/auth.h"
+#include "peer/identity.h"
+#include "peer/membership.h"
+
+namespace starling {
+
+struct PeerConfig {
+    std::string listen = "127.0.0.1:0";  // port 0: any free port (tests)
+    std::string announce;                 // what peers dial; empty: the listen host and bound port
+    std::vector<std::string> seeds;       // host:port of members to join through
+    std::string swarm_id = "starling";
+    std::string swarm_secret;             // the same on every node of a swarm; required
+    std::string fingerprint;              // the model's; members with another are never paired
+    std::filesystem::path data_dir;       // node.key and peers.txt; empty: fresh identity, no cache
+    std::chrono::milliseconds gossip_interval{1000};
+    std::chrono::milliseconds probe_timeout{500};
+    int indirect_probes = 3;
+    MembershipLimits membership;
+    std::chrono::milliseconds join_backoff_max{30000};
+    size_t max_message_bytes = 4u << 20;  // any one membership RPC
+    int max_server_threads = 32;
+    RateLimit rate_limit;
+};
+
+class PeerNode {
+public:
+    explicit PeerNode(PeerConfig config);
+    PeerNode(PeerConfig config, NodeIdentity identity);
+    ~PeerNode();  // stops like kill() if still running
+    PeerNode(const PeerNode&) = delete;
+    PeerNode& operator=(const PeerNode&) = delete;
+
+    // Binds, joins through the seeds (and cached peers), starts the protocol thread. When no seed
+    // answers the node starts alone and keeps retrying with backoff. Throws starling::Error when
+    // it cannot listen, when its announce address cannot work, or when another live node already
+    // holds its node id.
+    void start();
+    // Announces LEFT to every reachable member, then stops.
+    void leave();
+    // Stops at once without a word: what peers see when a node crashes.
+    void kill();
+
+    uint64_t node_id() const { return identity_.node_id(); }
+    const std::string& address() const { return address_; }
+    std::vector<Member> members() const { return table_->all(); }
+    std::vector<uint64_t> pairable_ids() const { return table_->pairable_ids(); }
+    void set_round(uint64_t round) { table_->set_round(round); }
+    // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
+    void add_seeds(const std::vector<std::string>& seeds);
+
+private:
+    class Service;
+    enum class JoinResult { Joined, Unreachable, Duplicate };
+
+    std::shared_ptr<grpc::Channel> channel(const std::string& address);
+    JoinResult try_join(const std::string& seed, std::string* why);
+    std::optional<Member> ping(const std::string& address, uint64_t target_id);
+    bool probe(const Member& target);
+    void gossip_with(const Member& target);
+    std::optional<std::string> duplicate_of(const Member& joiner);
+    void run();
+    void tick();
+    void maintain_seeds(SteadyClock::time_point now);
+    void save_peer_cache();
+    void stop(bool announce);
+
+    PeerConfig config_;
+    NodeIdentity identity_;
+    SwarmAuth auth_;
+    std::string address_;
+    std::unique_ptr<MemberTable> table_;
+    std::unique_ptr<Service> service_;
+    std::unique_ptr<grpc::Server> server_;
+
+    std::mutex channels_mutex_;
+    std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+
+    struct SeedState {
+        std::chrono::milliseconds backoff{0};
+        SteadyClock::time_point next_try{};
+    };
+    std::mutex seeds_mutex_;
+    std::map<std::string, SeedState> seeds_;
+
+    std::mt19937_64 rng_;  // the protocol thread's
+    std::vector<uint64_t> probe_order_;
+    size_t probe_next_ = 0;
+    std::vector<std::string> cached_addresses_;
+
+    std::mutex run_mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::atomic<bool> running_{false};
+    std::thread thread_;
+};
+
+}  // namespace starling

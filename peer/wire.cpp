@@ -1,0 +1,56 @@
+#include "peer/wire.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+#include "peer/address.h"
+
+namespace starling {
+namespace {
+
+constexpr size_t kMaxAddress = 262;  // a DNS name of 253, brackets, a colon and a port
+constexpr size_t kMaxLabel = 128;    // fingerprint, swarm id
+
+}  // namespace
+
+void to_digest(const Member& member, v1::MemberDigest* digest) {
+    digest->set_node_id(member.node_id);
+    digest->set_address(member.address);
+    digest->set_incarnation(member.incarnation);
+    digest->set_state(static_cast<v1::MemberState>(static_cast<int>(member.state)));
+    digest->set_round(member.round);
+    digest->set_fingerprint(member.fingerprint);
+    digest->set_protocol_version(member.protocol_version);
+    digest->set_swarm_id(member.swarm_id);
+    digest->set_public_key(member.public_key.data(), member.public_key.size());
+    digest->set_instance(member.instance);
+}
+
+std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
+    if (digest.public_key().size() != kPublicKeyBytes)
+        return fmt::format("public key of {} bytes, expected {}", digest.public_key().size(), kPublicKeyBytes);
+    Member member;
+    std::copy(digest.public_key().begin(), digest.public_key().end(), member.public_key.begin());
+    member.node_id = digest.node_id();
+    if (node_id_from_public_key(member.public_key) != member.node_id)
+        return fmt::format("node id {} does not match its public key", format_node_id(member.node_id));
+    if (digest.address().size() > kMaxAddress || !parse_host_port(digest.address()))
+        return fmt::format("node {}: address is not host:port", format_node_id(member.node_id));
+    if (digest.fingerprint().size() > kMaxLabel || digest.swarm_id().size() > kMaxLabel)
+        return fmt::format("node {}: fingerprint or swarm id longer than {} bytes", format_node_id(member.node_id),
+                           kMaxLabel);
+    const int state = digest.state();
+    if (state < static_cast<int>(MemberState::Alive) || state > static_cast<int>(MemberState::Left))
+        return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id), state);
+    member.address = digest.address();
+    member.incarnation = digest.incarnation();
+    member.state = static_cast<MemberState>(state);
+    member.round = digest.round();
+    member.fingerprint = digest.fingerprint();
+    member.protocol_version = digest.protocol_version();
+    member.swarm_id = digest.swarm_id();
+    member.instance = digest.instance();
+    return member;
+}
+
+}  // namespace starling

@@ -1,0 +1,18 @@
+// Conversions between the membership table and peer.proto. Digests from the wire are untrusted:
+// each is checked (public key size, node id derived from it, address form, field lengths) and a
+// bad one is dropped with the reason, never merged.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "peer/membership.h"
+#include "starling/v1/peer.pb.h"
+
+namespace starling {
+
+void to_digest(const Member& member, v1::MemberDigest* digest);
+// The member, or the reason the digest is unusable.
+std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest);
+
+}  // namespace starling

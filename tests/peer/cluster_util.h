@@ -1,0 +1,45 @@
+// Polling helpers for the cluster tests: real nodes converge in real time.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "peer/local_cluster.h"
+
+namespace starling::test {
+
+// Polls `done` every 10 ms until it holds or `limit` passes; returns the time it took, or fails
+// the test naming `what`.
+template <typename Predicate>
+std::chrono::milliseconds wait_for(const char* what, std::chrono::milliseconds limit, Predicate done) {
+    const auto start = std::chrono::steady_clock::now();
+    while (!done()) {
+        const auto elapsed = std::chrono::steady_clock::now() - start;
+        if (elapsed > limit) FAIL(what << ": not reached within " << limit.count() << " ms");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+}
+
+inline std::optional<MemberState> state_seen(const PeerNode& observer, uint64_t node_id) {
+    for (const Member& m : observer.members())
+        if (m.node_id == node_id) return m.state;
+    return std::nullopt;
+}
+
+// Every node in `nodes` sees every other one ALIVE.
+inline bool all_see_all_alive(const std::vector<PeerNode*>& nodes) {
+    for (const PeerNode* observer : nodes)
+        for (const PeerNode* other : nodes)
+            if (state_seen(*observer, other->node_id()) != MemberState::Alive) return false;
+    return true;
+}
+
+inline std::vector<PeerNode*> nodes_of(LocalCluster& cluster) {
+    std::vector<PeerNode*> nodes;
+    for (size_t i = 0; i < cluster.size(); ++i) nodes.push_back(&cluster.node(i));
+    return nodes;
+}
+
+}  // namespace starling::test

@@ -1,0 +1,179 @@
+// Real nodes, each a gRPC server on 127.0.0.1, gossiping every 100 ms (local_cluster_config).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "peer/local_cluster.h"
+#include "tests/peer/cluster_util.h"
+#include "tests/support/files.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A port free at the time of asking, for a node that must start later at a known address.
+uint16_t free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    socklen_t length = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+bool same_pairable_view(const std::vector<PeerNode*>& nodes) {
+    for (const PeerNode* node : nodes)
+        if (node->pairable_ids() != nodes.front()->pairable_ids()) return false;
+    return nodes.front()->pairable_ids().size() == nodes.size();
+}
+
+}  // namespace
+
+TEST_CASE("eight nodes converge to one membership view within 3 s") {
+    LocalCluster cluster(8);
+    const auto nodes = nodes_of(cluster);
+    const auto took = wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    WARN("8 nodes agreed on membership " << took.count() << " ms after the last one started");
+}
+
+TEST_CASE("a killed node is declared dead within its timeout and never pairable afterwards") {
+    LocalCluster cluster(5);
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    const uint64_t victim = cluster.node(4).node_id();
+    cluster.node(4).kill();
+    const std::vector<PeerNode*> survivors(nodes.begin(), nodes.begin() + 4);
+    // Found within a few probe rounds, then suspected for the 1 s suspicion timeout.
+    const auto took = wait_for("declared dead", 3000ms, [&] {
+        return std::all_of(survivors.begin(), survivors.end(),
+                           [&](PeerNode* n) { return state_seen(*n, victim) == MemberState::Dead; });
+    });
+    WARN("a killed node was declared dead by all 4 survivors after " << took.count() << " ms");
+    for (int i = 0; i < 20; ++i) {
+        for (PeerNode* n : survivors) {
+            const auto ids = n->pairable_ids();
+            REQUIRE(std::find(ids.begin(), ids.end(), victim) == ids.end());
+            REQUIRE(ids.size() == 4);
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+}
+
+TEST_CASE("a graceful leave is seen by every member when leave() returns") {
+    LocalCluster cluster(4);
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    const uint64_t leaver = cluster.node(3).node_id();
+    cluster.node(3).leave();
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(state_seen(cluster.node(i), leaver) == MemberState::Left);
+        REQUIRE(cluster.node(i).pairable_ids().size() == 3);
+    }
+}
+
+TEST_CASE("two groups started apart with one common seed merge into one swarm") {
+    const std::string a0_address = "127.0.0.1:" + std::to_string(free_port());
+    // Group B first: its founder's seeds name group A's founder, which is not up yet.
+    PeerConfig b_config = local_cluster_config();
+    b_config.seeds = {a0_address};
+    LocalCluster group_b(1, b_config);
+    PeerConfig b_member = local_cluster_config();
+    b_member.seeds = {group_b.node(0).address()};
+    for (int i = 0; i < 3; ++i) group_b.add(b_member);
+
+    PeerConfig a_config = local_cluster_config();
+    a_config.listen = a0_address;
+    LocalCluster group_a(1, a_config);
+    PeerConfig a_member = local_cluster_config();
+    a_member.seeds = {a0_address};
+    for (int i = 0; i < 3; ++i) group_a.add(a_member);
+    std::vector<PeerNode*> everyone = nodes_of(group_a);
+    for (PeerNode* n : nodes_of(group_b)) everyone.push_back(n);
+    REQUIRE(everyone.size() == 8);
+    const auto took = wait_for("one swarm", 5000ms, [&] { return all_see_all_alive(everyone); });
+    WARN("two groups of 4 merged " << took.count() << " ms after the common seed came up");
+}
+
+TEST_CASE("a restarted node comes back under its id, through its cache of peers alone") {
+    TempDir dir;
+    LocalCluster cluster(3);
+    PeerConfig config = local_cluster_config();
+    config.data_dir = dir.path();
+    config.seeds = {cluster.node(0).address()};
+    auto node = std::make_unique<PeerNode>(config);
+    node->start();
+    const uint64_t id = node->node_id();
+    std::vector<PeerNode*> nodes = nodes_of(cluster);
+    nodes.push_back(node.get());
+    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    wait_for("peers.txt", 2000ms, [&] { return std::filesystem::exists(dir.path() / "peers.txt"); });
+    node->kill();
+    wait_for("declared dead", 3000ms, [&] { return state_seen(cluster.node(1), id) == MemberState::Dead; });
+
+    config.seeds.clear();
+    node = std::make_unique<PeerNode>(config);
+    node->start();
+    REQUIRE(node->node_id() == id);
+    nodes.back() = node.get();
+    wait_for("back alive", 3000ms, [&] { return all_see_all_alive(nodes); });
+}
+
+TEST_CASE("a second process with the same key refuses to start") {
+    TempDir dir;
+    LocalCluster cluster(2);
+    PeerConfig config = local_cluster_config();
+    config.data_dir = dir.path() / "a";
+    config.seeds = {cluster.node(0).address()};
+    PeerNode original(config);
+    original.start();
+    wait_for("joined", 3000ms, [&] { return state_seen(cluster.node(1), original.node_id()) == MemberState::Alive; });
+
+    std::filesystem::create_directories(dir.path() / "b");
+    std::filesystem::copy_file(dir.path() / "a" / "node.key", dir.path() / "b" / "node.key");
+    config.data_dir = dir.path() / "b";
+    PeerNode clone(config);
+    REQUIRE(clone.node_id() == original.node_id());
+    try {
+        clone.start();
+        FAIL("a clone of a live node started");
+    } catch (const Error& e) {
+        REQUIRE_THAT(e.what(), Catch::Contains("already live") && Catch::Contains(original.address()));
+    }
+    REQUIRE(state_seen(cluster.node(0), original.node_id()) == MemberState::Alive);
+}
+
+TEST_CASE("a node with another model fingerprint is listed but never pairable") {
+    LocalCluster cluster(3);
+    PeerConfig config = local_cluster_config();
+    config.fingerprint = "another model";
+    config.seeds = {cluster.node(0).address()};
+    PeerNode& stranger = cluster.add(config);
+    const auto nodes = nodes_of(cluster);
+    wait_for("listed", 3000ms, [&] { return all_see_all_alive(nodes); });
+    for (int i = 0; i < 3; ++i) REQUIRE(cluster.node(i).pairable_ids().size() == 3);
+    REQUIRE(stranger.pairable_ids() == std::vector<uint64_t>{stranger.node_id()});
+}
+
+TEST_CASE("a node with the wrong swarm secret cannot join") {
+    LocalCluster cluster(2);
+    PeerConfig config = local_cluster_config();
+    config.swarm_secret = "not the secret";
+    config.seeds = {cluster.node(0).address()};
+    PeerNode& outsider = cluster.add(config);
+    std::this_thread::sleep_for(500ms);
+    REQUIRE_FALSE(state_seen(cluster.node(0), outsider.node_id()).has_value());
+    REQUIRE_FALSE(state_seen(cluster.node(1), outsider.node_id()).has_value());
+    REQUIRE(outsider.members().size() == 1);
+}

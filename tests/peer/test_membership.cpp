@@ -1,0 +1,146 @@
+#include <catch2/catch.hpp>
+
+#include "peer/membership.h"
+
+using namespace starling;
+using namespace std::chrono_literals;
+
+namespace {
+
+const SteadyClock::time_point t0{};
+
+Member member(uint64_t id, uint64_t incarnation, MemberState state, uint64_t instance = 1) {
+    Member m;
+    m.node_id = id;
+    m.address = "127.0.0.1:" + std::to_string(7000 + id);
+    m.incarnation = incarnation;
+    m.state = state;
+    m.fingerprint = "f";
+    m.swarm_id = "s";
+    m.instance = instance;
+    return m;
+}
+
+MemberTable table_with_limits(MembershipLimits limits = {1000ms, 5000ms, 16}) {
+    return MemberTable(member(100, 50, MemberState::Alive, 42), limits);
+}
+
+MemberState state_of(const MemberTable& table, uint64_t id) { return table.find(id).value().state; }
+
+}  // namespace
+
+TEST_CASE("the higher incarnation wins; at one incarnation LEFT > DEAD > SUSPECT > ALIVE") {
+    MemberTable table = table_with_limits();
+    REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0) == MemberTable::Merge::Added);
+    REQUIRE(table.merge(member(1, 5, MemberState::Suspect), t0) == MemberTable::Merge::Updated);
+    REQUIRE(state_of(table, 1) == MemberState::Suspect);
+    // An ALIVE at the same incarnation cannot clear a suspicion; the member must refute.
+    REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(state_of(table, 1) == MemberState::Suspect);
+    REQUIRE(table.merge(member(1, 6, MemberState::Alive), t0) == MemberTable::Merge::Updated);
+    REQUIRE(state_of(table, 1) == MemberState::Alive);
+    REQUIRE(table.merge(member(1, 6, MemberState::Dead), t0) == MemberTable::Merge::Updated);
+    REQUIRE(table.merge(member(1, 6, MemberState::Suspect), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.merge(member(1, 6, MemberState::Left), t0) == MemberTable::Merge::Updated);
+    REQUIRE(table.merge(member(1, 6, MemberState::Dead), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(state_of(table, 1) == MemberState::Left);
+    // A restart carries a later incarnation and supersedes the departure.
+    REQUIRE(table.merge(member(1, 9, MemberState::Alive, 2), t0) == MemberTable::Merge::Updated);
+    REQUIRE(state_of(table, 1) == MemberState::Alive);
+    REQUIRE(table.find(1)->instance == 2);
+}
+
+TEST_CASE("the round of a member only moves forward at one incarnation") {
+    MemberTable table = table_with_limits();
+    Member m = member(1, 5, MemberState::Alive);
+    m.round = 10;
+    table.merge(m, t0);
+    m.round = 7;
+    table.merge(m, t0);
+    REQUIRE(table.find(1)->round == 10);
+    m.round = 12;
+    table.merge(m, t0);
+    REQUIRE(table.find(1)->round == 12);
+}
+
+TEST_CASE("unknown members reported dead or left are not added") {
+    MemberTable table = table_with_limits();
+    REQUIRE(table.merge(member(1, 5, MemberState::Dead), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.merge(member(2, 5, MemberState::Left), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.all().size() == 1);
+}
+
+TEST_CASE("a node refutes a suspicion of itself by raising its incarnation") {
+    MemberTable table = table_with_limits();
+    REQUIRE(table.merge(member(100, 50, MemberState::Suspect, 42), t0) == MemberTable::Merge::Refuted);
+    REQUIRE(table.self().incarnation == 51);
+    REQUIRE(table.self().state == MemberState::Alive);
+    // Old news about an earlier incarnation needs no answer.
+    REQUIRE(table.merge(member(100, 50, MemberState::Dead, 42), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.merge(member(100, 51, MemberState::Dead, 42), t0) == MemberTable::Merge::Refuted);
+    REQUIRE(table.self().incarnation == 52);
+    // A leaving node does not argue with reports of its departure.
+    table.leave();
+    REQUIRE(table.merge(member(100, 52, MemberState::Dead, 42), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.self().state == MemberState::Left);
+}
+
+TEST_CASE("a live digest with this node's id from another instance is a duplicate; old runs are not") {
+    MemberTable table = table_with_limits();
+    REQUIRE(table.merge(member(100, 60, MemberState::Alive, 7), t0) == MemberTable::Merge::Duplicate);
+    REQUIRE(table.merge(member(100, 40, MemberState::Alive, 7), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.merge(member(100, 60, MemberState::Dead, 7), t0) == MemberTable::Merge::Ignored);
+    REQUIRE(table.self().incarnation == 50);
+}
+
+TEST_CASE("suspicion turns into death after the timeout; the dead are listed, then purged for good") {
+    MemberTable table = table_with_limits();
+    table.merge(member(1, 5, MemberState::Alive), t0);
+    table.merge(member(2, 5, MemberState::Alive), t0);
+    table.suspect(1, t0);
+    REQUIRE(state_of(table, 1) == MemberState::Suspect);
+    REQUIRE(table.expire(t0 + 999ms).empty());
+    REQUIRE(table.expire(t0 + 1000ms) == std::vector<uint64_t>{1});
+    REQUIRE(state_of(table, 1) == MemberState::Dead);
+    REQUIRE(state_of(table, 2) == MemberState::Alive);
+    table.expire(t0 + 1000ms + 4999ms);
+    REQUIRE(table.find(1).has_value());
+    table.expire(t0 + 1000ms + 5000ms);
+    REQUIRE_FALSE(table.find(1).has_value());
+    // A straggler's stale ALIVE cannot bring it back; a restart (later incarnation) can.
+    REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Ignored);
+    REQUIRE(table.merge(member(1, 6, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Added);
+}
+
+TEST_CASE("a suspicion learned from gossip is timed from when this node learned it") {
+    MemberTable table = table_with_limits();
+    table.merge(member(1, 5, MemberState::Alive), t0);
+    table.merge(member(1, 5, MemberState::Suspect), t0 + 3s);
+    REQUIRE(table.expire(t0 + 3s + 999ms).empty());
+    REQUIRE(table.expire(t0 + 4s) == std::vector<uint64_t>{1});
+}
+
+TEST_CASE("the table holds at most max_members entries") {
+    MemberTable table = table_with_limits({1000ms, 5000ms, 4});
+    for (uint64_t id = 1; id <= 10; ++id) table.merge(member(id, 1, MemberState::Alive), t0);
+    REQUIRE(table.all().size() == 4);
+}
+
+TEST_CASE("only alive, compatible members are pairable") {
+    MemberTable table = table_with_limits();
+    table.merge(member(1, 5, MemberState::Alive), t0);
+    table.merge(member(2, 5, MemberState::Alive), t0);
+    table.merge(member(3, 5, MemberState::Alive), t0);
+    Member other_model = member(4, 5, MemberState::Alive);
+    other_model.fingerprint = "g";
+    Member other_swarm = member(5, 5, MemberState::Alive);
+    other_swarm.swarm_id = "t";
+    Member other_protocol = member(6, 5, MemberState::Alive);
+    other_protocol.protocol_version = kProtocolVersion + 1;
+    for (const Member& m : {other_model, other_swarm, other_protocol}) table.merge(m, t0);
+    table.suspect(2, t0);
+    table.merge(member(3, 5, MemberState::Left), t0);
+    REQUIRE(table.pairable_ids() == std::vector<uint64_t>{1, 100});
+    REQUIRE(table.all().size() == 7);  // the incompatible ones are still listed
+    REQUIRE(table.reachable_others().size() == 5);
+}
