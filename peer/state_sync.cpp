@@ -1,0 +1,362 @@
+#include "peer/state_sync.h"
+
+#include <grpcpp/create_channel.h>
+#include <sodium.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <fmt/format.h>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "peer/identity.h"
+
+namespace starling {
+namespace {
+
+Hash256 blake2b(std::span<const std::byte> bytes) {
+    Hash256 hash{};
+    crypto_generichash(hash.data(), hash.size(), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                       nullptr, 0);
+    return hash;
+}
+
+template <typename T>
+void append_le(std::string& out, T value) {
+    for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+std::span<const std::byte> as_bytes(std::string_view text) { return std::as_bytes(std::span(text.data(), text.size())); }
+
+std::string hex_prefix(const Hash256& id) {
+    return fmt::format("{:02x}{:02x}{:02x}{:02x}", id[0], id[1], id[2], id[3]);
+}
+
+}  // namespace
+
+uint64_t SnapshotManifestInfo::chunk_size(uint32_t index) const {
+    const uint64_t start = uint64_t{index} * chunk_bytes;
+    return std::min<uint64_t>(chunk_bytes, total_bytes - start);
+}
+
+Hash256 SnapshotManifestInfo::computed_id() const {
+    std::string canonical = "starling snapshot v1";
+    append_le<uint32_t>(canonical, static_cast<uint32_t>(fingerprint.size()));
+    canonical += fingerprint;
+    append_le<uint64_t>(canonical, round);
+    append_le<uint64_t>(canonical, total_bytes);
+    append_le<uint32_t>(canonical, chunk_bytes);
+    append_le<uint32_t>(canonical, chunk_count());
+    for (const Hash256& h : chunk_hashes) canonical.append(reinterpret_cast<const char*>(h.data()), h.size());
+    append_le<uint32_t>(canonical, static_cast<uint32_t>(metadata.size()));
+    canonical += metadata;
+    return blake2b(as_bytes(canonical));
+}
+
+Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
+                   uint32_t chunk_bytes)
+    : bytes_(std::move(bytes)) {
+    ensure_sodium();
+    if (chunk_bytes == 0 || chunk_bytes > kMaxSnapshotChunkBytes)
+        throw Error(fmt::format("snapshot chunk size {} is outside 1..{}", chunk_bytes, kMaxSnapshotChunkBytes));
+    if (metadata.size() > kMaxSnapshotMetadataBytes)
+        throw Error(fmt::format("snapshot metadata of {} bytes exceeds {}", metadata.size(), kMaxSnapshotMetadataBytes));
+    manifest_.fingerprint = std::move(fingerprint);
+    manifest_.round = round;
+    manifest_.total_bytes = bytes_.size();
+    manifest_.chunk_bytes = chunk_bytes;
+    manifest_.metadata = std::move(metadata);
+    for (uint64_t start = 0; start < bytes_.size(); start += chunk_bytes)
+        manifest_.chunk_hashes.push_back(
+            blake2b(std::span(bytes_).subspan(start, std::min<uint64_t>(chunk_bytes, bytes_.size() - start))));
+    manifest_.id = manifest_.computed_id();
+}
+
+std::span<const std::byte> Snapshot::chunk(uint32_t index) const {
+    return std::span(bytes_).subspan(uint64_t{index} * manifest_.chunk_bytes, manifest_.chunk_size(index));
+}
+
+void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
+    std::lock_guard lock(mutex_);
+    snapshots_.push_back(std::move(snapshot));
+    while (snapshots_.size() > keep_) snapshots_.pop_front();
+}
+
+std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
+    std::lock_guard lock(mutex_);
+    return snapshots_.empty() ? nullptr : snapshots_.back();
+}
+
+std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned char> id) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& s : snapshots_)
+        if (std::equal(id.begin(), id.end(), s->manifest().id.begin(), s->manifest().id.end())) return s;
+    return nullptr;
+}
+
+void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out) {
+    out->set_snapshot_id(manifest.id.data(), manifest.id.size());
+    out->set_fingerprint(manifest.fingerprint);
+    out->set_round(manifest.round);
+    out->set_total_bytes(manifest.total_bytes);
+    out->set_chunk_bytes(manifest.chunk_bytes);
+    for (const Hash256& h : manifest.chunk_hashes) out->add_chunk_hashes(h.data(), h.size());
+    out->set_metadata(manifest.metadata);
+}
+
+StateSyncService::StateSyncService(const SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks)
+    : store_(store), auth_(auth), max_concurrent_chunks_(max_concurrent_chunks) {}
+
+grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest*,
+                                           v1::SnapshotManifest* response) {
+    uint64_t caller = 0;
+    if (auto status = auth_.verify(*context, "GetManifest", &caller); !status.ok()) return status;
+    const auto snapshot = store_.latest();
+    if (!snapshot) return {grpc::StatusCode::UNAVAILABLE, "this node has no snapshot to offer yet"};
+    to_proto(snapshot->manifest(), response);
+    return grpc::Status::OK;
+}
+
+grpc::Status StateSyncService::FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest* request,
+                                          v1::SnapshotChunk* response) {
+    uint64_t caller = 0;
+    if (auto status = auth_.verify(*context, "FetchChunk", &caller); !status.ok()) return status;
+    const auto snapshot = store_.find({reinterpret_cast<const unsigned char*>(request->snapshot_id().data()),
+                                       request->snapshot_id().size()});
+    if (!snapshot) return {grpc::StatusCode::NOT_FOUND, "snapshot no longer held; ask for the manifest again"};
+    if (request->index() >= snapshot->manifest().chunk_count())
+        return {grpc::StatusCode::OUT_OF_RANGE,
+                fmt::format("chunk {} of a snapshot with {}", request->index(), snapshot->manifest().chunk_count())};
+    if (serving_.fetch_add(1) >= max_concurrent_chunks_) {
+        serving_.fetch_sub(1);
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                fmt::format("already serving {} chunks; try again shortly", max_concurrent_chunks_)};
+    }
+    const auto bytes = snapshot->chunk(request->index());
+    response->set_index(request->index());
+    response->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    serving_.fetch_sub(1);
+    return grpc::Status::OK;
+}
+
+SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const SnapshotExpectation& expected) {
+    SnapshotManifestInfo info;
+    if (manifest.fingerprint() != expected.fingerprint)
+        throw Error(fmt::format("snapshot of another model (fingerprint '{}', this node '{}')", manifest.fingerprint(),
+                                expected.fingerprint));
+    if (manifest.total_bytes() != expected.total_bytes)
+        throw Error(fmt::format("snapshot of {} bytes, this node's state takes {}", manifest.total_bytes(),
+                                expected.total_bytes));
+    if (manifest.chunk_bytes() == 0 || manifest.chunk_bytes() > kMaxSnapshotChunkBytes)
+        throw Error(fmt::format("snapshot chunk size {} outside 1..{}", manifest.chunk_bytes(), kMaxSnapshotChunkBytes));
+    const uint64_t count = (expected.total_bytes + manifest.chunk_bytes() - 1) / manifest.chunk_bytes();
+    if (static_cast<uint64_t>(manifest.chunk_hashes_size()) != count)
+        throw Error(fmt::format("snapshot lists {} chunk hashes for {} chunks", manifest.chunk_hashes_size(), count));
+    if (manifest.metadata().size() > kMaxSnapshotMetadataBytes) throw Error("snapshot metadata too large");
+    if (manifest.snapshot_id().size() != info.id.size()) throw Error("snapshot id is not 32 bytes");
+    info.fingerprint = manifest.fingerprint();
+    info.round = manifest.round();
+    info.total_bytes = manifest.total_bytes();
+    info.chunk_bytes = manifest.chunk_bytes();
+    info.metadata = manifest.metadata();
+    for (const auto& h : manifest.chunk_hashes()) {
+        if (h.size() != 32) throw Error("snapshot chunk hash is not 32 bytes");
+        Hash256& hash = info.chunk_hashes.emplace_back();
+        std::memcpy(hash.data(), h.data(), hash.size());
+    }
+    std::memcpy(info.id.data(), manifest.snapshot_id().data(), info.id.size());
+    if (info.computed_id() != info.id) throw Error("snapshot manifest does not match its id (damaged or forged)");
+    return info;
+}
+
+namespace {
+
+// One fetch of one snapshot from the donors that hold it: a shared queue of chunk indices that
+// per-donor workers drain. A donor that fails gives its chunk back and stops.
+class ChunkFetch {
+public:
+    ChunkFetch(const SnapshotManifestInfo& manifest, std::vector<char>& done, std::span<std::byte> destination,
+               SwarmAuth& auth, const FetchOptions& options)
+        : manifest_(manifest), done_(done), destination_(destination), auth_(auth), options_(options) {
+        for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
+            if (!done_[i]) pending_.push_back(i);
+        finished_ = manifest.chunk_count() - static_cast<uint32_t>(pending_.size());
+    }
+
+    // Runs workers for every donor; returns the donors to drop (failed or lied).
+    std::vector<std::string> run(const std::map<std::string, std::shared_ptr<grpc::Channel>>& donors,
+                                 std::map<std::string, uint32_t>& delivered, std::string& last_error) {
+        std::vector<std::thread> workers;
+        for (const auto& [address, channel] : donors)
+            for (int slot = 0; slot < options_.inflight_per_donor; ++slot)
+                workers.emplace_back([&, address = address, channel = channel] { work(address, channel); });
+        for (auto& w : workers) w.join();
+        for (const auto& [address, count] : delivered_) delivered[address] += count;
+        last_error = last_error_;
+        return {dropped_.begin(), dropped_.end()};
+    }
+
+private:
+    void work(const std::string& address, const std::shared_ptr<grpc::Channel>& channel) {
+        const auto stub = v1::StateSync::NewStub(channel);
+        for (;;) {
+            uint32_t index = 0;
+            {
+                std::unique_lock lock(mutex_);
+                wake_.wait(lock, [&] { return !pending_.empty() || inflight_ == 0 || stopped_.contains(address); });
+                if (pending_.empty() || stopped_.contains(address)) return;
+                index = pending_.front();
+                pending_.pop_front();
+                ++inflight_;
+            }
+            std::string error;
+            grpc::StatusCode code = grpc::StatusCode::OK;
+            const bool ok = fetch_one(*stub, index, &error, &code);
+            // Busy: wait and retry. Not found: an honest donor that moved on to a newer snapshot;
+            // it stops serving this fetch but may offer the next one. Anything else: dropped.
+            const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+            const bool stale = code == grpc::StatusCode::NOT_FOUND;
+            std::lock_guard lock(mutex_);
+            --inflight_;
+            if (ok) {
+                done_[index] = 1;
+                ++delivered_[address];
+                if (options_.progress) options_.progress(++finished_, manifest_.chunk_count());
+            } else {
+                pending_.push_back(index);
+                if (!busy) {
+                    stopped_.insert(address);
+                    last_error_ = fmt::format("donor {}: {}", address, error);
+                }
+                if (!busy && !stale) {
+                    dropped_.insert(address);
+                    spdlog::warn("state sync: dropping {}", last_error_);
+                }
+            }
+            wake_.notify_all();
+            if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+
+    // On failure *code is the call's status, or INVALID_ARGUMENT for bad data.
+    bool fetch_one(v1::StateSync::Stub& stub, uint32_t index, std::string* error, grpc::StatusCode* code) {
+        v1::FetchChunkRequest request;
+        request.set_snapshot_id(manifest_.id.data(), manifest_.id.size());
+        request.set_index(index);
+        v1::SnapshotChunk response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+        auth_.attach(context, "FetchChunk");
+        const auto status = stub.FetchChunk(&context, request, &response);
+        if (!status.ok()) {
+            *code = status.error_code();
+            *error = status.error_message();
+            return false;
+        }
+        *code = grpc::StatusCode::INVALID_ARGUMENT;
+        const auto& data = response.data();
+        if (response.index() != index || data.size() != manifest_.chunk_size(index)) {
+            *error = fmt::format("chunk {} came back as chunk {} of {} bytes", index, response.index(), data.size());
+            return false;
+        }
+        if (blake2b(as_bytes(data)) != manifest_.chunk_hashes[index]) {
+            *error = fmt::format("chunk {} does not match its hash in the manifest", index);
+            return false;
+        }
+        std::memcpy(destination_.data() + uint64_t{index} * manifest_.chunk_bytes, data.data(), data.size());
+        return true;
+    }
+
+    const SnapshotManifestInfo& manifest_;
+    std::vector<char>& done_;
+    std::span<std::byte> destination_;
+    SwarmAuth& auth_;
+    const FetchOptions& options_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<uint32_t> pending_;
+    int inflight_ = 0;
+    uint32_t finished_ = 0;
+    std::set<std::string> stopped_;  // no more chunks from these in this fetch
+    std::set<std::string> dropped_;  // nor in any later one
+    std::map<std::string, uint32_t> delivered_;
+    std::string last_error_;
+};
+
+}  // namespace
+
+FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const SnapshotExpectation& expected, std::span<std::byte> destination,
+                           const FetchOptions& options) {
+    ensure_sodium();
+    if (destination.size() != expected.total_bytes)
+        throw Error(fmt::format("state sync: destination of {} bytes for a state of {}", destination.size(),
+                                expected.total_bytes));
+    std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
+    for (const auto& address : donors) {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(static_cast<int>(kMaxSnapshotChunkBytes + kMaxSnapshotMetadataBytes + (64u << 10)));
+        channels[address] = grpc::CreateCustomChannel(address, credentials, args);
+    }
+    FetchResult result;
+    std::vector<char> done;
+    std::string last_error = "no donor offered a snapshot";
+    for (int attempt = 0; attempt < options.attempts && !channels.empty(); ++attempt) {
+        // Every donor's manifest at once; group the donors by the snapshot they offer.
+        std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
+        for (const auto& [address, channel] : channels) {
+            asked[address] = std::async(std::launch::async, [&, channel = channel] {
+                v1::SnapshotManifest manifest;
+                grpc::ClientContext context;
+                context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+                auth.attach(context, "GetManifest");
+                auto status = v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
+                return std::make_pair(status, manifest);
+            });
+        }
+        std::map<Hash256, std::pair<SnapshotManifestInfo, std::vector<std::string>>> offers;
+        for (auto& [address, answer] : asked) {
+            auto [status, manifest] = answer.get();
+            try {
+                if (!status.ok()) throw Error(status.error_message());
+                SnapshotManifestInfo info = check_manifest(manifest, expected);
+                offers[info.id].first = info;
+                offers[info.id].second.push_back(address);
+            } catch (const Error& e) {
+                last_error = fmt::format("donor {}: {}", address, e.what());
+                spdlog::warn("state sync: {}", last_error);
+                channels.erase(address);
+            }
+        }
+        if (offers.empty()) break;
+        // The snapshot most donors hold, the newest among equals: the most bandwidth to fetch from.
+        const auto best = std::max_element(offers.begin(), offers.end(), [](const auto& a, const auto& b) {
+            return std::make_pair(a.second.second.size(), a.second.first.round) <
+                   std::make_pair(b.second.second.size(), b.second.first.round);
+        });
+        const SnapshotManifestInfo& manifest = best->second.first;
+        // Chunks already fetched for an earlier snapshot stay where their hash is unchanged.
+        std::vector<char> keep(manifest.chunk_count(), 0);
+        if (!done.empty() && result.manifest.chunk_bytes == manifest.chunk_bytes)
+            for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
+                keep[i] = done[i] && result.manifest.chunk_hashes[i] == manifest.chunk_hashes[i];
+        done = std::move(keep);
+        result.manifest = manifest;
+        std::map<std::string, std::shared_ptr<grpc::Channel>> holders;
+        for (const auto& address : best->second.second) holders[address] = channels[address];
+        spdlog::info("state sync: snapshot {} of round {} ({} bytes, {} chunks) from {} donor(s)",
+                     hex_prefix(manifest.id), manifest.round, manifest.total_bytes, manifest.chunk_count(),
+                     holders.size());
+        ChunkFetch fetch(manifest, done, destination, auth, options);
+        for (const auto& address : fetch.run(holders, result.chunks_per_donor, last_error)) channels.erase(address);
+        if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) return result;
+    }
+    throw Error("state sync: no donor could deliver a verified snapshot (last problem: " + last_error + ")");
+}
+
+}  // namespace starling

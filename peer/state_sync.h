@@ -1,0 +1,131 @@
+// State sync: how a joiner catches up. A live node publishes immutable snapshots of its training
+// state (phi, outer momentum, AdamW state and counters, as bytes the daemon lays out) into a
+// SnapshotStore, and serves them chunk by chunk through the StateSync service. A joiner asks
+// every candidate donor for its manifest, picks the snapshot most donors hold, and fetches its
+// chunks from all of them at once, a few in flight per donor, checking every chunk against the
+// manifest's hash. A donor that dies or lies is dropped and its chunks go to the others; when no
+// holder of that snapshot is left, the joiner starts over from another snapshot and keeps every
+// chunk whose hash is unchanged.
+#pragma once
+
+#include <grpcpp/security/credentials.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "peer/auth.h"
+#include "starling/v1/state.grpc.pb.h"
+
+namespace starling {
+
+inline constexpr uint32_t kDefaultSnapshotChunkBytes = 1u << 20;
+// Below every RPC size cap (4 MiB) with room for framing.
+inline constexpr uint32_t kMaxSnapshotChunkBytes = 2u << 20;
+inline constexpr size_t kMaxSnapshotMetadataBytes = 64u << 10;
+
+using Hash256 = std::array<unsigned char, 32>;
+
+// A checked manifest.
+struct SnapshotManifestInfo {
+    Hash256 id{};
+    std::string fingerprint;
+    uint64_t round = 0;
+    uint64_t total_bytes = 0;
+    uint32_t chunk_bytes = 0;
+    std::vector<Hash256> chunk_hashes;
+    std::string metadata;
+
+    uint32_t chunk_count() const { return static_cast<uint32_t>(chunk_hashes.size()); }
+    uint64_t chunk_size(uint32_t index) const;  // the last chunk may be short
+    // BLAKE2b-256 of the canonical encoding of every field but id.
+    Hash256 computed_id() const;
+};
+
+class Snapshot {
+public:
+    // Hashes every chunk. Throws starling::Error on a chunk size of 0 or above
+    // kMaxSnapshotChunkBytes, or metadata above kMaxSnapshotMetadataBytes.
+    Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
+             uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
+    const SnapshotManifestInfo& manifest() const { return manifest_; }
+    std::span<const std::byte> chunk(uint32_t index) const;
+    std::span<const std::byte> bytes() const { return bytes_; }
+
+private:
+    SnapshotManifestInfo manifest_;
+    std::vector<std::byte> bytes_;
+};
+
+// The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next
+// publish.
+class SnapshotStore {
+public:
+    explicit SnapshotStore(size_t keep = 2) : keep_(keep) {}
+    void publish(std::shared_ptr<const Snapshot> snapshot);
+    std::shared_ptr<const Snapshot> latest() const;
+    std::shared_ptr<const Snapshot> find(std::span<const unsigned char> id) const;
+
+private:
+    size_t keep_;
+    mutable std::mutex mutex_;
+    std::deque<std::shared_ptr<const Snapshot>> snapshots_;  // newest last
+};
+
+class StateSyncService final : public v1::StateSync::Service {
+public:
+    // max_concurrent_chunks: chunks served at once; more get RESOURCE_EXHAUSTED so one joiner
+    // (or many) cannot starve the donor's training.
+    StateSyncService(const SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks = 4);
+
+    grpc::Status GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest* request,
+                             v1::SnapshotManifest* response) override;
+    grpc::Status FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest* request,
+                            v1::SnapshotChunk* response) override;
+
+private:
+    const SnapshotStore& store_;
+    SwarmAuth& auth_;
+    int max_concurrent_chunks_;
+    std::atomic<int> serving_{0};
+};
+
+void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out);
+
+struct SnapshotExpectation {
+    std::string fingerprint;  // this node's model
+    uint64_t total_bytes = 0; // what this node's model implies: never what a donor says
+};
+// The manifest, or throws starling::Error naming what is wrong with it.
+SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const SnapshotExpectation& expected);
+
+struct FetchOptions {
+    std::chrono::milliseconds call_timeout{10000};  // any one call
+    int inflight_per_donor = 2;
+    int attempts = 3;  // manifests asked for again after the holders of a snapshot are gone
+    // Called after every verified chunk, from the fetching threads.
+    std::function<void(uint32_t done, uint32_t total)> progress;
+};
+
+struct FetchResult {
+    SnapshotManifestInfo manifest;
+    std::map<std::string, uint32_t> chunks_per_donor;  // verified chunks each donor delivered
+};
+
+// Fetches a snapshot into destination (expected.total_bytes long) from the donors at the given
+// addresses. Throws starling::Error naming the problem when no donor can deliver a verified one.
+FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const SnapshotExpectation& expected, std::span<std::byte> destination,
+                           const FetchOptions& options = {});
+
+}  // namespace starling

@@ -1,0 +1,262 @@
+// Snapshot donors are real StateSync gRPC servers on 127.0.0.1; the joiner fetches from them.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <random>
+
+#include "common/error.h"
+#include "peer/state_sync.h"
+
+using namespace starling;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kSecret = "state sync test secret";
+const std::string kFingerprint = "00000000deadbeef";
+constexpr uint32_t kChunk = 64u << 10;
+constexpr uint64_t kTotal = 40 * kChunk + 1234;  // 41 chunks, the last one short
+
+std::vector<std::byte> random_bytes(uint64_t n, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::byte> bytes(n);
+    for (auto& b : bytes) b = static_cast<std::byte>(rng());
+    return bytes;
+}
+
+std::shared_ptr<const Snapshot> snapshot_of(const std::vector<std::byte>& bytes, uint64_t round) {
+    return std::make_shared<Snapshot>(kFingerprint, round, "counters", bytes, kChunk);
+}
+
+// A donor: a real gRPC server with any StateSync service.
+struct Donor {
+    NodeIdentity identity = NodeIdentity::generate();
+    SwarmAuth auth{kSecret, identity};
+    SnapshotStore store;
+    std::unique_ptr<grpc::Service> service;
+    std::unique_ptr<grpc::Server> server;
+    std::string address;
+
+    explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr) : store(keep) {
+        service = custom ? std::move(custom) : std::make_unique<StateSyncService>(store, auth);
+        int port = 0;
+        grpc::ServerBuilder builder;
+        builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+        builder.RegisterService(service.get());
+        server = builder.BuildAndStart();
+        address = "127.0.0.1:" + std::to_string(port);
+    }
+    void kill() { server->Shutdown(std::chrono::system_clock::now()); }
+};
+
+// Offers an honest manifest and corrupts every chunk it serves.
+class LyingDonor final : public v1::StateSync::Service {
+public:
+    explicit LyingDonor(std::shared_ptr<const Snapshot> snapshot) : snapshot_(std::move(snapshot)) {}
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+        to_proto(snapshot_->manifest(), out);
+        return grpc::Status::OK;
+    }
+    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request, v1::SnapshotChunk* out) override {
+        const auto bytes = snapshot_->chunk(request->index());
+        std::string data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        data[data.size() / 2] ^= 1;
+        out->set_index(request->index());
+        out->set_data(data);
+        return grpc::Status::OK;
+    }
+
+private:
+    std::shared_ptr<const Snapshot> snapshot_;
+};
+
+struct Joiner {
+    NodeIdentity identity = NodeIdentity::generate();
+    SwarmAuth auth{kSecret, identity};
+    std::vector<std::byte> state = std::vector<std::byte>(kTotal);
+
+    FetchResult fetch(const std::vector<std::string>& donors, FetchOptions options = {}) {
+        options.call_timeout = 2000ms;
+        return fetch_snapshot(donors, auth, grpc::InsecureChannelCredentials(), {kFingerprint, kTotal}, state, options);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a joiner fetches the snapshot most donors hold, from all of them, verified") {
+    const auto bytes = random_bytes(kTotal, 1);
+    std::vector<std::unique_ptr<Donor>> donors;
+    for (int i = 0; i < 3; ++i) {
+        donors.push_back(std::make_unique<Donor>());
+        donors.back()->store.publish(snapshot_of(bytes, 10));
+    }
+    donors.push_back(std::make_unique<Donor>());
+    donors.back()->store.publish(snapshot_of(random_bytes(kTotal, 2), 11));  // newer, but alone
+
+    Joiner joiner;
+    std::vector<std::string> addresses;
+    for (const auto& d : donors) addresses.push_back(d->address);
+    const FetchResult result = joiner.fetch(addresses);
+    REQUIRE(joiner.state == bytes);
+    REQUIRE(result.manifest.round == 10);
+    REQUIRE(result.manifest.metadata == "counters");
+    REQUIRE(result.manifest.chunk_count() == 41);
+    uint32_t total = 0, donors_used = 0;
+    for (const auto& [address, count] : result.chunks_per_donor) {
+        REQUIRE(address != donors[3]->address);
+        total += count;
+        donors_used += count > 0;
+    }
+    REQUIRE(total == 41);
+    REQUIRE(donors_used >= 2);
+}
+
+TEST_CASE("a donor dying midway hands its chunks to the others") {
+    const auto bytes = random_bytes(kTotal, 3);
+    Donor a, b;
+    a.store.publish(snapshot_of(bytes, 4));
+    b.store.publish(snapshot_of(bytes, 4));
+    Joiner joiner;
+    std::future<void> killing;
+    FetchOptions options;
+    options.progress = [&](uint32_t done, uint32_t) {
+        if (done == 10) killing = std::async(std::launch::async, [&] { a.kill(); });
+    };
+    const FetchResult result = joiner.fetch({a.address, b.address}, options);
+    killing.wait();
+    REQUIRE(joiner.state == bytes);
+    REQUIRE(result.chunks_per_donor.at(b.address) > 0);
+}
+
+TEST_CASE("when the only holder dies, the joiner moves to another snapshot and keeps unchanged chunks") {
+    const auto old_bytes = random_bytes(kTotal, 4);
+    auto new_bytes = old_bytes;
+    for (uint64_t i = 30 * kChunk; i < kTotal; ++i) new_bytes[i] ^= std::byte{0x5a};  // chunks 30-40 differ
+    Donor newest, older;
+    newest.store.publish(snapshot_of(new_bytes, 9));
+    older.store.publish(snapshot_of(old_bytes, 8));
+    // Two offers held by one donor each: the newer is fetched first.
+    Joiner joiner;
+    std::future<void> killing;
+    std::atomic<uint32_t> reached{0};
+    FetchOptions options;
+    options.inflight_per_donor = 1;
+    options.progress = [&](uint32_t done, uint32_t) {
+        reached = done;
+        if (done == 20) killing = std::async(std::launch::async, [&] { newest.kill(); });
+    };
+    const FetchResult result = joiner.fetch({newest.address, older.address}, options);
+    killing.wait();
+    REQUIRE(joiner.state == old_bytes);
+    REQUIRE(result.manifest.round == 8);
+    // Chunks 0-29 fetched from the newer snapshot are the same in the older one and were kept.
+    const uint32_t from_newest = result.chunks_per_donor.at(newest.address);
+    REQUIRE(from_newest >= 20);
+    REQUIRE(result.chunks_per_donor.at(older.address) <= 41 - std::min<uint32_t>(from_newest, 30));
+}
+
+TEST_CASE("a donor that moves on to a newer snapshot mid-fetch is asked again, not dropped") {
+    const auto first = random_bytes(kTotal, 5);
+    auto second = first;
+    second[kTotal - 1] ^= std::byte{1};  // only the last chunk changes
+    Donor a(1), b(1);
+    a.store.publish(snapshot_of(first, 1));
+    b.store.publish(snapshot_of(first, 1));
+    Joiner joiner;
+    FetchOptions options;
+    options.progress = [&](uint32_t done, uint32_t) {
+        if (done == 10) {
+            a.store.publish(snapshot_of(second, 2));
+            b.store.publish(snapshot_of(second, 2));
+        }
+    };
+    const FetchResult result = joiner.fetch({a.address, b.address}, options);
+    REQUIRE(joiner.state == second);
+    REQUIRE(result.manifest.round == 2);
+}
+
+TEST_CASE("a donor serving corrupt chunks is dropped and the honest one finishes") {
+    const auto bytes = random_bytes(kTotal, 6);
+    const auto snapshot = snapshot_of(bytes, 3);
+    Donor honest;
+    honest.store.publish(snapshot);
+    Donor liar(2, std::make_unique<LyingDonor>(snapshot));
+    Joiner joiner;
+    const FetchResult result = joiner.fetch({liar.address, honest.address});
+    REQUIRE(joiner.state == bytes);
+    REQUIRE_FALSE(result.chunks_per_donor.contains(liar.address));
+    REQUIRE(result.chunks_per_donor.at(honest.address) == 41);
+}
+
+TEST_CASE("manifests of another model, another size or a forged id are refused, naming why") {
+    const auto snapshot = snapshot_of(random_bytes(kTotal, 7), 3);
+    v1::SnapshotManifest manifest;
+    to_proto(snapshot->manifest(), &manifest);
+    REQUIRE_NOTHROW(check_manifest(manifest, {kFingerprint, kTotal}));
+    const auto refused = [](const v1::SnapshotManifest& m, SnapshotExpectation e, const char* words) {
+        try {
+            check_manifest(m, e);
+            FAIL("accepted");
+        } catch (const Error& error) {
+            REQUIRE_THAT(error.what(), Catch::Contains(words));
+        }
+    };
+    refused(manifest, {"another", kTotal}, "another model");
+    refused(manifest, {kFingerprint, kTotal + 1}, "this node's state takes");
+    auto forged = manifest;
+    forged.set_round(99);
+    refused(forged, {kFingerprint, kTotal}, "does not match its id");
+    auto short_list = manifest;
+    short_list.mutable_chunk_hashes()->RemoveLast();
+    refused(short_list, {kFingerprint, kTotal}, "chunk hashes");
+    auto huge_chunks = manifest;
+    huge_chunks.set_chunk_bytes(kMaxSnapshotChunkBytes + 1);
+    refused(huge_chunks, {kFingerprint, kTotal}, "chunk size");
+
+    Donor other_model;
+    other_model.store.publish(std::make_shared<Snapshot>("another", 3, "", random_bytes(kTotal, 8), kChunk));
+    Joiner joiner;
+    try {
+        joiner.fetch({other_model.address});
+        FAIL("fetched a snapshot of another model");
+    } catch (const Error& e) {
+        REQUIRE_THAT(e.what(), Catch::Contains("no donor could deliver") && Catch::Contains("another model"));
+    }
+}
+
+TEST_CASE("state sync calls need swarm credentials and name bad requests") {
+    Donor donor;
+    donor.store.publish(snapshot_of(random_bytes(kTotal, 9), 1));
+    auto stub = v1::StateSync::NewStub(grpc::CreateChannel(donor.address, grpc::InsecureChannelCredentials()));
+    v1::SnapshotManifest manifest;
+    {
+        grpc::ClientContext context;
+        REQUIRE(stub->GetManifest(&context, {}, &manifest).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    }
+    NodeIdentity identity = NodeIdentity::generate();
+    SwarmAuth auth(kSecret, identity);
+    {
+        grpc::ClientContext context;
+        auth.attach(context, "GetManifest");
+        REQUIRE(stub->GetManifest(&context, {}, &manifest).ok());
+    }
+    v1::FetchChunkRequest request;
+    v1::SnapshotChunk chunk;
+    request.set_snapshot_id(manifest.snapshot_id());
+    request.set_index(41);
+    {
+        grpc::ClientContext context;
+        auth.attach(context, "FetchChunk");
+        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() == grpc::StatusCode::OUT_OF_RANGE);
+    }
+    request.set_snapshot_id(std::string(32, 'x'));
+    request.set_index(0);
+    {
+        grpc::ClientContext context;
+        auth.attach(context, "FetchChunk");
+        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() == grpc::StatusCode::NOT_FOUND);
+    }
+}
