@@ -13,6 +13,8 @@ PeerConfig local_cluster_config() {
     config.membership.suspicion_timeout = std::chrono::milliseconds(1000);
     config.membership.retention = std::chrono::milliseconds(30000);
     config.join_backoff_max = std::chrono::milliseconds(1000);
+    config.pair_timeout = std::chrono::milliseconds(1000);
+    config.exchange_timeout = std::chrono::milliseconds(3000);
     return config;
 }
 

@@ -9,7 +9,8 @@
 
 namespace starling {
 
-// Fast timings on loopback: gossip every 100 ms, probes time out after 100 ms, suspicion 1 s.
+// Fast timings on loopback: gossip every 100 ms, probes time out after 100 ms, suspicion 1 s,
+// Pair calls 1 s, exchanges 3 s.
 PeerConfig local_cluster_config();
 
 class LocalCluster {

@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "optimizer/partners.h"
 #include "peer/address.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
@@ -62,6 +63,14 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
     }
 }
 
+// The server admits exchange frames, larger than any membership request may be.
+grpc::Status within_cap(const google::protobuf::Message& request, size_t cap) {
+    const size_t size = request.ByteSizeLong();
+    if (size <= cap) return grpc::Status::OK;
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            "request of " + std::to_string(size) + " bytes, above the cap of " + std::to_string(cap)};
+}
+
 template <typename Response>
 void fill_members(const MemberTable& table, Response* response) {
     for (const Member& m : table.all()) to_digest(m, response->add_members());
@@ -73,10 +82,17 @@ class PeerNode::Service final : public v1::Peer::Service {
 public:
     explicit Service(PeerNode& node) : node_(node) {}
 
+    // Proof of membership, then the size cap of membership requests.
+    grpc::Status admit(grpc::ServerContext* context, const char* method, const google::protobuf::Message& request,
+                       uint64_t* caller) {
+        if (auto status = node_.auth_.verify(*context, method, caller); !status.ok()) return status;
+        return within_cap(request, node_.config_.max_message_bytes);
+    }
+
     grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                       v1::JoinResponse* response) override {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "Join", &caller); !status.ok()) return status;
+        if (auto status = admit(context, "Join", *request, &caller); !status.ok()) return status;
         auto parsed = from_digest(request->joiner());
         if (auto* why = std::get_if<std::string>(&parsed))
             return {grpc::StatusCode::INVALID_ARGUMENT, "joiner digest: " + *why};
@@ -94,7 +110,7 @@ public:
     grpc::Status Gossip(grpc::ServerContext* context, const v1::GossipRequest* request,
                         v1::GossipResponse* response) override {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "Gossip", &caller); !status.ok()) return status;
+        if (auto status = admit(context, "Gossip", *request, &caller); !status.ok()) return status;
         merge_all(*node_.table_, request->members(), node_.config_.membership.max_members, "gossip");
         fill_members(*node_.table_, response);
         return grpc::Status::OK;
@@ -103,7 +119,7 @@ public:
     grpc::Status Ping(grpc::ServerContext* context, const v1::PingRequest* request,
                       v1::PingResponse* response) override {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "Ping", &caller); !status.ok()) return status;
+        if (auto status = admit(context, "Ping", *request, &caller); !status.ok()) return status;
         if (request->target_id() != node_.node_id())
             return {grpc::StatusCode::NOT_FOUND, "this address now belongs to node " + format_node_id(node_.node_id())};
         to_digest(node_.table_->self(), response->mutable_self());
@@ -113,7 +129,7 @@ public:
     grpc::Status PingReq(grpc::ServerContext* context, const v1::PingReqRequest* request,
                          v1::PingReqResponse* response) override {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "PingReq", &caller); !status.ok()) return status;
+        if (auto status = admit(context, "PingReq", *request, &caller); !status.ok()) return status;
         if (request->target_address().size() > 262 || !parse_host_port(request->target_address()))
             return {grpc::StatusCode::INVALID_ARGUMENT, "target_address is not host:port"};
         response->set_reached(node_.ping(request->target_address(), request->target_id()).has_value());
@@ -122,7 +138,7 @@ public:
 
     grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse*) override {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "Leave", &caller); !status.ok()) return status;
+        if (auto status = admit(context, "Leave", *request, &caller); !status.ok()) return status;
         if (request->leaver().node_id() != caller)
             return {grpc::StatusCode::PERMISSION_DENIED, "a node can only announce its own leave"};
         if (request->leaver().state() != v1::MEMBER_STATE_LEFT)
@@ -130,6 +146,20 @@ public:
         merge_all(*node_.table_, std::array{request->leaver()}, 1, "a leave");
         spdlog::info("peer: node {} left", format_node_id(caller));
         return grpc::Status::OK;
+    }
+
+    grpc::Status Pair(grpc::ServerContext* context, const v1::PairRequest* request,
+                      v1::PairResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = admit(context, "Pair", *request, &caller); !status.ok()) return status;
+        return node_.answer_pair(caller, *request, response);
+    }
+
+    grpc::Status Exchange(grpc::ServerContext* context,
+                          grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>* stream) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Exchange", &caller); !status.ok()) return status;
+        return node_.answer_exchange(*context, *stream, caller);
     }
 
 private:
@@ -157,8 +187,10 @@ void PeerNode::start() {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &bound_port);
     builder.RegisterService(service_.get());
-    builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
-    builder.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+    // Exchange frames carry whole chunks; membership handlers check their own, smaller cap.
+    const size_t max_frame = std::max(config_.max_message_bytes, kMaxExchangeFrameBytes);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(max_frame));
+    builder.SetMaxSendMessageSize(static_cast<int>(max_frame));
     builder.SetResourceQuota(quota);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
     // The table exists before the first call can arrive; the address is filled in once the
@@ -171,6 +203,8 @@ void PeerNode::start() {
     self.public_key = identity_.public_key();
     self.instance = random_u64();
     table_ = std::make_unique<MemberTable>(self, config_.membership);
+    pairing_ = std::make_unique<PairingBook>(self.node_id, config_.max_round_gap);
+    exchanges_ = std::make_unique<ExchangeBoard>();
     server_ = builder.BuildAndStart();
     if (!server_ || bound_port == 0)
         throw Error("cannot listen on " + config_.listen + " (address in use or not local?)");
@@ -220,13 +254,16 @@ void PeerNode::add_seeds(const std::vector<std::string>& seeds) {
     }
 }
 
-std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address) {
+std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, ChannelUse use) {
     std::lock_guard lock(channels_mutex_);
-    auto& channel = channels_[address];
+    auto& channel = channels_[{address, use}];
     if (!channel) {
         grpc::ChannelArguments args;
-        args.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
-        args.SetMaxSendMessageSize(static_cast<int>(config_.max_message_bytes));
+        const size_t cap = use == ChannelUse::Exchange ? kMaxExchangeFrameBytes : config_.max_message_bytes;
+        args.SetMaxReceiveMessageSize(static_cast<int>(cap));
+        args.SetMaxSendMessageSize(static_cast<int>(cap));
+        // A channel of its own subchannels opens its own connection.
+        if (use == ChannelUse::Exchange) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         // Probes must see a dead peer at once, not after a reconnect backoff of many seconds.
         args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
         args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -415,6 +452,9 @@ void PeerNode::kill() { stop(false); }
 
 void PeerNode::stop(bool announce) {
     if (!running_.exchange(false)) return;
+    // Pairing waits and exchanges end first: nobody should wait on a node that is going.
+    pairing_->stop();
+    exchanges_->stop();
     {
         std::lock_guard lock(run_mutex_);
         stopping_ = true;
@@ -440,6 +480,123 @@ void PeerNode::stop(bool announce) {
     }
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
+}
+
+std::optional<Member> PeerNode::choose_partner(uint64_t round) {
+    if (!running_) return std::nullopt;
+    table_->set_round(round);
+    const auto view = table_->pairable_ids();
+    std::optional<uint64_t> partner;
+    if (const auto intended = deterministic_partner(round, view, node_id()))
+        partner = propose(round, *intended, PairMode::Deterministic, membership_digest(view));
+    if (!partner) {
+        std::vector<Member> pairable;
+        for (uint64_t id : view)
+            if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
+        auto candidates = random_candidates(pairable, node_id(), round, config_.max_round_gap,
+                                            pairing_->recent_partners(round, kRecentPartnerRounds));
+        std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(random_u64()));
+        for (size_t i = 0; i < candidates.size() && i < kRandomPairAttempts && !partner; ++i)
+            partner = propose(round, candidates[i], PairMode::Random, 0);
+    }
+    // Someone else's proposal may have been accepted while ours failed.
+    if (!partner) partner = pairing_->partner(round);
+    if (!partner) return std::nullopt;
+    return table_->find(*partner);
+}
+
+std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest) {
+    const auto target = table_->find(to);
+    const uint64_t nonce = random_u64();
+    if (!target || !pairing_->begin_proposal(round, to, nonce)) return pairing_->partner(round);
+    v1::PairRequest request;
+    request.set_round(round);
+    request.set_nonce(nonce);
+    request.set_membership_digest(digest);
+    request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC : v1::PAIR_MODE_RANDOM);
+    v1::PairResponse response;
+    grpc::ClientContext context;
+    set_deadline(context, config_.pair_timeout);
+    auth_.attach(context, "Pair");
+    const auto status = v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
+    const bool accepted = status.ok() && response.accepted();
+    if (status.ok() && response.crossed()) {
+        // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
+        pairing_->await_partner(round, SteadyClock::now() + config_.pair_timeout);
+    } else if (!accepted) {
+        spdlog::debug("peer: node {} declined to pair for round {}: {}", format_node_id(to), round,
+                      status.ok() ? response.reason() : status.error_message());
+    }
+    return pairing_->end_proposal(round, accepted);
+}
+
+grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response) {
+    const auto member = table_->find(caller);
+    if (!member || caller == node_id())
+        return {grpc::StatusCode::PERMISSION_DENIED, "node " + format_node_id(caller) + " is not a member this node knows"};
+    if (!table_->compatible(*member))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " runs another model, protocol or swarm and is never paired"};
+    if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
+        return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
+    PairAnswer answer;
+    if (member->state != MemberState::Alive) {
+        answer.reason = "node " + format_node_id(caller) + " is " + member_state_name(member->state) + " in this node's view";
+    } else {
+        const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC ? PairMode::Deterministic : PairMode::Random;
+        const auto view = table_->pairable_ids();
+        PairingView ours{table_->self().round, membership_digest(view), std::nullopt};
+        if (mode == PairMode::Deterministic) ours.deterministic_partner = deterministic_partner(request.round(), view, node_id());
+        answer = pairing_->consider({caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
+    }
+    response->set_accepted(answer.accepted);
+    response->set_crossed(answer.crossed);
+    response->set_reason(answer.reason);
+    return grpc::Status::OK;
+}
+
+grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
+                                       grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
+                                       uint64_t caller) {
+    v1::ExchangeFrame first;
+    if (!stream.Read(&first)) return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
+    const uint64_t round = first.round();
+    const uint64_t our_round = table_->self().round;
+    const auto partner = pairing_->partner(round);
+    // With no pairing recorded yet, a round this node could still pair for waits for its slot.
+    const bool could_pair = partner ? *partner == caller
+                                    : std::max(round, our_round) - std::min(round, our_round) <= config_.max_round_gap;
+    if (!could_pair)
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
+    return exchanges_->answer(context, stream, caller, first, SteadyClock::now() + config_.exchange_timeout);
+}
+
+ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
+    const auto deadline = SteadyClock::now() + config_.exchange_timeout;
+    ExchangeResult result = [&] {
+        if (!running_) return exchange_failed("this node is not running");
+        if (pairing_->partner(slot.round) != slot.partner) return exchange_failed("not this node's partner for the round");
+        const auto partner = table_->find(slot.partner);
+        if (!partner) return exchange_failed("not a member this node knows");
+        if (node_id() > slot.partner) {
+            return exchanges_->serve(slot, deadline, [&] {
+                const auto now = table_->find(slot.partner);
+                return !now || now->state == MemberState::Dead || now->state == MemberState::Left;
+            });
+        }
+        grpc::ClientContext context;
+        set_deadline(context, config_.exchange_timeout);
+        auth_.attach(context, "Exchange");
+        if (!exchanges_->track(context)) return exchange_failed("this node is stopping");
+        auto opened = open_exchange(*v1::Peer::NewStub(channel(partner->address, ChannelUse::Exchange)), context, slot);
+        exchanges_->untrack(context);
+        return opened;
+    }();
+    if (!result.error.empty())
+        result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
+                       ": " + result.error;
+    return result;
 }
 
 }  // namespace starling

@@ -1,6 +1,7 @@
 // One swarm member's peer layer: a gRPC server for the Peer service, bootstrap from seeds and a
 // cache of last-known peers, push-pull gossip of membership and SWIM failure detection (direct
-// probe, indirect probe through k members, suspicion, death), and a graceful leave. One thread
+// probe, indirect probe through k members, suspicion, death), a graceful leave, partner choice
+// for a round (peer/pairing.h) and the exchange with that partner (peer/exchange.h). One thread
 // runs the protocol, one tick every gossip interval; the gRPC server answers on its own threads.
 #pragma once
 
@@ -21,8 +22,10 @@
 #include <vector>
 
 #include "peer/auth.h"
+#include "peer/exchange.h"
 #include "peer/identity.h"
 #include "peer/membership.h"
+#include "peer/pairing.h"
 
 namespace starling {
 
@@ -39,7 +42,10 @@ struct PeerConfig {
     int indirect_probes = 3;
     MembershipLimits membership;
     std::chrono::milliseconds join_backoff_max{30000};
-    size_t max_message_bytes = 4u << 20;  // any one membership RPC
+    size_t max_message_bytes = 4u << 20;  // any one membership RPC; exchange frames have their own cap
+    std::chrono::milliseconds pair_timeout{5000};       // T_pair: every Pair call
+    std::chrono::milliseconds exchange_timeout{10000};  // T_xchg: a whole exchange, end to end
+    uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     RateLimit rate_limit;
 };
@@ -70,11 +76,21 @@ public:
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
 
+    // CHOOSE_PARTNERS for groups of two (peer/pairing.h): the partner for `round`, which becomes
+    // this node's advertised round, or nullopt for a solo round. Each Pair call waits at most
+    // pair_timeout. One call per round at a time; none once the node has stopped.
+    std::optional<Member> choose_partner(uint64_t round);
+    // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
+    // at once; returns within exchange_timeout (plus the moment a cancelled stream takes to end).
+    ExchangeResult exchange(ExchangeSlot slot);
+
 private:
     class Service;
     enum class JoinResult { Joined, Unreachable, Duplicate };
+    // Exchanges get connections of their own, so bulk chunks never queue ahead of probes.
+    enum class ChannelUse { Membership, Exchange };
 
-    std::shared_ptr<grpc::Channel> channel(const std::string& address);
+    std::shared_ptr<grpc::Channel> channel(const std::string& address, ChannelUse use = ChannelUse::Membership);
     JoinResult try_join(const std::string& seed, std::string* why);
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
     bool probe(const Member& target);
@@ -85,17 +101,24 @@ private:
     void maintain_seeds(SteadyClock::time_point now);
     void save_peer_cache();
     void stop(bool announce);
+    // Our proposal to `to` for a round; returns the round's partner afterwards, if any.
+    std::optional<uint64_t> propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest);
+    grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response);
+    grpc::Status answer_exchange(grpc::ServerContext& context,
+                                 grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream, uint64_t caller);
 
     PeerConfig config_;
     NodeIdentity identity_;
     SwarmAuth auth_;
     std::string address_;
     std::unique_ptr<MemberTable> table_;
+    std::unique_ptr<PairingBook> pairing_;
+    std::unique_ptr<ExchangeBoard> exchanges_;
     std::unique_ptr<Service> service_;
     std::unique_ptr<grpc::Server> server_;
 
     std::mutex channels_mutex_;
-    std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
+    std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_;
 
     struct SeedState {
         std::chrono::milliseconds backoff{0};

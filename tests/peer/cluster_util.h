@@ -1,9 +1,11 @@
-// Polling helpers for the cluster tests: real nodes converge in real time.
+// Helpers for the cluster tests: real nodes converge in real time, so conditions are polled.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "peer/local_cluster.h"
 
@@ -34,6 +36,27 @@ inline bool all_see_all_alive(const std::vector<PeerNode*>& nodes) {
         for (const PeerNode* other : nodes)
             if (state_seen(*observer, other->node_id()) != MemberState::Alive) return false;
     return true;
+}
+
+// Every node in `nodes` has the same pairable view, of exactly these nodes.
+inline bool same_pairable_view(const std::vector<PeerNode*>& nodes) {
+    for (const PeerNode* node : nodes)
+        if (node->pairable_ids() != nodes.front()->pairable_ids()) return false;
+    return nodes.front()->pairable_ids().size() == nodes.size();
+}
+
+// choose_partner(round) on every node at once, one thread each, as nodes of a swarm do; the
+// partners' ids in the order of `nodes`.
+inline std::vector<std::optional<uint64_t>> choose_partners(const std::vector<PeerNode*>& nodes, uint64_t round) {
+    std::vector<std::optional<uint64_t>> partners(nodes.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        threads.emplace_back([&, i] {
+            if (const auto partner = nodes[i]->choose_partner(round)) partners[i] = partner->node_id;
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    return partners;
 }
 
 inline std::vector<PeerNode*> nodes_of(LocalCluster& cluster) {

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "peer/auth.h"
+#include "peer/exchange.h"
 #include "peer/local_cluster.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
@@ -132,6 +133,20 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
         auth.attach(context, "Gossip");
         REQUIRE(caller.stub->Gossip(&context, request, &response).error_code() ==
                 grpc::StatusCode::RESOURCE_EXHAUSTED);
+    }
+    SECTION("a membership request over its cap, though under the exchange frame cap the server admits") {
+        v1::GossipRequest request;
+        Member large = digest_of(caller.identity, "127.0.0.1:9");
+        large.fingerprint.assign((4u << 20) + 1000, 'x');
+        to_digest(large, request.add_members());
+        REQUIRE(request.ByteSizeLong() < kMaxExchangeFrameBytes);
+        v1::GossipResponse response;
+        grpc::ClientContext context;
+        deadline(context);
+        auth.attach(context, "Gossip");
+        const auto status = caller.stub->Gossip(&context, request, &response);
+        REQUIRE(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+        REQUIRE_THAT(status.error_message(), Catch::Contains("above the cap"));
     }
     SECTION("a join under another node's id") {
         v1::JoinRequest request;

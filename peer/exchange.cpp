@@ -1,0 +1,385 @@
+#include "peer/exchange.h"
+
+#include <atomic>
+#include <optional>
+#include <span>
+#include <thread>
+
+#include "common/error.h"
+
+namespace starling {
+namespace {
+
+// How often a posted slot nobody has taken yet checks whether its partner is still there.
+constexpr auto kPartnerCheck = std::chrono::milliseconds(50);
+
+std::span<const std::byte> bytes_of(const std::string& text) {
+    return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
+}
+
+const char* status_code_name(grpc::StatusCode code) {
+    switch (code) {
+        case grpc::StatusCode::OK: return "OK";
+        case grpc::StatusCode::CANCELLED: return "CANCELLED";
+        case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+        case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+        case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+        case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+        case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+        case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+        case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+        case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+        case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+        case grpc::StatusCode::ABORTED: return "ABORTED";
+        case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+        case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+        case grpc::StatusCode::INTERNAL: return "INTERNAL";
+        case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+        case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+        default: return "UNRECOGNIZED";
+    }
+}
+
+// Cancels a server stream at a deadline of this node's own, whatever deadline the caller set.
+class CancelAt {
+public:
+    CancelAt(grpc::ServerContext& context, SteadyClock::time_point deadline)
+        : thread_([this, &context, deadline] {
+              std::unique_lock lock(mutex_);
+              if (!disarmed_changed_.wait_until(lock, deadline, [&] { return disarmed_; })) context.TryCancel();
+          }) {}
+    ~CancelAt() {
+        {
+            std::lock_guard lock(mutex_);
+            disarmed_ = true;
+        }
+        disarmed_changed_.notify_all();
+        thread_.join();
+    }
+    CancelAt(const CancelAt&) = delete;
+    CancelAt& operator=(const CancelAt&) = delete;
+
+private:
+    std::mutex mutex_;
+    std::condition_variable disarmed_changed_;
+    bool disarmed_ = false;
+    std::thread thread_;  // last: starts once the members above exist
+};
+
+// One side of an exchange stream. A writer thread sends our message and then our receipt; the
+// calling thread reads the partner's frames and decodes its message. They share only the receipt
+// (reader to writer) and whether the partner refused our message (so the writer stops early).
+class Duplex {
+public:
+    explicit Duplex(ExchangeSlot& slot) : slot_(slot) {}
+
+    // Stream: a ClientReaderWriter or a ServerReaderWriter; one writer at a time is all gRPC allows,
+    // and this is the only one.
+    template <typename Stream>
+    void write(Stream& stream) {
+        v1::ExchangeFrame frame;
+        frame.set_round(slot_.round);
+        frame.set_header(slot_.outgoing.header.data(), slot_.outgoing.header.size());
+        if (!send(stream, frame)) return;
+        std::vector<std::byte> chunk;
+        while (!partner_refused_) {
+            if (!send_receipt_if_settled(stream, frame)) return;
+            bool more = false;
+            try {
+                more = slot_.outgoing.next_chunk(chunk);
+            } catch (const std::exception& e) {
+                outgoing_error_ = std::string("could not be encoded: ") + e.what();
+                frame.set_abort(outgoing_error_);
+                if (!send(stream, frame)) return;
+                break;
+            }
+            if (!more) break;
+            frame.set_chunk(chunk.data(), chunk.size());
+            if (!send(stream, frame)) return;
+        }
+        // The reading side settles the receipt at the latest when the stream ends, so this wait
+        // is bounded by the stream's deadline.
+        {
+            std::unique_lock lock(mutex_);
+            settled_changed_.wait(lock, [&] { return receipt_.has_value(); });
+        }
+        send_receipt_if_settled(stream, frame);
+    }
+
+    // One incoming frame, on the reading thread.
+    void read(const v1::ExchangeFrame& frame) {
+        if (frame.round() != slot_.round)
+            return refuse(Failure::Corrupt, "a frame for round " + std::to_string(frame.round()) +
+                                                " in the exchange of round " + std::to_string(slot_.round));
+        switch (frame.body_case()) {
+            case v1::ExchangeFrame::kHeader:
+                bytes_received_ += frame.header().size();
+                return decode([&] {
+                    slot_.incoming.accept_header(bytes_of(frame.header()));
+                    check_sender(slot_.incoming.header());
+                });
+            case v1::ExchangeFrame::kChunk:
+                bytes_received_ += frame.chunk().size();
+                return decode([&] {
+                    slot_.incoming.accept_chunk(bytes_of(frame.chunk()));
+                    ++chunks_received_;
+                });
+            case v1::ExchangeFrame::kAbort:
+                return refuse(Failure::Aborted, "the partner aborted its message: " + frame.abort());
+            case v1::ExchangeFrame::kReceipt:
+                if (!their_receipt_) {
+                    their_receipt_ = frame.receipt();
+                    partner_refused_ = !frame.receipt().complete();
+                }
+                return;
+            default:
+                return refuse(Failure::Corrupt, "a frame with no body");
+        }
+    }
+
+    // The partner's frames stopped coming: a message still incomplete is cut off.
+    void reading_ended() {
+        if (settled()) return;
+        if (!slot_.incoming.has_header()) return refuse(Failure::Cut, "the stream ended before the message header");
+        refuse(Failure::Cut, "the stream ended after " + std::to_string(chunks_received_) + " of " +
+                                 std::to_string(slot_.incoming.header().chunk_count) + " chunks");
+    }
+
+    ExchangeResult result(const std::string& transport_error) const {
+        ExchangeResult result;
+        result.received = failure_ == Failure::None && slot_.incoming.complete();
+        result.delivered = their_receipt_ && their_receipt_->complete();
+        result.bytes_sent = bytes_sent_;
+        result.bytes_received = bytes_received_;
+        std::vector<std::string> problems;
+        if (!result.received) problems.push_back("their message: " + incoming_error_);
+        if (!result.delivered) {
+            problems.push_back("our message: " + (!outgoing_error_.empty() ? outgoing_error_
+                                                  : their_receipt_ ? "refused by the partner: " + their_receipt_->error()
+                                                                   : std::string("no receipt from the partner")));
+        }
+        if (!transport_error.empty()) problems.push_back(transport_error);
+        for (const auto& problem : problems) result.error += (result.error.empty() ? "" : "; ") + problem;
+        return result;
+    }
+
+    // What the server answers the stream with: about the caller's message.
+    grpc::Status status() const {
+        switch (failure_) {
+            case Failure::None: return grpc::Status::OK;
+            case Failure::Aborted: return {grpc::StatusCode::ABORTED, incoming_error_};
+            case Failure::Corrupt:
+            case Failure::Cut: return {grpc::StatusCode::INVALID_ARGUMENT, incoming_error_};
+        }
+        return grpc::Status::OK;
+    }
+
+    const v1::ExchangeReceipt* their_receipt() const { return their_receipt_ ? &*their_receipt_ : nullptr; }
+
+private:
+    enum class Failure { None, Corrupt, Aborted, Cut };
+
+    template <typename Stream>
+    bool send(Stream& stream, const v1::ExchangeFrame& frame) {
+        if (!stream.Write(frame)) return false;
+        bytes_sent_ += frame.header().size() + frame.chunk().size();
+        return true;
+    }
+
+    template <typename Stream>
+    bool send_receipt_if_settled(Stream& stream, v1::ExchangeFrame& frame) {
+        std::optional<v1::ExchangeReceipt> receipt;
+        {
+            std::lock_guard lock(mutex_);
+            if (!receipt_ || receipt_sent_) return true;
+            receipt = receipt_;
+            receipt_sent_ = true;
+        }
+        *frame.mutable_receipt() = *receipt;
+        return stream.Write(frame);
+    }
+
+    template <typename Decode>
+    void decode(Decode&& step) {
+        // Once settled, the rest of a message is dropped: the receipt has gone out.
+        if (settled()) return;
+        try {
+            step();
+        } catch (const Error& e) {
+            return refuse(Failure::Corrupt, e.what());
+        }
+        if (slot_.incoming.complete()) settle(Failure::None, "");
+    }
+
+    void check_sender(const codec::MessageHeader& header) const {
+        if (header.node_id != slot_.partner)
+            throw Error("message header names node " + format_node_id(header.node_id) + " as its sender, not the partner " +
+                        format_node_id(slot_.partner));
+        if (header.round != slot_.round)
+            throw Error("message header is for round " + std::to_string(header.round) + ", the exchange for round " +
+                        std::to_string(slot_.round));
+    }
+
+    void refuse(Failure failure, std::string why) {
+        if (!settled()) settle(failure, std::move(why));
+    }
+
+    bool settled() const {
+        std::lock_guard lock(mutex_);
+        return receipt_.has_value();
+    }
+
+    void settle(Failure failure, std::string why) {
+        failure_ = failure;
+        incoming_error_ = why;
+        {
+            std::lock_guard lock(mutex_);
+            receipt_.emplace();
+            receipt_->set_complete(failure == Failure::None);
+            receipt_->set_error(std::move(why));
+        }
+        settled_changed_.notify_all();
+    }
+
+    ExchangeSlot& slot_;
+    // Writer thread's.
+    uint64_t bytes_sent_ = 0;
+    std::string outgoing_error_;
+    // Reading thread's.
+    uint64_t bytes_received_ = 0;
+    uint32_t chunks_received_ = 0;
+    Failure failure_ = Failure::None;
+    std::string incoming_error_;
+    std::optional<v1::ExchangeReceipt> their_receipt_;
+    // Shared.
+    std::atomic<bool> partner_refused_{false};
+    mutable std::mutex mutex_;
+    std::condition_variable settled_changed_;
+    std::optional<v1::ExchangeReceipt> receipt_;  // ours, once the partner's message is settled
+    bool receipt_sent_ = false;
+};
+
+}  // namespace
+
+OutgoingMessage outgoing_message(codec::MessageEncoder& encoder) {
+    return {encoder.header_bytes(), [&encoder](std::vector<std::byte>& out) { return encoder.next_chunk(out); }};
+}
+
+ExchangeResult exchange_failed(std::string error) {
+    ExchangeResult result;
+    result.error = std::move(error);
+    return result;
+}
+
+ExchangeResult open_exchange(v1::Peer::Stub& stub, grpc::ClientContext& context, ExchangeSlot& slot) {
+    const auto stream = stub.Exchange(&context);
+    Duplex duplex(slot);
+    std::thread writer([&] {
+        duplex.write(*stream);
+        stream->WritesDone();
+    });
+    v1::ExchangeFrame frame;
+    while (stream->Read(&frame)) duplex.read(frame);
+    duplex.reading_ended();
+    writer.join();
+    const grpc::Status status = stream->Finish();
+    if (status.ok()) return duplex.result("");
+    // A refusal the receipt already named needs only its code here.
+    const auto* receipt = duplex.their_receipt();
+    const bool named = receipt && receipt->error() == status.error_message();
+    return duplex.result(std::string("stream status ") + status_code_name(status.error_code()) +
+                         (named ? "" : ": " + status.error_message()));
+}
+
+ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point deadline,
+                                    const std::function<bool()>& partner_gone) {
+    std::unique_lock lock(mutex_);
+    if (stopped_) return exchange_failed("this node is stopping");
+    const auto [it, posted] = posted_.try_emplace(slot.round);
+    if (!posted) return exchange_failed("an exchange for round " + std::to_string(slot.round) + " is already posted");
+    Posting& posting = it->second;
+    posting.slot = &slot;
+    posting.deadline = deadline;
+    changed_.notify_all();
+    while (!posting.done) {
+        if (posting.claimed) {
+            // The stream's handler ends by the slot's deadline (CancelAt) or at shutdown.
+            changed_.wait(lock);
+            continue;
+        }
+        std::string why;
+        if (stopped_) why = "this node is stopping";
+        else if (SteadyClock::now() >= deadline) why = "the partner did not open the exchange before the deadline";
+        else if (partner_gone()) why = "the partner left or died";
+        if (!why.empty()) {
+            posted_.erase(slot.round);
+            return exchange_failed(why);
+        }
+        changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kPartnerCheck));
+    }
+    ExchangeResult result = std::move(posting.result);
+    posted_.erase(slot.round);
+    return result;
+}
+
+grpc::Status ExchangeBoard::answer(grpc::ServerContext& context,
+                                   grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
+                                   uint64_t caller, const v1::ExchangeFrame& first, SteadyClock::time_point limit) {
+    const uint64_t round = first.round();
+    Posting* posting = nullptr;
+    {
+        std::unique_lock lock(mutex_);
+        changed_.wait_until(lock, limit, [&] { return stopped_ || posted_.contains(round); });
+        if (stopped_) return {grpc::StatusCode::UNAVAILABLE, "this node is stopping"};
+        const auto it = posted_.find(round);
+        if (it == posted_.end())
+            return {grpc::StatusCode::DEADLINE_EXCEEDED, "this node posted no exchange for round " + std::to_string(round)};
+        if (it->second.slot->partner != caller)
+            return {grpc::StatusCode::PERMISSION_DENIED,
+                    "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
+        if (it->second.claimed)
+            return {grpc::StatusCode::ALREADY_EXISTS, "the exchange of round " + std::to_string(round) + " is already open"};
+        posting = &it->second;
+        posting->claimed = true;
+    }
+    Duplex duplex(*posting->slot);
+    {
+        CancelAt watchdog(context, posting->deadline);
+        std::thread writer([&] { duplex.write(stream); });
+        duplex.read(first);
+        v1::ExchangeFrame frame;
+        while (stream.Read(&frame)) duplex.read(frame);
+        duplex.reading_ended();
+        writer.join();
+    }
+    const bool cancelled = context.IsCancelled();
+    ExchangeResult result = duplex.result(cancelled ? "the stream was cancelled (deadline, shutdown or the partner gone)" : "");
+    {
+        std::lock_guard lock(mutex_);
+        posting->result = std::move(result);
+        posting->done = true;
+    }
+    changed_.notify_all();
+    return cancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "exchange cancelled") : duplex.status();
+}
+
+bool ExchangeBoard::track(grpc::ClientContext& context) {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return false;
+    clients_.insert(&context);
+    return true;
+}
+
+void ExchangeBoard::untrack(grpc::ClientContext& context) {
+    std::lock_guard lock(mutex_);
+    clients_.erase(&context);
+}
+
+void ExchangeBoard::stop() {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    for (grpc::ClientContext* context : clients_) context->TryCancel();
+    changed_.notify_all();
+}
+
+}  // namespace starling

@@ -1,0 +1,111 @@
+// The exchange of one round between two paired nodes: one gRPC bidirectional stream (Peer.Exchange)
+// carrying both encoded messages at once, chunk by chunk, each side writing its own on a thread
+// while it reads and decodes the other's straight into the destination arena. A side holds at most
+// the chunk it is writing and the one it is decoding, never a whole message.
+//
+// Each direction carries its sender's message (header, then chunks) and one receipt for the
+// message going the other way: "complete", or the decoder's error. A receiver that finds the
+// incoming message corrupt says so in its receipt at once (the sender stops sending it) and keeps
+// sending its own, so one bad direction does not cost the other. The server also answers the
+// stream with INVALID_ARGUMENT naming the problem.
+//
+// The node with the lower id opens the stream (open_exchange); the other posts its slot on its
+// ExchangeBoard and the stream's handler takes it from there (serve_exchange). Both sides are
+// bounded by the exchange timeout; a stream that breaks (a killed partner) ends them at once.
+#pragma once
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_context.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "optimizer/codec/message.h"
+#include "peer/membership.h"
+#include "starling/v1/peer.grpc.pb.h"
+
+namespace starling {
+
+// The largest frame on the wire: one chunk with its header, and room for the frame's own fields.
+inline constexpr size_t kMaxExchangeFrameBytes = codec::kMaxChunkBytes + (64u << 10);
+
+// Our message, frame by frame: the header, then chunks until next_chunk returns false.
+// next_chunk may throw starling::Error (an encoder refusing a NaN): the message is then aborted.
+struct OutgoingMessage {
+    std::vector<std::byte> header;
+    std::function<bool(std::vector<std::byte>&)> next_chunk;
+};
+
+// An encoder's message; the encoder must outlive the exchange.
+OutgoingMessage outgoing_message(codec::MessageEncoder& encoder);
+
+// What one side brings to the exchange of a round.
+struct ExchangeSlot {
+    uint64_t round = 0;
+    uint64_t partner = 0;  // node id, as paired for the round
+    OutgoingMessage outgoing;
+    codec::MessageDecoder& incoming;  // decodes the partner's message into its destination arena
+};
+
+struct ExchangeResult {
+    bool delivered = false;  // the partner received our whole message and decoded it
+    bool received = false;   // the partner's whole message arrived and decoded into the arena
+    uint64_t bytes_sent = 0;      // header and chunk bytes written to the stream
+    uint64_t bytes_received = 0;  // header and chunk bytes read from it
+    std::string error;            // what went wrong, when either of the two is false
+};
+
+// A result that failed before any byte moved.
+ExchangeResult exchange_failed(std::string error);
+
+// The opening side: runs the exchange on a stream over `stub`. The context carries the deadline
+// and the caller's authentication.
+ExchangeResult open_exchange(v1::Peer::Stub& stub, grpc::ClientContext& context, ExchangeSlot& slot);
+
+// Slots this node has posted for the partner to stream into, and the client streams it has open,
+// so that stop() can end them all at once.
+class ExchangeBoard {
+public:
+    // Posts slot and waits until the partner's stream has used it; gives up when no stream takes it
+    // before the deadline, when partner_gone() says the partner left or died, or on stop().
+    ExchangeResult serve(ExchangeSlot& slot, SteadyClock::time_point deadline,
+                         const std::function<bool()>& partner_gone);
+
+    // The handler's side of Peer.Exchange: waits (until `limit`) for the slot of the first
+    // frame's round, checks the caller is that slot's partner, and runs the exchange until the
+    // slot's deadline. The returned status is the stream's.
+    grpc::Status answer(grpc::ServerContext& context, grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
+                        uint64_t caller, const v1::ExchangeFrame& first, SteadyClock::time_point limit);
+
+    // Client streams in flight; false (not tracked) once stopped.
+    bool track(grpc::ClientContext& context);
+    void untrack(grpc::ClientContext& context);
+
+    // Cancels every open client stream and wakes every wait; later calls fail at once.
+    void stop();
+
+private:
+    struct Posting {
+        ExchangeSlot* slot = nullptr;
+        SteadyClock::time_point deadline{};
+        bool claimed = false;  // a stream has it
+        bool done = false;
+        ExchangeResult result;
+    };
+
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::map<uint64_t, Posting> posted_;  // by round
+    std::set<grpc::ClientContext*> clients_;
+    bool stopped_ = false;
+};
+
+}  // namespace starling

@@ -1,0 +1,142 @@
+#include "peer/pairing.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "optimizer/partners.h"
+
+namespace starling {
+namespace {
+
+uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+PairAnswer declined(std::string reason) { return {false, false, std::move(reason)}; }
+
+std::string round_text(uint64_t round) { return "round " + std::to_string(round); }
+
+}  // namespace
+
+std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view, uint64_t self) {
+    if (std::find(view.begin(), view.end(), self) == view.end()) return std::nullopt;
+    for (const auto& group : deterministic_groups(round, view, 2)) {
+        if (std::find(group.begin(), group.end(), self) == group.end()) continue;
+        if (group.size() < 2) return std::nullopt;
+        return group[0] == self ? group[1] : group[0];
+    }
+    return std::nullopt;
+}
+
+std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self, uint64_t round,
+                                        uint64_t max_round_gap, std::span<const uint64_t> recent) {
+    std::vector<uint64_t> ids;
+    for (const Member& m : pairable) {
+        if (m.node_id == self || distance(m.round, round) > max_round_gap) continue;
+        if (std::find(recent.begin(), recent.end(), m.node_id) != recent.end()) continue;
+        ids.push_back(m.node_id);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+PairingBook::PairingBook(uint64_t self, uint64_t max_round_gap) : self_(self), max_round_gap_(max_round_gap) {}
+
+PairingBook::RoundState& PairingBook::state_locked(uint64_t round) {
+    RoundState& state = rounds_[round];
+    // Forget rounds too old to matter, so the book stays small however long the node runs.
+    const uint64_t newest = rounds_.rbegin()->first;
+    if (newest > kRoundsKept) {
+        std::erase_if(rounds_, [&](const auto& entry) { return entry.first < newest - kRoundsKept && entry.first != round; });
+    }
+    return state;
+}
+
+std::optional<uint64_t> PairingBook::partner(uint64_t round) const {
+    std::lock_guard lock(mutex_);
+    const auto it = rounds_.find(round);
+    return it == rounds_.end() ? std::nullopt : it->second.partner;
+}
+
+std::vector<uint64_t> PairingBook::recent_partners(uint64_t round, uint64_t rounds) const {
+    std::lock_guard lock(mutex_);
+    std::vector<uint64_t> partners;
+    for (const auto& [r, state] : rounds_)
+        if (r < round && round - r <= rounds && state.partner) partners.push_back(*state.partner);
+    return partners;
+}
+
+size_t PairingBook::rounds_held() const {
+    std::lock_guard lock(mutex_);
+    return rounds_.size();
+}
+
+bool PairingBook::begin_proposal(uint64_t round, uint64_t to, uint64_t nonce) {
+    std::lock_guard lock(mutex_);
+    RoundState& state = state_locked(round);
+    if (stopped_ || state.partner || state.proposal) return false;
+    state.proposal = Proposal{to, nonce};
+    return true;
+}
+
+std::optional<uint64_t> PairingBook::end_proposal(uint64_t round, bool accepted) {
+    std::lock_guard lock(mutex_);
+    RoundState& state = state_locked(round);
+    // While the proposal was out, only a crossing one from the same node could have been
+    // accepted, so an acceptance never contradicts a recorded partner.
+    if (accepted && state.proposal && !state.partner) {
+        state.partner = state.proposal->to;
+        paired_.notify_all();
+    }
+    state.proposal.reset();
+    return state.partner;
+}
+
+std::optional<uint64_t> PairingBook::await_partner(uint64_t round, SteadyClock::time_point until) {
+    std::unique_lock lock(mutex_);
+    paired_.wait_until(lock, until, [&] {
+        const auto it = rounds_.find(round);
+        return stopped_ || (it != rounds_.end() && it->second.partner);
+    });
+    const auto it = rounds_.find(round);
+    return it == rounds_.end() ? std::nullopt : it->second.partner;
+}
+
+PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView& view) {
+    if (distance(proposal.round, view.round) > max_round_gap_)
+        return declined(round_text(proposal.round) + " is more than " + std::to_string(max_round_gap_) +
+                        " round(s) from this node's " + round_text(view.round));
+    std::lock_guard lock(mutex_);
+    if (stopped_) return declined("this node is stopping");
+    RoundState& state = state_locked(proposal.round);
+    if (state.partner) {
+        if (*state.partner == proposal.from) return {true, false, ""};
+        return declined("already paired with node " + format_node_id(*state.partner) + " for " +
+                        round_text(proposal.round));
+    }
+    if (proposal.mode == PairMode::Deterministic) {
+        if (proposal.membership_digest != view.membership_digest)
+            return declined("membership views differ (this node's digest is " +
+                            format_node_id(view.membership_digest) + ")");
+        if (view.deterministic_partner != proposal.from)
+            return declined("this node's deterministic partner for " + round_text(proposal.round) + " is " +
+                            (view.deterministic_partner ? "node " + format_node_id(*view.deterministic_partner)
+                                                        : std::string("nobody")));
+    }
+    if (state.proposal) {
+        if (state.proposal->to != proposal.from)
+            return declined("busy: proposing to node " + format_node_id(state.proposal->to) + " for " +
+                            round_text(proposal.round));
+        if (std::tie(state.proposal->nonce, self_) < std::tie(proposal.nonce, proposal.from))
+            return {false, true, "crossed proposals for " + round_text(proposal.round) + ": this node's wins"};
+    }
+    state.partner = proposal.from;
+    paired_.notify_all();
+    return {true, false, ""};
+}
+
+void PairingBook::stop() {
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+    paired_.notify_all();
+}
+
+}  // namespace starling

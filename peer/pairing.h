@@ -1,0 +1,110 @@
+// Partner choice for groups of two (CHOOSE_PARTNERS of research/algorithms.md section 7.4): the
+// rules a node applies to proposals, kept apart from the network so each is testable alone.
+// peer_node.h sends the proposals (Pair) and answers them with a PairingBook.
+//
+// A node first proposes to the partner its deterministic matching names, which accepts only when
+// its own matching over the same view (equal membership digests) names the proposer. If that
+// fails it asks up to three members at random, each accepting when it is free for the round.
+// Every acceptance is recorded at once, and a node with a proposal out declines everyone but the
+// node it proposed to, so no node ends up in two pairs. Two nodes proposing to each other at once
+// settle it by the lower (nonce, node id): that proposal is accepted, the other declined as
+// "crossed", and its sender waits for the winning proposal instead of asking elsewhere.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "peer/membership.h"
+
+namespace starling {
+
+enum class PairMode { Deterministic, Random };
+
+inline constexpr int kRandomPairAttempts = 3;
+// Random requests skip the partners of this many previous rounds, for better mixing.
+inline constexpr uint64_t kRecentPartnerRounds = 4;
+
+struct PairProposal {
+    uint64_t from = 0;
+    uint64_t round = 0;
+    uint64_t nonce = 0;
+    PairMode mode = PairMode::Random;
+    uint64_t membership_digest = 0;  // of the proposer's pairable view
+};
+
+// What the callee's own view says, for judging a proposal.
+struct PairingView {
+    uint64_t round = 0;              // the callee's current round
+    uint64_t membership_digest = 0;  // of its pairable view
+    std::optional<uint64_t> deterministic_partner;  // for the proposal's round; none: solo
+};
+
+struct PairAnswer {
+    bool accepted = false;
+    bool crossed = false;  // declined because our own proposal to the proposer wins the tiebreak
+    std::string reason;    // why not, when declined
+};
+
+// The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
+// its group or not in the view.
+std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view, uint64_t self);
+
+// Members a random request may go to: pairable (the caller filters), not self, advertising a round
+// within max_round_gap of ours, and not among `recent` partners.
+std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self, uint64_t round,
+                                        uint64_t max_round_gap, std::span<const uint64_t> recent);
+
+// One node's pairings, per round, for the last few rounds.
+class PairingBook {
+public:
+    // Rounds kept: enough for the recent-partner rule (4 rounds) and the round gap on either side.
+    static constexpr uint64_t kRoundsKept = 8;
+
+    PairingBook(uint64_t self, uint64_t max_round_gap);
+
+    std::optional<uint64_t> partner(uint64_t round) const;
+    // Partners of the `rounds` rounds before `round`.
+    std::vector<uint64_t> recent_partners(uint64_t round, uint64_t rounds) const;
+    size_t rounds_held() const;
+
+    // Marks our proposal to `to` as out. False when the round already has a partner or another
+    // proposal of ours is out.
+    bool begin_proposal(uint64_t round, uint64_t to, uint64_t nonce);
+    // The answer to our proposal: clears it and, when accepted, records the pairing. Returns the
+    // round's partner, if any (a crossing proposal may have been accepted meanwhile).
+    std::optional<uint64_t> end_proposal(uint64_t round, bool accepted);
+    // Waits until the round has a partner, `until` passes or stop() is called.
+    std::optional<uint64_t> await_partner(uint64_t round, SteadyClock::time_point until);
+
+    // Judges a proposal and, when accepting, records the pairing.
+    PairAnswer consider(const PairProposal& proposal, const PairingView& view);
+
+    void stop();
+
+private:
+    struct Proposal {
+        uint64_t to = 0;
+        uint64_t nonce = 0;
+    };
+    struct RoundState {
+        std::optional<uint64_t> partner;
+        std::optional<Proposal> proposal;  // ours, while its answer is awaited
+    };
+    RoundState& state_locked(uint64_t round);
+
+    uint64_t self_;
+    uint64_t max_round_gap_;
+    mutable std::mutex mutex_;
+    std::condition_variable paired_;
+    std::map<uint64_t, RoundState> rounds_;
+    bool stopped_ = false;
+};
+
+}  // namespace starling

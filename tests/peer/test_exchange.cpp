@@ -1,0 +1,340 @@
+// The exchange stream between paired nodes, on real gRPC servers (local_cluster_config: Pair calls
+// 1 s, exchanges 3 s). What a side receives must equal, bit for bit, what the codec decodes
+// from the partner's encoder output directly (codec::encode_message and decode_message).
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "model/manifest.h"
+#include "optimizer/codec/message.h"
+#include "peer/auth.h"
+#include "peer/local_cluster.h"
+#include "starling/v1/peer.grpc.pb.h"
+#include "tests/peer/cluster_util.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+ModelConfig model_config(int d_model, int d_ff, int vocab) {
+    ModelConfig c;
+    c.n_layer = 4;
+    c.n_head = 4;
+    c.d_model = d_model;
+    c.d_ff = d_ff;
+    c.vocab_size = vocab;
+    return c;
+}
+
+// 885,888 parameters: one chunk in Q8 or F32.
+const ParameterManifest& one_chunk_model() {
+    static const ParameterManifest m(model_config(128, 384, 256));
+    return m;
+}
+
+// 3,541,248 parameters: four chunks in F32.
+const ParameterManifest& four_chunk_model() {
+    static const ParameterManifest m(model_config(256, 768, 512));
+    return m;
+}
+
+std::vector<float> normal_arena(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    std::vector<float> x(n);
+    for (float& v : x) v = dist(rng);
+    return x;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// One node's part in an exchange: the arena it sends, its encoder, and where the partner's
+// message lands.
+struct Side {
+    Side(const ParameterManifest& m, codec::Codec codec, uint64_t node_id, uint64_t round, uint32_t seed)
+        : manifest(m),
+          plan(codec::make_plan(m, codec::PlanKind::Delta, codec)),
+          key{node_id, round, 0},
+          source(normal_arena(m.total(), seed)),
+          encoder(plan, key, source.data(), nullptr, false),
+          received(m.total()),
+          decoder(m.fingerprint(), m, received.data(), received.size()) {}
+
+    ExchangeSlot slot(uint64_t partner) { return slot(partner, outgoing_message(encoder)); }
+    ExchangeSlot slot(uint64_t partner, OutgoingMessage outgoing) {
+        return {key.round, partner, std::move(outgoing), decoder};
+    }
+
+    Bytes::size_type message_bytes() const {
+        size_t total = 0;
+        for (const Bytes& part : codec::encode_message(plan, key, source.data(), nullptr, false)) total += part.size();
+        return total;
+    }
+    // What this side's message decodes to, straight from the encoder's output.
+    std::vector<float> decoded_directly() const {
+        std::vector<float> out(source.size());
+        codec::decode_message(codec::encode_message(plan, key, source.data(), nullptr, false), manifest.fingerprint(),
+                              manifest, out.data(), out.size());
+        return out;
+    }
+
+    const ParameterManifest& manifest;
+    codec::MessagePlan plan;
+    codec::RoundingKey key;
+    std::vector<float> source;
+    codec::MessageEncoder encoder;
+    std::vector<float> received;
+    codec::MessageDecoder decoder;
+};
+
+struct Pair {
+    PeerNode* lower;
+    PeerNode* higher;
+};
+
+// The two nodes of `cluster`, once they agree on membership and have paired for `round`.
+Pair pair_two(LocalCluster& cluster, uint64_t round) {
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    const auto partners = choose_partners(nodes, round);
+    REQUIRE(partners[0] == nodes[1]->node_id());
+    REQUIRE(partners[1] == nodes[0]->node_id());
+    return nodes[0]->node_id() < nodes[1]->node_id() ? Pair{nodes[0], nodes[1]} : Pair{nodes[1], nodes[0]};
+}
+
+struct Timed {
+    ExchangeResult result;
+    std::chrono::milliseconds took{};
+};
+
+// exchange() on both nodes at once, each on its own thread.
+std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode& b, ExchangeSlot slot_b) {
+    Timed at_a, at_b;
+    const auto run = [](PeerNode& node, ExchangeSlot slot, Timed& out) {
+        const auto start = std::chrono::steady_clock::now();
+        out.result = node.exchange(std::move(slot));
+        out.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    };
+    std::thread other([&] { run(b, std::move(slot_b), at_b); });
+    run(a, std::move(slot_a), at_a);
+    other.join();
+    return {std::move(at_a), std::move(at_b)};
+}
+
+// The deadline bound: the exchange timeout and a moment for a cancelled stream to end.
+std::chrono::milliseconds deadline_bound(const LocalCluster& cluster) { return cluster.base().exchange_timeout + 1000ms; }
+
+}  // namespace
+
+TEST_CASE("eight paired nodes exchange Q8 and F32 messages that decode exactly like the encoder's output") {
+    LocalCluster cluster(8);
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    std::map<uint64_t, size_t> index_of;
+    for (size_t i = 0; i < nodes.size(); ++i) index_of[nodes[i]->node_id()] = i;
+
+    for (const auto& [round, codec] : {std::pair{1u, codec::Codec::Q8}, std::pair{2u, codec::Codec::F32}}) {
+        INFO("round " << round << ", " << codec::codec_name(codec));
+        std::vector<std::unique_ptr<Side>> sides;
+        for (size_t i = 0; i < nodes.size(); ++i)
+            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec, nodes[i]->node_id(), round,
+                                                   static_cast<uint32_t>(round * 100 + i)));
+        std::vector<std::optional<uint64_t>> partners(nodes.size());
+        std::vector<ExchangeResult> results(nodes.size());
+        std::vector<std::thread> threads;
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            threads.emplace_back([&, i] {
+                const auto partner = nodes[i]->choose_partner(round);
+                if (!partner) return;
+                partners[i] = partner->node_id;
+                results[i] = nodes[i]->exchange(sides[i]->slot(partner->node_id));
+            });
+        }
+        for (auto& thread : threads) thread.join();
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            REQUIRE(partners[i].has_value());
+            const size_t j = index_of.at(*partners[i]);
+            REQUIRE(partners[j] == nodes[i]->node_id());
+            INFO("node " << i << " with node " << j << ": " << results[i].error);
+            CHECK(results[i].delivered);
+            CHECK(results[i].received);
+            CHECK(results[i].error.empty());
+            CHECK(same_bits(sides[i]->received, sides[j]->decoded_directly()));
+            CHECK(results[i].bytes_sent == sides[i]->message_bytes());
+            CHECK(results[i].bytes_received == sides[j]->message_bytes());
+        }
+    }
+}
+
+TEST_CASE("four-chunk messages stream both ways at once and arrive whole") {
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    Side low(four_chunk_model(), codec::Codec::F32, lower->node_id(), 1, 1);
+    Side high(four_chunk_model(), codec::Codec::F32, higher->node_id(), 1, 2);
+    REQUIRE(low.encoder.chunk_count() == 4);
+    const auto [at_low, at_high] = exchange_both(*lower, low.slot(higher->node_id()), *higher, high.slot(lower->node_id()));
+    INFO(at_low.result.error << " | " << at_high.result.error);
+    for (const Timed* t : {&at_low, &at_high}) {
+        CHECK(t->result.delivered);
+        CHECK(t->result.received);
+    }
+    CHECK(same_bits(low.received, high.decoded_directly()));
+    CHECK(same_bits(high.received, low.decoded_directly()));
+    CHECK(at_low.result.bytes_sent == low.message_bytes());
+    CHECK(at_high.result.bytes_received == low.message_bytes());
+}
+
+TEST_CASE("a partner killed before the exchange: the survivor's exchange fails within the deadline") {
+    const bool kill_lower = GENERATE(true, false);
+    INFO((kill_lower ? "the opening side" : "the answering side") << " is killed");
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    PeerNode& victim = kill_lower ? *lower : *higher;
+    PeerNode& survivor = kill_lower ? *higher : *lower;
+    Side side(one_chunk_model(), codec::Codec::Q8, survivor.node_id(), 1, 3);
+    victim.kill();
+    const auto start = std::chrono::steady_clock::now();
+    const ExchangeResult result = survivor.exchange(side.slot(victim.node_id()));
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(result.error);
+    CHECK_FALSE(result.received);
+    CHECK_FALSE(result.delivered);
+    CHECK_THAT(result.error, Catch::Contains(format_node_id(victim.node_id())));
+    CHECK(took < deadline_bound(cluster));
+}
+
+TEST_CASE("a partner killed during the exchange: the survivor's exchange fails within the deadline") {
+    const bool kill_lower = GENERATE(true, false);
+    INFO((kill_lower ? "the opening side" : "the answering side") << " is killed");
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    PeerNode& victim = kill_lower ? *lower : *higher;
+    PeerNode& survivor = kill_lower ? *higher : *lower;
+    Side victim_side(four_chunk_model(), codec::Codec::F32, victim.node_id(), 1, 4);
+    Side survivor_side(four_chunk_model(), codec::Codec::F32, survivor.node_id(), 1, 5);
+    // The victim's chunks come slowly, so the kill lands with its message partly sent.
+    std::atomic<bool> streaming{false};
+    OutgoingMessage slow = outgoing_message(victim_side.encoder);
+    slow.next_chunk = [&](Bytes& chunk) {
+        streaming = true;
+        std::this_thread::sleep_for(150ms);
+        return victim_side.encoder.next_chunk(chunk);
+    };
+    std::thread killer([&] {
+        while (!streaming) std::this_thread::sleep_for(5ms);
+        std::this_thread::sleep_for(200ms);
+        victim.kill();
+    });
+    const auto [at_victim, at_survivor] = exchange_both(victim, victim_side.slot(survivor.node_id(), std::move(slow)),
+                                                        survivor, survivor_side.slot(victim.node_id()));
+    killer.join();
+    INFO(at_survivor.result.error);
+    CHECK_FALSE(at_survivor.result.received);
+    CHECK_FALSE(at_survivor.result.error.empty());
+    CHECK(at_survivor.took < deadline_bound(cluster));
+    CHECK(at_victim.took < deadline_bound(cluster));
+}
+
+TEST_CASE("a corrupt chunk: the receiver names the checksum error, the sender is told, the other way arrives") {
+    const bool corrupt_lower = GENERATE(true, false);
+    INFO((corrupt_lower ? "the opening side" : "the answering side") << " sends a corrupt chunk");
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    PeerNode& sender = corrupt_lower ? *lower : *higher;
+    PeerNode& receiver = corrupt_lower ? *higher : *lower;
+    Side bad(one_chunk_model(), codec::Codec::Q8, sender.node_id(), 1, 6);
+    Side good(one_chunk_model(), codec::Codec::Q8, receiver.node_id(), 1, 7);
+    OutgoingMessage flipped = outgoing_message(bad.encoder);
+    flipped.next_chunk = [&](Bytes& chunk) {
+        const bool more = bad.encoder.next_chunk(chunk);
+        if (more) chunk.back() ^= std::byte{0x01};  // the payload's last byte
+        return more;
+    };
+    const auto [at_sender, at_receiver] = exchange_both(sender, bad.slot(receiver.node_id(), std::move(flipped)),
+                                                        receiver, good.slot(sender.node_id()));
+    INFO("sender: " << at_sender.result.error << " | receiver: " << at_receiver.result.error);
+    CHECK_FALSE(at_receiver.result.received);
+    CHECK_THAT(at_receiver.result.error, Catch::Contains("checksum mismatch"));
+    CHECK_FALSE(at_sender.result.delivered);
+    CHECK_THAT(at_sender.result.error, Catch::Contains("refused by the partner") && Catch::Contains("checksum mismatch"));
+    if (corrupt_lower) CHECK_THAT(at_sender.result.error, Catch::Contains("INVALID_ARGUMENT"));
+    // One bad direction does not cost the other.
+    CHECK(at_sender.result.received);
+    CHECK(at_receiver.result.delivered);
+    CHECK(same_bits(bad.received, good.decoded_directly()));
+}
+
+TEST_CASE("a message cut short is reported as incomplete, within the deadline") {
+    const bool cut_lower = GENERATE(true, false);
+    INFO((cut_lower ? "the opening side" : "the answering side") << " stops after one chunk");
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    PeerNode& sender = cut_lower ? *lower : *higher;
+    PeerNode& receiver = cut_lower ? *higher : *lower;
+    Side cut(four_chunk_model(), codec::Codec::F32, sender.node_id(), 1, 8);
+    Side whole(four_chunk_model(), codec::Codec::F32, receiver.node_id(), 1, 9);
+    OutgoingMessage one_chunk = outgoing_message(cut.encoder);
+    one_chunk.next_chunk = [&, sent = 0](Bytes& chunk) mutable { return sent++ < 1 && cut.encoder.next_chunk(chunk); };
+    const auto [at_sender, at_receiver] = exchange_both(sender, cut.slot(receiver.node_id(), std::move(one_chunk)),
+                                                        receiver, whole.slot(sender.node_id()));
+    INFO("sender: " << at_sender.result.error << " | receiver: " << at_receiver.result.error);
+    CHECK_FALSE(at_receiver.result.received);
+    CHECK_THAT(at_receiver.result.error, Catch::Contains("1 of 4 chunks"));
+    CHECK_FALSE(at_sender.result.delivered);
+    CHECK(at_sender.took < deadline_bound(cluster));
+    CHECK(at_receiver.took < deadline_bound(cluster));
+}
+
+TEST_CASE("an exchange stream from a node that is not the round's partner is refused") {
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    const NodeIdentity outsider = NodeIdentity::generate();
+    SwarmAuth auth(cluster.base().swarm_secret, outsider);
+    PeerNode& target = GENERATE(0, 1) == 0 ? *lower : *higher;
+    const auto stub = v1::Peer::NewStub(grpc::CreateChannel(target.address(), grpc::InsecureChannelCredentials()));
+    const auto stream_status = [&](uint64_t round, bool authenticate) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + 2s);
+        if (authenticate) auth.attach(context, "Exchange");
+        const auto stream = stub->Exchange(&context);
+        v1::ExchangeFrame frame;
+        frame.set_round(round);
+        frame.set_header(std::string(codec::kHeaderBytes, 'x'));
+        stream->Write(frame);
+        stream->WritesDone();
+        while (stream->Read(&frame)) {}
+        return stream->Finish();
+    };
+    CHECK(stream_status(1, false).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    const auto paired_round = stream_status(1, true);
+    CHECK(paired_round.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK_THAT(paired_round.error_message(), Catch::Contains("not this node's partner"));
+    CHECK(stream_status(50, true).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+
+    // Nor does a node exchange with anyone for a round it did not pair for.
+    Side low(one_chunk_model(), codec::Codec::Q8, lower->node_id(), 2, 10);
+    const auto unpaired = lower->exchange(low.slot(higher->node_id()));
+    CHECK_THAT(unpaired.error, Catch::Contains("not this node's partner"));
+
+    // The partners themselves are unaffected.
+    Side a(one_chunk_model(), codec::Codec::Q8, lower->node_id(), 1, 11);
+    Side b(one_chunk_model(), codec::Codec::Q8, higher->node_id(), 1, 12);
+    const auto [at_a, at_b] = exchange_both(*lower, a.slot(higher->node_id()), *higher, b.slot(lower->node_id()));
+    INFO(at_a.result.error << " | " << at_b.result.error);
+    CHECK(at_a.result.received);
+    CHECK(at_b.result.received);
+    CHECK(same_bits(a.received, b.decoded_directly()));
+}

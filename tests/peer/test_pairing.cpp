@@ -1,0 +1,284 @@
+// Partner choice: the rules of a PairingBook on their own, then real nodes pairing over gRPC.
+// Expectations come from optimizer/partners.h (deterministic_groups) and from counting: pairs are
+// mutual, nobody is in two pairs.
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include "optimizer/partners.h"
+#include "peer/auth.h"
+#include "peer/local_cluster.h"
+#include "peer/pairing.h"
+#include "peer/wire.h"
+#include "starling/v1/peer.grpc.pb.h"
+#include "tests/peer/cluster_util.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<uint64_t> kEight{11, 22, 33, 44, 55, 66, 77, 88};
+
+PairProposal random_proposal(uint64_t from, uint64_t round, uint64_t nonce = 1) {
+    return {from, round, nonce, PairMode::Random, 0};
+}
+
+PairingView view_at(uint64_t round) { return {round, 0, std::nullopt}; }
+
+// Each node's partner names it back, and no one is its own partner; returns how many are solo.
+size_t require_mutual(const std::vector<PeerNode*>& nodes, const std::vector<std::optional<uint64_t>>& partners) {
+    std::map<uint64_t, std::optional<uint64_t>> by_id;
+    for (size_t i = 0; i < nodes.size(); ++i) by_id[nodes[i]->node_id()] = partners[i];
+    size_t solo = 0;
+    for (const auto& [id, partner] : by_id) {
+        if (!partner) {
+            ++solo;
+            continue;
+        }
+        INFO("node " << format_node_id(id) << " chose " << format_node_id(*partner));
+        REQUIRE(*partner != id);
+        REQUIRE(by_id.count(*partner) == 1);
+        REQUIRE(by_id[*partner] == id);
+    }
+    return solo;
+}
+
+std::vector<PeerNode*> wait_for_one_view(LocalCluster& cluster) {
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    return nodes;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Rules
+
+TEST_CASE("deterministic_partner is the other member of the node's group in deterministic_groups") {
+    for (uint64_t round = 0; round < 6; ++round) {
+        for (const auto& group : deterministic_groups(round, kEight, 2)) {
+            REQUIRE(group.size() == 2);
+            CHECK(deterministic_partner(round, kEight, group[0]) == group[1]);
+            CHECK(deterministic_partner(round, kEight, group[1]) == group[0]);
+        }
+    }
+    const std::vector<uint64_t> five(kEight.begin(), kEight.begin() + 5);
+    const auto groups = deterministic_groups(3, five, 2);
+    CHECK(deterministic_partner(3, five, groups.back().front()) == std::nullopt);
+    CHECK(deterministic_partner(3, five, 99) == std::nullopt);
+}
+
+TEST_CASE("a deterministic proposal is accepted only when the callee's view names the proposer") {
+    PairingBook book(11, 1);
+    const PairProposal proposal{22, 5, 7, PairMode::Deterministic, 0xabc};
+    SECTION("views differ") {
+        const auto answer = book.consider(proposal, {5, 0xdef, 22});
+        CHECK_FALSE(answer.accepted);
+        CHECK_THAT(answer.reason, Catch::Contains("membership views differ"));
+    }
+    SECTION("the callee's matching names another node") {
+        const auto answer = book.consider(proposal, {5, 0xabc, 33});
+        CHECK_FALSE(answer.accepted);
+        CHECK_THAT(answer.reason, Catch::Contains("deterministic partner"));
+    }
+    SECTION("the callee is alone in its matching") {
+        CHECK_FALSE(book.consider(proposal, {5, 0xabc, std::nullopt}).accepted);
+    }
+    SECTION("both views agree") {
+        CHECK(book.consider(proposal, {5, 0xabc, 22}).accepted);
+        CHECK(book.partner(5) == 22u);
+        // Paired for the round: the same proposer again is fine, anyone else is refused.
+        CHECK(book.consider(proposal, {5, 0xabc, 22}).accepted);
+        const auto other = book.consider(random_proposal(33, 5), view_at(5));
+        CHECK_FALSE(other.accepted);
+        CHECK_THAT(other.reason, Catch::Contains("already paired"));
+        CHECK(book.partner(5) == 22u);
+    }
+    if (!book.partner(5)) CHECK(book.consider(random_proposal(33, 5), view_at(5)).accepted);
+}
+
+TEST_CASE("a random proposal is accepted by a free node whose round is within the gap") {
+    PairingBook book(11, 1);
+    const auto far = book.consider(random_proposal(22, 12), view_at(10));
+    CHECK_FALSE(far.accepted);
+    CHECK_THAT(far.reason, Catch::Contains("more than 1 round"));
+    CHECK(book.consider(random_proposal(22, 11), view_at(10)).accepted);
+    CHECK(book.consider(random_proposal(33, 9), view_at(10)).accepted);
+    CHECK_FALSE(book.consider(random_proposal(44, 11), view_at(10)).accepted);
+    CHECK(book.partner(11) == 22u);
+    CHECK(book.partner(9) == 33u);
+    CHECK(book.partner(12) == std::nullopt);
+}
+
+TEST_CASE("a node with a proposal out declines everyone but the node it proposed to") {
+    PairingBook book(11, 1);
+    REQUIRE(book.begin_proposal(5, 22, 100));
+    REQUIRE_FALSE(book.begin_proposal(5, 33, 101));
+    const auto busy = book.consider(random_proposal(33, 5), view_at(5));
+    CHECK_FALSE(busy.accepted);
+    CHECK_THAT(busy.reason, Catch::Contains("busy"));
+    CHECK(book.end_proposal(5, false) == std::nullopt);
+    CHECK(book.consider(random_proposal(33, 5), view_at(5)).accepted);
+    CHECK_FALSE(book.begin_proposal(5, 22, 102));
+}
+
+TEST_CASE("crossing proposals settle on the lower (nonce, node id) and both sides agree") {
+    const auto [nonce_a, nonce_b] = GENERATE(std::make_pair(10u, 20u), std::make_pair(20u, 10u), std::make_pair(7u, 7u));
+    const auto mode = GENERATE(PairMode::Random, PairMode::Deterministic);
+    PairingBook a(11, 1), b(22, 1);
+    REQUIRE(a.begin_proposal(5, 22, nonce_a));
+    REQUIRE(b.begin_proposal(5, 11, nonce_b));
+    const PairingView view_a{5, 0xabc, 22}, view_b{5, 0xabc, 11};
+    const auto at_a = a.consider({22, 5, nonce_b, mode, 0xabc}, view_a);
+    const auto at_b = b.consider({11, 5, nonce_a, mode, 0xabc}, view_b);
+    const bool a_wins = std::make_tuple(nonce_a, 11) < std::make_tuple(nonce_b, 22);
+    CHECK(at_b.accepted == a_wins);
+    CHECK(at_a.accepted == !a_wins);
+    CHECK(at_a.crossed == a_wins);
+    CHECK(at_b.crossed == !a_wins);
+    a.end_proposal(5, at_b.accepted);
+    b.end_proposal(5, at_a.accepted);
+    CHECK(a.partner(5) == 22u);
+    CHECK(b.partner(5) == 11u);
+}
+
+TEST_CASE("await_partner returns when a proposal is accepted, or at its deadline") {
+    PairingBook book(11, 1);
+    REQUIRE(book.begin_proposal(5, 22, 50));
+    CHECK(book.await_partner(5, SteadyClock::now() + 50ms) == std::nullopt);
+    std::thread winner([&] {
+        std::this_thread::sleep_for(50ms);
+        book.consider(random_proposal(22, 5, 1), view_at(5));
+    });
+    CHECK(book.await_partner(5, SteadyClock::now() + 10s) == 22u);
+    winner.join();
+    CHECK(book.end_proposal(5, false) == 22u);
+}
+
+TEST_CASE("a pairing book keeps a few rounds however long it runs, and knows the recent partners") {
+    PairingBook book(11, 1);
+    for (uint64_t round = 1; round <= 100; ++round)
+        REQUIRE(book.consider(random_proposal(1000 + round, round), view_at(round)).accepted);
+    CHECK(book.rounds_held() <= PairingBook::kRoundsKept + 1);
+    CHECK(book.partner(100) == 1100u);
+    CHECK(book.partner(50) == std::nullopt);
+    auto recent = book.recent_partners(101, kRecentPartnerRounds);
+    std::sort(recent.begin(), recent.end());
+    CHECK(recent == std::vector<uint64_t>{1097, 1098, 1099, 1100});
+}
+
+TEST_CASE("random candidates: other pairable members within the round gap, not recent partners") {
+    std::vector<Member> pairable;
+    for (uint64_t id : {11, 22, 33, 44, 55}) {
+        Member m;
+        m.node_id = id;
+        m.round = id == 33 ? 7 : 10;  // 33 lags three rounds
+        pairable.push_back(m);
+    }
+    const std::vector<uint64_t> recent{44};
+    CHECK(random_candidates(pairable, 11, 10, 1, recent) == std::vector<uint64_t>{22, 55});
+    CHECK(random_candidates(pairable, 11, 10, 3, {}) == std::vector<uint64_t>{22, 33, 44, 55});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real nodes
+
+TEST_CASE("eight nodes: every node gets its deterministic partner in each of three rounds") {
+    LocalCluster cluster(8);
+    const auto nodes = wait_for_one_view(cluster);
+    const auto view = nodes.front()->pairable_ids();
+    for (uint64_t round = 1; round <= 3; ++round) {
+        INFO("round " << round);
+        const auto partners = choose_partners(nodes, round);
+        CHECK(require_mutual(nodes, partners) == 0);
+        // With one view everywhere, the first proposal of each node succeeds.
+        for (size_t i = 0; i < nodes.size(); ++i)
+            CHECK(partners[i] == deterministic_partner(round, view, nodes[i]->node_id()));
+    }
+}
+
+TEST_CASE("five nodes: two mutual pairs and one solo node in every round") {
+    // The deterministic matching of five leaves one node alone. Its random requests find every
+    // other node paired or busy proposing; and if one reaches a node before that node has paired,
+    // it takes it and leaves that node's deterministic partner alone instead. Either way exactly
+    // one node is solo.
+    LocalCluster cluster(5);
+    const auto nodes = wait_for_one_view(cluster);
+    for (uint64_t round = 1; round <= 3; ++round) {
+        INFO("round " << round);
+        CHECK(require_mutual(nodes, choose_partners(nodes, round)) == 1);
+    }
+}
+
+TEST_CASE("a node with another model fingerprint is never chosen") {
+    LocalCluster cluster(4);
+    PeerConfig config = local_cluster_config();
+    config.fingerprint = "another model";
+    config.seeds = {cluster.node(0).address()};
+    PeerNode& stranger = cluster.add(config);
+    auto nodes = nodes_of(cluster);
+    const std::vector<PeerNode*> compatible(nodes.begin(), nodes.begin() + 4);
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(compatible); });
+    for (uint64_t round = 1; round <= 3; ++round) {
+        INFO("round " << round);
+        const auto partners = choose_partners(nodes, round);
+        CHECK(partners.back() == std::nullopt);
+        for (const auto& partner : partners) CHECK(partner != stranger.node_id());
+        CHECK(require_mutual(compatible, {partners.begin(), partners.begin() + 4}) == 0);
+    }
+}
+
+TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is refused") {
+    LocalCluster cluster(2);
+    const auto nodes = wait_for_one_view(cluster);
+    const NodeIdentity identity = NodeIdentity::generate();
+    const auto stub = v1::Peer::NewStub(grpc::CreateChannel(cluster.node(1).address(), grpc::InsecureChannelCredentials()));
+    SwarmAuth auth(cluster.base().swarm_secret, identity);
+    v1::PairRequest request;
+    request.set_round(1);
+    request.set_nonce(1);
+    request.set_mode(v1::PAIR_MODE_RANDOM);
+    v1::PairResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+
+    SECTION("no credentials") {
+        CHECK(stub->Pair(&context, request, &response).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    }
+    SECTION("the swarm secret, but not a member") {
+        auth.attach(context, "Pair");
+        const auto status = stub->Pair(&context, request, &response);
+        CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        CHECK_THAT(status.error_message(), Catch::Contains("not a member"));
+    }
+    SECTION("a member running another model") {
+        Member stranger;
+        stranger.node_id = identity.node_id();
+        stranger.address = "127.0.0.1:9";
+        stranger.incarnation = 1;
+        stranger.fingerprint = "another model";
+        stranger.swarm_id = cluster.base().swarm_id;
+        stranger.public_key = identity.public_key();
+        stranger.instance = 1;
+        v1::GossipRequest gossip;
+        to_digest(stranger, gossip.add_members());
+        v1::GossipResponse gossip_response;
+        grpc::ClientContext gossip_context;
+        auth.attach(gossip_context, "Gossip");
+        REQUIRE(stub->Gossip(&gossip_context, gossip, &gossip_response).ok());
+        REQUIRE(state_seen(cluster.node(1), identity.node_id()) == MemberState::Alive);
+        auth.attach(context, "Pair");
+        const auto status = stub->Pair(&context, request, &response);
+        CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        CHECK_THAT(status.error_message(), Catch::Contains("another model"));
+    }
+    // The refused caller took nothing: the two members still pair with each other.
+    CHECK(require_mutual(nodes, choose_partners(nodes, 1)) == 0);
+}
