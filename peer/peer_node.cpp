@@ -170,10 +170,22 @@ PeerNode::PeerNode(PeerConfig config)
     : PeerNode(config, config.data_dir.empty() ? NodeIdentity::generate()
                                                : NodeIdentity::load_or_create(config.data_dir)) {}
 
+namespace {
+
+// Nodes that trust one CA share its certificate, which then stands in for a swarm secret nobody set.
+std::string swarm_key_material(const PeerConfig& config) {
+    if (!config.swarm_secret.empty() || !config.tls.enabled()) return config.swarm_secret;
+    return trust_anchor(config.tls);
+}
+
+}  // namespace
+
 PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
     : config_(std::move(config)),
       identity_(std::move(identity)),
-      auth_(config_.swarm_secret, identity_, config_.rate_limit),
+      auth_(swarm_key_material(config_), identity_, config_.rate_limit),
+      channel_credentials_(channel_credentials(config_.tls)),
+      snapshots_(config_.snapshots_kept),
       rng_(random_u64()) {}
 
 PeerNode::~PeerNode() { stop(false); }
@@ -185,8 +197,10 @@ void PeerNode::start() {
     grpc::ResourceQuota quota("starling-peer");
     quota.SetMaxThreads(config_.max_server_threads);
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &bound_port);
+    state_sync_ = std::make_unique<StateSyncService>(snapshots_, auth_, config_.max_concurrent_snapshot_chunks);
+    builder.AddListeningPort(config_.listen, server_credentials(config_.tls), &bound_port);
     builder.RegisterService(service_.get());
+    builder.RegisterService(state_sync_.get());
     // Exchange frames carry whole chunks; membership handlers check their own, smaller cap.
     const size_t max_frame = std::max(config_.max_message_bytes, kMaxExchangeFrameBytes);
     builder.SetMaxReceiveMessageSize(static_cast<int>(max_frame));
@@ -267,7 +281,7 @@ std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, Cha
         // Probes must see a dead peer at once, not after a reconnect backoff of many seconds.
         args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
         args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-        channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+        channel = grpc::CreateCustomChannel(address, channel_credentials_, args);
     }
     return channel;
 }
@@ -597,6 +611,18 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
                        ": " + result.error;
     return result;
+}
+
+FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected, std::span<std::byte> destination,
+                                  const FetchOptions& options) {
+    if (!running_) throw Error("state sync: this node is not running");
+    std::vector<std::string> donors;
+    for (uint64_t id : table_->pairable_ids()) {
+        if (id == node_id()) continue;
+        if (const auto member = table_->find(id)) donors.push_back(member->address);
+    }
+    if (donors.empty()) throw Error("state sync: no live member runs this model, so there is no donor to fetch from");
+    return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, options);
 }
 
 }  // namespace starling

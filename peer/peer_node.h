@@ -26,6 +26,8 @@
 #include "peer/identity.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
+#include "peer/state_sync.h"
+#include "peer/tls.h"
 
 namespace starling {
 
@@ -34,7 +36,8 @@ struct PeerConfig {
     std::string announce;                 // what peers dial; empty: the listen host and bound port
     std::vector<std::string> seeds;       // host:port of members to join through
     std::string swarm_id = "starling";
-    std::string swarm_secret;             // the same on every node of a swarm; required
+    std::string swarm_secret;             // the same on every node of a swarm; may be empty with TLS
+    TlsConfig tls;                        // mutual TLS on the peer port when set (peer/tls.h)
     std::string fingerprint;              // the model's; members with another are never paired
     std::filesystem::path data_dir;       // node.key and peers.txt; empty: fresh identity, no cache
     std::chrono::milliseconds gossip_interval{1000};
@@ -47,6 +50,8 @@ struct PeerConfig {
     std::chrono::milliseconds exchange_timeout{10000};  // T_xchg: a whole exchange, end to end
     uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
+    int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
+    size_t snapshots_kept = 2;               // so a joiner's fetch survives the next publish
     RateLimit rate_limit;
 };
 
@@ -84,6 +89,13 @@ public:
     // at once; returns within exchange_timeout (plus the moment a cancelled stream takes to end).
     ExchangeResult exchange(ExchangeSlot slot);
 
+    // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots here.
+    SnapshotStore& snapshots() { return snapshots_; }
+    // A joiner's catch-up: fetches the snapshot most live compatible members hold, from all of
+    // them at once, into destination. Throws starling::Error when no member can deliver one.
+    FetchResult fetch_state(const SnapshotExpectation& expected, std::span<std::byte> destination,
+                            const FetchOptions& options = {});
+
 private:
     class Service;
     enum class JoinResult { Joined, Unreachable, Duplicate };
@@ -110,6 +122,9 @@ private:
     PeerConfig config_;
     NodeIdentity identity_;
     SwarmAuth auth_;
+    std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+    SnapshotStore snapshots_;
+    std::unique_ptr<StateSyncService> state_sync_;
     std::string address_;
     std::unique_ptr<MemberTable> table_;
     std::unique_ptr<PairingBook> pairing_;
