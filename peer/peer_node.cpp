@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <future>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "common/atomic_file.h"
@@ -207,6 +208,11 @@ void PeerNode::start() {
     builder.SetMaxSendMessageSize(static_cast<int>(max_frame));
     builder.SetResourceQuota(quota);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+    // Connections from peers that died or went quiet are closed rather than kept for ever: a
+    // keepalive ping finds the dead ones, the idle limit the ones nobody uses any more.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600000);
     // The table exists before the first call can arrive; the address is filled in once the
     // port is known.
     Member self;
@@ -429,6 +435,24 @@ void PeerNode::tick() {
     }
     gossip_with(others[std::uniform_int_distribution<size_t>(0, others.size() - 1)(rng_)]);
     save_peer_cache();
+    close_unused_channels();
+}
+
+void PeerNode::close_unused_channels() {
+    std::set<std::string> wanted;
+    for (const Member& m : table_->all()) wanted.insert(m.address);
+    {
+        std::lock_guard lock(seeds_mutex_);
+        for (const auto& [seed, state] : seeds_) wanted.insert(seed);
+    }
+    // Calls in flight hold their own reference; the connection closes when the last one ends.
+    std::lock_guard lock(channels_mutex_);
+    std::erase_if(channels_, [&](const auto& entry) { return !wanted.contains(entry.first.first); });
+}
+
+size_t PeerNode::open_channels() const {
+    std::lock_guard lock(channels_mutex_);
+    return channels_.size();
 }
 
 void PeerNode::save_peer_cache() {

@@ -74,6 +74,21 @@ TEST_CASE("a killed node is declared dead within its timeout and never paired af
     }
 }
 
+TEST_CASE("connections to a member that is dead and forgotten are closed") {
+    PeerConfig base = local_cluster_config();
+    base.membership.retention = std::chrono::milliseconds(500);
+    LocalCluster cluster(4, base);
+    const auto nodes = nodes_of(cluster);
+    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    PeerNode& observer = cluster.node(1);
+    // Gossip and probes reach every other member within a few periods.
+    wait_for("a connection to each member", 3000ms, [&] { return observer.open_channels() == 3; });
+    const uint64_t victim = cluster.node(3).node_id();
+    cluster.node(3).kill();
+    wait_for("forgotten", 5000ms, [&] { return !state_seen(observer, victim).has_value(); });
+    wait_for("its connection closed", 1000ms, [&] { return observer.open_channels() == 2; });
+}
+
 TEST_CASE("a graceful leave is seen by every member when leave() returns") {
     LocalCluster cluster(4);
     const auto nodes = nodes_of(cluster);
