@@ -88,7 +88,9 @@ private:
             }
             std::this_thread::sleep_until(piece.due);
             for (size_t sent = 0; sent < piece.bytes.size();) {
-                const ssize_t n = write(to_, piece.bytes.data() + sent, piece.bytes.size() - sent);
+                // MSG_NOSIGNAL: a peer that resets its connection (iperf3 closing a data socket with
+                // bytes unread) must end this connection's pipes, not the whole relay by SIGPIPE.
+                const ssize_t n = send(to_, piece.bytes.data() + sent, piece.bytes.size() - sent, MSG_NOSIGNAL);
                 if (n <= 0) {
                     std::lock_guard lock(mutex_);
                     failed_ = true;

@@ -1,0 +1,346 @@
+// Exchange throughput of the peer layer: two paired nodes swap a round's messages, a Q8 delta of
+// the 124m model each way at once on one Peer.Exchange stream, next to raw TCP on the same path
+// measured by iperf3 in the same run. Two variants: end to end (encoded while sending, decoded into
+// the arena on receipt, as the daemon does) and transport only (chunks encoded beforehand).
+//   bench_exchange loopback [--reps 5]                 both nodes in this process, on 127.0.0.1
+//   bench_exchange tcp --connect HOST:PORT --out FILE  iperf3 through a path, for node --baseline
+//   bench_exchange node --listen ... --secret S ...    one node of two, one per process
+// bench/exchange_wan runs the last two across an emulated wide-area link.
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "bench/exchange_message.h"
+#include "bench/iperf.h"
+#include "bench/median.h"
+#include "common/error.h"
+#include "peer/address.h"
+#include "peer/local_cluster.h"
+
+using namespace starling;
+using namespace starling::bench;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr Encoding kEncodings[] = {Encoding::WhileSending, Encoding::Beforehand};
+
+struct Rep {
+    uint64_t round = 0;
+    double seconds = 0;
+    double cpu_seconds = 0;  // this process's, all threads: on a shared machine, how much it got
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+};
+
+double process_cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Wall and CPU time of run().
+template <typename Run>
+auto timed(Run&& run) {
+    const auto start = Clock::now();
+    const double cpu_start = process_cpu_seconds();
+    auto result = run();
+    return std::tuple{std::move(result), std::chrono::duration<double>(Clock::now() - start).count(),
+                      process_cpu_seconds() - cpu_start};
+}
+
+// Median time of one encoding's reps, and the goodput it gives.
+struct Summary {
+    double seconds = 0;
+    double cpu_seconds = 0;
+    double one_way_bps = 0;  // our message's bytes over the time
+    double both_bps = 0;     // both messages' bytes over the time
+};
+
+Summary summarize(const std::vector<Rep>& reps) {
+    std::vector<double> seconds, cpu_seconds;
+    for (const Rep& rep : reps) {
+        seconds.push_back(rep.seconds);
+        cpu_seconds.push_back(rep.cpu_seconds);
+    }
+    Summary summary;
+    summary.seconds = median(seconds);
+    summary.cpu_seconds = median(cpu_seconds);
+    const Rep& any = reps.front();  // every round's messages have the same size
+    summary.one_way_bps = 8.0 * any.bytes_sent / summary.seconds;
+    summary.both_bps = 8.0 * (any.bytes_sent + any.bytes_received) / summary.seconds;
+    return summary;
+}
+
+double gbit(double bps) { return bps / 1e9; }
+
+void print_rep(const char* label, const Rep& rep) {
+    std::printf("  %-8s round %-3llu %7.3f s (cpu %5.2f s)  %6.2f Gbit/s each way  %6.2f Gbit/s both\n", label,
+                static_cast<unsigned long long>(rep.round), rep.seconds, rep.cpu_seconds,
+                gbit(8.0 * rep.bytes_sent / rep.seconds), gbit(8.0 * (rep.bytes_sent + rep.bytes_received) / rep.seconds));
+}
+
+// The median line, with each goodput as a share of the same run's baselines where there are any.
+void print_summary(const Summary& s, const std::optional<TcpRates>& tcp, double link_bps) {
+    std::printf("  median   %7.3f s (cpu %5.2f s): %.2f Gbit/s each way", s.seconds, s.cpu_seconds, gbit(s.one_way_bps));
+    if (tcp) std::printf(" (%.0f%% of iperf3 one direction)", 100 * s.one_way_bps / tcp->one_way);
+    if (link_bps > 0) std::printf(" (%.0f%% of the link's rate)", 100 * s.one_way_bps / link_bps);
+    std::printf(", %.2f Gbit/s both", gbit(s.both_bps));
+    if (tcp) std::printf(" (%.0f%% of iperf3 --bidir)", 100 * s.both_bps / tcp->bidir);
+    std::printf("\n");
+}
+
+std::string iperf3_runs(int seconds, int reps) {
+    return "iperf3, " + std::to_string(seconds) + " s runs, median of " + std::to_string(reps);
+}
+
+void print_tcp(const std::string& what, const TcpRates& tcp) {
+    std::printf("raw TCP %s: one direction %.2f Gbit/s, --bidir %.2f Gbit/s (both summed)\n", what.c_str(),
+                gbit(tcp.one_way), gbit(tcp.bidir));
+}
+
+void print_message(const DeltaModel& model) {
+    const codec::MessageEncoder encoder(model.plan, {0, 0, 0}, model.delta.data(), nullptr, false);
+    const size_t bytes = codec::kHeaderBytes + encoder.chunk_count() * codec::kChunkHeaderBytes +
+                         codec::encoded_bytes(codec::Codec::Q8, model.manifest.total());
+    std::printf("124m Q8 delta: %zu parameters, %.1f MB each way (header and %u chunks of up to %zu MiB)\n",
+                model.manifest.total(), bytes / 1e6, encoder.chunk_count(), codec::kMaxChunkBytes >> 20);
+}
+
+void write_json(const std::string& path, const nlohmann::json& doc) {
+    std::ofstream file(path);
+    file << doc.dump(2) << "\n";
+    if (!file) throw Error("cannot write " + path);
+}
+
+void check(const ExchangeResult& result, const char* side) {
+    if (!result.received || !result.delivered) throw Error(std::string(side) + ": " + result.error);
+}
+
+// Every rep's line as it comes, the warm-up (rep 0: connection set-up, window growth) apart from
+// the median.
+std::vector<Rep> run_reps(Encoding encoding, int reps, const std::function<Rep()>& run_one) {
+    std::printf("\nexchange, %s:\n", encoding_name(encoding));
+    std::vector<Rep> counted;
+    for (int rep = 0; rep <= reps; ++rep) {
+        const Rep figures = run_one();
+        print_rep(rep == 0 ? "warm-up" : ("rep " + std::to_string(rep)).c_str(), figures);
+        std::fflush(stdout);
+        if (rep > 0) counted.push_back(figures);
+    }
+    return counted;
+}
+
+// --- loopback -----------------------------------------------------------------------------------
+
+PeerConfig loopback_config(const DeltaModel& model) {
+    PeerConfig config = local_cluster_config();
+    config.fingerprint = model.manifest.fingerprint();
+    config.exchange_timeout = 120s;
+    // Exchanges keep both cores busy; a probe must not take a busy node for a dead one.
+    config.probe_timeout = 1000ms;
+    config.membership.suspicion_timeout = 10s;
+    return config;
+}
+
+template <typename Done>
+void wait_until(const char* what, std::chrono::seconds limit, Done done) {
+    const auto until = Clock::now() + limit;
+    while (!done()) {
+        if (Clock::now() > until) throw Error(std::string(what) + ": not within " + std::to_string(limit.count()) + " s");
+        std::this_thread::sleep_for(20ms);
+    }
+}
+
+void pair_both(PeerNode& a, PeerNode& b, uint64_t round) {
+    std::optional<Member> partner_of_b;
+    std::thread other([&] { partner_of_b = b.choose_partner(round); });
+    const auto partner_of_a = a.choose_partner(round);
+    other.join();
+    if (!partner_of_a || !partner_of_b || partner_of_a->node_id != b.node_id() || partner_of_b->node_id != a.node_id())
+        throw Error("round " + std::to_string(round) + ": the two nodes did not pair with each other");
+}
+
+int loopback(int reps, int tcp_seconds, int tcp_reps) {
+    const DeltaModel model;
+    print_message(model);
+    const TcpRates tcp = iperf3_loopback_rates(tcp_seconds, tcp_reps);
+    print_tcp("on 127.0.0.1 (" + iperf3_runs(tcp_seconds, tcp_reps) + ")", tcp);
+
+    LocalCluster cluster(2, loopback_config(model));
+    PeerNode& a = cluster.node(0);
+    PeerNode& b = cluster.node(1);
+    wait_until("the two nodes seeing each other", 10s,
+               [&] { return a.pairable_ids().size() == 2 && b.pairable_ids().size() == 2; });
+    std::vector<float> received_a(model.manifest.total()), received_b(model.manifest.total());
+    uint64_t round = 0;
+    for (Encoding encoding : kEncodings) {
+        const auto counted = run_reps(encoding, reps, [&] {
+            pair_both(a, b, ++round);
+            RoundMessages at_a(model, a.node_id(), b.node_id(), round, encoding, received_a);
+            RoundMessages at_b(model, b.node_id(), a.node_id(), round, encoding, received_b);
+            const auto [results, seconds, cpu_seconds] = timed([&] {
+                ExchangeResult result_b;
+                std::thread other([&] { result_b = b.exchange(at_b.slot()); });
+                ExchangeResult result_a = a.exchange(at_a.slot());
+                other.join();
+                return std::pair{std::move(result_a), std::move(result_b)};
+            });
+            check(results.first, "node a");
+            check(results.second, "node b");
+            return Rep{round, seconds, cpu_seconds, results.first.bytes_sent, results.first.bytes_received};
+        });
+        print_summary(summarize(counted), tcp, 0);
+    }
+    std::printf("\ntarget: exchange goodput at least 70%% of raw TCP on loopback\n");
+    return 0;
+}
+
+// --- tcp: the baseline of a path, for node --baseline --------------------------------------------
+
+int tcp(const std::string& connect, int seconds, int reps, const std::string& out) {
+    const auto at = parse_host_port(connect);
+    if (!at) throw Error("--connect must be host:port, not '" + connect + "'");
+    const TcpRates rates = iperf3_rates(at->host, at->port, seconds, reps);
+    print_tcp("to " + connect + " (" + iperf3_runs(seconds, reps) + ")", rates);
+    write_json(out, {{"one_way_bps", rates.one_way}, {"bidir_bps", rates.bidir}});
+    return 0;
+}
+
+// --- node: one of two processes ------------------------------------------------------------------
+
+struct NodeOptions {
+    std::string listen, announce, secret, out, baseline;
+    std::vector<std::string> seeds;
+    int reps = 5;
+    double link_gbit = 0;
+    int wait_s = 60;
+};
+
+std::optional<TcpRates> read_baseline(const std::string& path) {
+    if (path.empty()) return std::nullopt;
+    std::ifstream in(path);
+    const auto doc = nlohmann::json::parse(in, nullptr, false);
+    if (doc.is_discarded() || !doc.contains("one_way_bps") || !doc.contains("bidir_bps"))
+        throw Error("--baseline " + path + ": not a file written by bench_exchange tcp");
+    return TcpRates{doc["one_way_bps"].get<double>(), doc["bidir_bps"].get<double>()};
+}
+
+// Pairs for `round` with `partner`, asking again while the other process catches up.
+void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::seconds limit) {
+    wait_until(("pairing for round " + std::to_string(round)).c_str(), limit, [&] {
+        const auto chosen = node.choose_partner(round);
+        if (chosen && chosen->node_id != partner)
+            throw Error("round " + std::to_string(round) + ": paired with an unexpected node " + format_node_id(chosen->node_id));
+        return chosen.has_value();
+    });
+}
+
+int node(const NodeOptions& options) {
+    const auto baseline = read_baseline(options.baseline);
+    const DeltaModel model;
+    PeerConfig config;
+    config.listen = options.listen;
+    config.announce = options.announce;
+    config.seeds = options.seeds;
+    config.swarm_id = "bench-exchange";
+    config.swarm_secret = options.secret;
+    config.fingerprint = model.manifest.fingerprint();
+    config.exchange_timeout = 120s;
+    PeerNode node(config);
+    node.start();
+    const std::chrono::seconds wait(options.wait_s);
+    wait_until("a second node joining", wait, [&] { return node.pairable_ids().size() == 2; });
+    const auto ids = node.pairable_ids();
+    const uint64_t partner = ids[0] == node.node_id() ? ids[1] : ids[0];
+    std::printf("node %s (%s the stream) with node %s\n", format_node_id(node.node_id()).c_str(),
+                node.node_id() < partner ? "opens" : "answers", format_node_id(partner).c_str());
+    print_message(model);
+    if (baseline) print_tcp("on this path (" + options.baseline + ")", *baseline);
+
+    std::vector<float> received(model.manifest.total());
+    nlohmann::json report{{"node", format_node_id(node.node_id())}, {"partner", format_node_id(partner)}};
+    uint64_t round = 0;
+    for (Encoding encoding : kEncodings) {
+        const auto counted = run_reps(encoding, options.reps, [&] {
+            RoundMessages messages(model, node.node_id(), partner, ++round, encoding, received);
+            pair_with(node, partner, round, wait);
+            const auto [result, seconds, cpu_seconds] = timed([&] { return node.exchange(messages.slot()); });
+            check(result, "this node");
+            return Rep{round, seconds, cpu_seconds, result.bytes_sent, result.bytes_received};
+        });
+        const Summary summary = summarize(counted);
+        print_summary(summary, baseline, options.link_gbit * 1e9);
+        nlohmann::json reps = nlohmann::json::array();
+        for (const Rep& rep : counted)
+            reps.push_back({{"round", rep.round},
+                            {"seconds", rep.seconds},
+                            {"cpu_seconds", rep.cpu_seconds},
+                            {"bytes_sent", rep.bytes_sent},
+                            {"bytes_received", rep.bytes_received}});
+        report[encoding_name(encoding)] = {{"reps", reps},
+                                           {"median_seconds", summary.seconds},
+                                           {"median_cpu_seconds", summary.cpu_seconds},
+                                           {"one_way_bps", summary.one_way_bps},
+                                           {"both_bps", summary.both_bps}};
+    }
+    if (!options.out.empty()) write_json(options.out, report);
+    // The partner may still be reading our last receipt: leave once it has surely arrived.
+    std::this_thread::sleep_for(2s);
+    node.leave();
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"bench_exchange: the peer layer's exchange goodput against raw TCP"};
+    app.require_subcommand(1);
+    int reps = 5, tcp_seconds = 5, tcp_reps = 3;
+    CLI::App* loopback_cmd = app.add_subcommand("loopback", "two nodes in this process on 127.0.0.1");
+    loopback_cmd->add_option("--reps", reps, "exchanges per variant after a warm-up (median reported)")->capture_default_str();
+    loopback_cmd->add_option("--tcp-seconds", tcp_seconds, "length of each iperf3 run")->capture_default_str();
+    loopback_cmd->add_option("--tcp-reps", tcp_reps, "iperf3 runs per mode (median reported)")->capture_default_str();
+
+    std::string connect, tcp_out;
+    CLI::App* tcp_cmd = app.add_subcommand("tcp", "iperf3 client runs against a listening iperf3 server");
+    tcp_cmd->add_option("--connect", connect, "host:port of the server (or of a relay to it)")->required();
+    tcp_cmd->add_option("--out", tcp_out, "where to write the medians, for node --baseline")->required();
+    tcp_cmd->add_option("--seconds", tcp_seconds, "length of each run")->capture_default_str();
+    tcp_cmd->add_option("--reps", tcp_reps, "runs per mode (median reported)")->capture_default_str();
+
+    NodeOptions node_options;
+    CLI::App* node_cmd = app.add_subcommand("node", "one node of two, one per process");
+    node_cmd->add_option("--listen", node_options.listen, "host:port to serve on")->required();
+    node_cmd->add_option("--announce", node_options.announce, "host:port the other node dials to reach this one");
+    node_cmd->add_option("--seed", node_options.seeds, "host:port of the other node, for the one started second");
+    node_cmd->add_option("--secret", node_options.secret, "swarm secret, the same on both")->required();
+    node_cmd->add_option("--reps", node_options.reps, "exchanges per variant after a warm-up")->capture_default_str();
+    node_cmd->add_option("--out", node_options.out, "where to write the figures (JSON)");
+    node_cmd->add_option("--baseline", node_options.baseline, "medians written by bench_exchange tcp on this path");
+    node_cmd->add_option("--link-gbit", node_options.link_gbit, "the link's rate each way, to report goodput against");
+    node_cmd->add_option("--wait-s", node_options.wait_s, "longest wait for the other node, and to pair")->capture_default_str();
+    CLI11_PARSE(app, argc, argv);
+    spdlog::set_level(spdlog::level::warn);
+
+    try {
+        if (loopback_cmd->parsed()) return loopback(reps, tcp_seconds, tcp_reps);
+        if (tcp_cmd->parsed()) return tcp(connect, tcp_seconds, tcp_reps, tcp_out);
+        return node(node_options);
+    } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "bench_exchange: %s\n", e.what());
+        return 1;
+    }
+}

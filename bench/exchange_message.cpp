@@ -1,0 +1,52 @@
+#include "bench/exchange_message.h"
+
+#include "kernels/math.h"
+
+namespace starling::bench {
+namespace {
+
+ModelConfig model_124m() {
+    ModelConfig config;
+    config.n_layer = 12;
+    config.n_head = 12;
+    config.d_model = 768;
+    config.d_ff = 3456;
+    config.vocab_size = 256;
+    return config;
+}
+
+}  // namespace
+
+DeltaModel::DeltaModel()
+    : manifest(model_124m()), plan(codec::make_plan(manifest, codec::PlanKind::Delta, codec::Codec::Q8)),
+      delta(manifest.total()) {
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(1e-3 * normal_at(7, i));
+}
+
+const char* encoding_name(Encoding encoding) {
+    return encoding == Encoding::WhileSending ? "end to end" : "transport only";
+}
+
+RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t partner, uint64_t round,
+                             Encoding encoding, std::vector<float>& received)
+    : partner_(partner),
+      round_(round),
+      encoder_(model.plan, {self, round, 0}, model.delta.data(), nullptr, false),
+      encoding_(encoding),
+      decoder_(model.manifest.fingerprint(), model.manifest, received.data(), received.size()) {
+    if (encoding == Encoding::Beforehand)
+        encoded_ = codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
+}
+
+ExchangeSlot RoundMessages::slot() {
+    if (encoding_ == Encoding::WhileSending) return {round_, partner_, outgoing_message(encoder_), decoder_};
+    OutgoingMessage copied{encoded_.front(), [this](std::vector<std::byte>& out) {
+                               if (next_part_ == encoded_.size()) return false;
+                               const auto& chunk = encoded_[next_part_++];
+                               out.assign(chunk.begin(), chunk.end());
+                               return true;
+                           }};
+    return {round_, partner_, std::move(copied), decoder_};
+}
+
+}  // namespace starling::bench
