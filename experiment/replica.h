@@ -47,6 +47,8 @@ public:
     int index() const { return index_; }
     uint64_t node_id() const { return node_id_; }
     int64_t inner_step() const { return inner_step_; }
+    // A node adopting a snapshot continues the learning-rate schedule where its donor was.
+    void set_inner_step(int64_t step) { inner_step_ = step; }
     size_t size() const { return phi_.size(); }
 
     std::span<float> theta() { return {model_->params(), size()}; }
@@ -57,6 +59,7 @@ public:
     std::span<float> residual() { return residual_; }
     std::span<float> displacement() { return displacement_; }
     const ParameterManifest& manifest() const { return model_->manifest(); }
+    AdamW<float>& adamw() { return *adamw_; }
     PartnerChecks& partner_checks() { return checks_; }
 
     bool live = true;

@@ -523,10 +523,13 @@ void PeerNode::stop(bool announce) {
 std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     if (!running_) return std::nullopt;
     table_->set_round(round);
+    // One budget for the whole choice, so a round never waits on pairing longer than pair_timeout
+    // however many proposals it takes.
+    const auto deadline = SteadyClock::now() + config_.pair_timeout;
     const auto view = table_->pairable_ids();
     std::optional<uint64_t> partner;
     if (const auto intended = deterministic_partner(round, view, node_id()))
-        partner = propose(round, *intended, PairMode::Deterministic, membership_digest(view));
+        partner = propose(round, *intended, PairMode::Deterministic, membership_digest(view), deadline);
     if (!partner) {
         std::vector<Member> pairable;
         for (uint64_t id : view)
@@ -534,8 +537,9 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
         auto candidates = random_candidates(pairable, node_id(), round, config_.max_round_gap,
                                             pairing_->recent_partners(round, kRecentPartnerRounds));
         std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(random_u64()));
-        for (size_t i = 0; i < candidates.size() && i < kRandomPairAttempts && !partner; ++i)
-            partner = propose(round, candidates[i], PairMode::Random, 0);
+        for (size_t i = 0; i < candidates.size() && i < kRandomPairAttempts && !partner && SteadyClock::now() < deadline;
+             ++i)
+            partner = propose(round, candidates[i], PairMode::Random, 0, deadline);
     }
     // Someone else's proposal may have been accepted while ours failed.
     if (!partner) partner = pairing_->partner(round);
@@ -543,7 +547,8 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     return table_->find(*partner);
 }
 
-std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest) {
+std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
+                                          SteadyClock::time_point deadline) {
     const auto target = table_->find(to);
     const uint64_t nonce = random_u64();
     if (!target || !pairing_->begin_proposal(round, to, nonce)) return pairing_->partner(round);
@@ -554,13 +559,13 @@ std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode 
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC : v1::PAIR_MODE_RANDOM);
     v1::PairResponse response;
     grpc::ClientContext context;
-    set_deadline(context, config_.pair_timeout);
+    context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
     auth_.attach(context, "Pair");
     const auto status = v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
     const bool accepted = status.ok() && response.accepted();
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
-        pairing_->await_partner(round, SteadyClock::now() + config_.pair_timeout);
+        pairing_->await_partner(round, deadline);
     } else if (!accepted) {
         spdlog::debug("peer: node {} declined to pair for round {}: {}", format_node_id(to), round,
                       status.ok() ? response.reason() : status.error_message());

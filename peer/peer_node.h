@@ -46,7 +46,7 @@ struct PeerConfig {
     MembershipLimits membership;
     std::chrono::milliseconds join_backoff_max{30000};
     size_t max_message_bytes = 4u << 20;  // any one membership RPC; exchange frames have their own cap
-    std::chrono::milliseconds pair_timeout{5000};       // T_pair: every Pair call
+    std::chrono::milliseconds pair_timeout{5000};       // T_pair: choosing a round's partner, in all
     std::chrono::milliseconds exchange_timeout{10000};  // T_xchg: a whole exchange, end to end
     uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
@@ -84,8 +84,8 @@ public:
     void add_seeds(const std::vector<std::string>& seeds);
 
     // CHOOSE_PARTNERS for groups of two (peer/pairing.h): the partner for `round`, which becomes
-    // this node's advertised round, or nullopt for a solo round. Each Pair call waits at most
-    // pair_timeout. One call per round at a time; none once the node has stopped.
+    // this node's advertised round, or nullopt for a solo round. Returns within pair_timeout,
+    // whatever the others do. One call per round at a time; none once the node has stopped.
     std::optional<Member> choose_partner(uint64_t round);
     // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
     // at once; returns within exchange_timeout (plus the moment a cancelled stream takes to end).
@@ -119,7 +119,8 @@ private:
     void close_unused_channels();
     void stop(bool announce);
     // Our proposal to `to` for a round; returns the round's partner afterwards, if any.
-    std::optional<uint64_t> propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest);
+    std::optional<uint64_t> propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
+                                    SteadyClock::time_point deadline);
     grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response);
     grpc::Status answer_exchange(grpc::ServerContext& context,
                                  grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream, uint64_t caller);

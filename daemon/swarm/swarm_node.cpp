@@ -1,0 +1,151 @@
+#include "daemon/swarm/swarm_node.h"
+
+#include <algorithm>
+#include <chrono>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "daemon/swarm/swarm_snapshot.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/manifest.h"
+#include "optimizer/outer_round.h"
+
+namespace starling {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+void SwarmConfig::validate() const {
+    train.validate();
+    if (inner_steps < 1) throw Error("swarm: inner_steps must be at least 1");
+    outer.validate();
+    if (exchange.mode != MessageMode::Fused)
+        throw Error("swarm: only fused messages are supported (split mode needs two messages per exchange)");
+    if (outer.pull != outer.lr)
+        throw Error("swarm: fused messages send theta only, which needs the outer pull equal to the outer lr");
+    if (exchange.state_codec == codec::Codec::Q4)
+        throw Error("swarm: the state codec must be BF16SR, Q8 or F32 (Q4 is a delta codec)");
+}
+
+SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(config.train.lr_schedule()) {
+    config_.validate();
+    engine_.train = config_.train;
+    engine_.replicas = 1;
+    engine_.inner_steps = config_.inner_steps;
+    engine_.outer = config_.outer;
+    engine_.exchange = config_.exchange;
+    set_cpu_threads(config_.train.threads);
+    ops_ = std::make_unique<CpuOps<float>>();
+    config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
+    peer_ = std::make_unique<PeerNode>(config_.peer);
+    replica_ = std::make_unique<Replica>(engine_, *ops_, 0, peer_->node_id());
+    plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
+    const size_t n = replica_->size();
+    received_.resize(n);
+    scratch_a_.resize(n);
+    scratch_b_.resize(n);
+    peer_->start();
+    publish_snapshot();
+}
+
+SwarmNode::~SwarmNode() = default;
+
+FetchResult SwarmNode::join_from_swarm() {
+    const size_t n = replica_->size();
+    std::vector<std::byte> bytes(swarm_snapshot_bytes(n));
+    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes);
+    // Unpacked aside first: a snapshot refused halfway must leave this node's state as it was.
+    std::vector<float> phi(n), momentum(n), adamw_m(n), adamw_v(n);
+    const SwarmCounters counters = unpack_swarm_snapshot(bytes, {phi, momentum, adamw_m, adamw_v});
+    Replica& r = *replica_;
+    std::copy(phi.begin(), phi.end(), r.phi().begin());
+    std::copy(momentum.begin(), momentum.end(), r.momentum().begin());
+    std::copy(adamw_m.begin(), adamw_m.end(), r.adamw().m());
+    std::copy(adamw_v.begin(), adamw_v.end(), r.adamw().v());
+    r.adamw().set_steps_taken(static_cast<int64_t>(counters.adamw_steps));
+    r.set_inner_step(static_cast<int64_t>(counters.inner_step));
+    std::fill(r.residual().begin(), r.residual().end(), 0.0f);
+    r.restart_from_phi();
+    round_ = counters.round;
+    // Advertise the round at once, so members already there can pair with this node.
+    peer_->set_round(round_);
+    publish_snapshot();
+    spdlog::info("swarm: node {} joined at round {} (inner step {}) from a snapshot of {} bytes",
+                 format_node_id(node_id()), round_, counters.inner_step, bytes.size());
+    return fetched;
+}
+
+SwarmRound SwarmNode::run_round() {
+    // OpenMP's thread count belongs to the calling thread, and rounds may run on another thread
+    // than the one that built the node.
+    set_cpu_threads(config_.train.threads);
+    SwarmRound report;
+    report.round = round_;
+    auto start = Clock::now();
+    report.train_loss = replica_->inner_phase(config_.inner_steps, schedule_);
+    report.inner_seconds = seconds_since(start);
+
+    start = Clock::now();
+    const std::optional<Member> partner = peer_->choose_partner(round_);
+    report.pair_seconds = seconds_since(start);
+
+    std::vector<MemberValues> partners;
+    if (partner) {
+        report.partner = partner->node_id;
+        start = Clock::now();
+        codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->theta().data(), nullptr,
+                                      config_.exchange.zstd);
+        codec::MessageDecoder decoder(replica_->manifest().fingerprint(), replica_->manifest(), received_.data(),
+                                      received_.size());
+        const ExchangeResult result =
+            peer_->exchange({round_, partner->node_id, outgoing_message(encoder), decoder});
+        report.exchange_seconds = seconds_since(start);
+        report.bytes_sent = result.bytes_sent;
+        report.bytes_received = result.bytes_received;
+        // The exchange has checked that the message names the partner and this round.
+        if (!result.received) {
+            report.failure = result.error;
+        } else {
+            partners.push_back({partner->node_id, received_, {}});
+        }
+    }
+    const MemberValues own{node_id(), replica_->theta(), {}};
+    const NoLoCoStep step =
+        noloco_outer_step(config_.outer, MessageMode::Fused, own, partners, replica_->partner_checks(),
+                          replica_->phi(), replica_->momentum(), scratch_a_, scratch_b_);
+    report.solo = step.members < 2;
+    for (const std::string& why : step.refused) report.failure += (report.failure.empty() ? "" : "; ") + why;
+    replica_->restart_from_phi();
+    round_++;
+    publish_snapshot();
+
+    spdlog::info("swarm: node {} round {} | loss {:.4f} | partner {} | sent {} B, received {} B | pair {:.3f} s, "
+                 "exchange {:.3f} s{}",
+                 format_node_id(node_id()), report.round, report.train_loss,
+                 report.partner ? format_node_id(*report.partner) : std::string("none"), report.bytes_sent,
+                 report.bytes_received, report.pair_seconds, report.exchange_seconds,
+                 report.failure.empty() ? "" : " | solo: " + report.failure);
+    return report;
+}
+
+std::vector<std::byte> SwarmNode::snapshot_bytes() const {
+    AdamW<float>& adamw = replica_->adamw();
+    const size_t n = replica_->size();
+    const SwarmCounters counters{round_, static_cast<uint64_t>(replica_->inner_step()),
+                                 static_cast<uint64_t>(adamw.steps_taken())};
+    return pack_swarm_snapshot(counters, replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
+}
+
+void SwarmNode::publish_snapshot() {
+    peer_->snapshots().publish(std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
+                                                                snapshot_bytes()));
+}
+
+}  // namespace starling

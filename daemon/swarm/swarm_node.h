@@ -1,0 +1,97 @@
+// One node of a swarm, as research/algorithms.md section 7.4 runs it: a replica trained locally
+// (experiment/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
+// started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
+// fused messages (theta, state codec) with it, a check of what arrived (MessageSanity, as the
+// experiment does), and the NoLoCo outer step of optimizer/outer_round.h with the partner's
+// decoded theta, or a solo step when there is no partner, the exchange failed or the message was
+// refused. Then theta = phi, and a snapshot of the state (daemon/swarm/swarm_snapshot.h) is published
+// for joiners.
+//
+// The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
+// bounded by pair_timeout and the exchange by exchange_timeout, after which the round goes solo.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "experiment/experiment_config.h"
+#include "experiment/replica.h"
+#include "kernels/ops.h"
+#include "optimizer/codec/message.h"
+#include "peer/peer_node.h"
+
+namespace starling {
+
+struct SwarmConfig {
+    // The engine: model, batch, steps (the schedule's length in inner steps), seed (every node's
+    // initialisation), threads, schedule, AdamW, data.dir. data.node_id is ignored: the data
+    // order follows the PeerNode's id.
+    TrainConfig train;
+    int inner_steps = 50;  // H
+    OuterConfig outer;
+    // Fused messages only (mode, state_codec, zstd); split mode needs two messages per exchange.
+    ExchangeConfig exchange;
+    PeerConfig peer;  // its fingerprint is replaced by the model's
+    void validate() const;  // throws starling::Error naming the field
+};
+
+// What one round did.
+struct SwarmRound {
+    uint64_t round = 0;
+    double train_loss = 0.0;          // mean over the round's inner steps
+    std::optional<uint64_t> partner;  // node id paired for the round, if any
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+    double inner_seconds = 0.0;
+    double pair_seconds = 0.0;        // choosing the partner
+    double exchange_seconds = 0.0;    // the exchange itself (0 without a partner)
+    bool solo = true;                 // the outer step used this node's values only
+    std::string failure;              // why a paired round went solo: the exchange's error or the refusal
+};
+
+class SwarmNode {
+public:
+    // Builds the replica from config.train.seed and starts the peer node.
+    explicit SwarmNode(const SwarmConfig& config);
+    ~SwarmNode();
+    SwarmNode(const SwarmNode&) = delete;
+    SwarmNode& operator=(const SwarmNode&) = delete;
+
+    // A fresh node's catch-up: fetches the snapshot most live members hold and adopts it (phi,
+    // outer momentum, AdamW state, counters; theta = phi, residual zero). Keeps its own node id,
+    // so its own data order. Throws starling::Error when no member delivers a valid snapshot.
+    FetchResult join_from_swarm();
+
+    SwarmRound run_round();
+
+    void leave() { peer_->leave(); }  // announces the departure, then stops the peer node
+    void kill() { peer_->kill(); }    // stops without a word, as a crash would
+
+    uint64_t node_id() const { return peer_->node_id(); }
+    uint64_t round() const { return round_; }
+    PeerNode& peer() { return *peer_; }
+    Replica& replica() { return *replica_; }
+    const codec::MessagePlan& message_plan() const { return plan_; }
+    // The current state in the snapshot layout: what the next published snapshot would hold.
+    std::vector<std::byte> snapshot_bytes() const;
+
+private:
+    void publish_snapshot();
+
+    SwarmConfig config_;
+    ExperimentConfig engine_;  // the replica's view of the config: one partition, this node alone
+    std::unique_ptr<Ops<float>> ops_;
+    std::unique_ptr<PeerNode> peer_;
+    std::unique_ptr<Replica> replica_;
+    LrSchedule schedule_;
+    codec::MessagePlan plan_;
+    std::vector<float> received_, scratch_a_, scratch_b_;
+    uint64_t round_ = 0;
+};
+
+}  // namespace starling

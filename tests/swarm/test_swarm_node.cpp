@@ -1,0 +1,363 @@
+// Swarm nodes on real gRPC servers on 127.0.0.1 (local_cluster_config: Pair calls 1 s, exchanges
+// 3 s), training pico on the KJV, each node on its own thread as separate daemons would.
+#include <atomic>
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "daemon/config.h"
+#include "daemon/swarm/swarm_node.h"
+#include "daemon/swarm/swarm_snapshot.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "optimizer/outer_round.h"
+#include "peer/local_cluster.h"
+#include "tests/peer/cluster_util.h"
+#include "tests/support/kjv.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kInnerSteps = 8;
+
+// pico with short sequences and one thread per node: four nodes share the test's two cores.
+SwarmConfig pico_swarm(int rounds, codec::Codec state_codec = codec::Codec::BF16SR) {
+    SwarmConfig c;
+    c.train = load_train_config(std::string(STARLING_SOURCE_DIR) + "/configs/pico.toml");
+    c.train.data.dir = kjv_dir();
+    c.train.batch_size = 8;
+    c.train.seq_len = 32;
+    c.train.threads = 1;
+    c.train.steps = static_cast<int64_t>(rounds) * kInnerSteps;
+    c.train.schedule.warmup_steps = kInnerSteps;
+    c.inner_steps = kInnerSteps;
+    c.exchange.state_codec = state_codec;
+    c.exchange.zstd = false;  // so the bytes on the wire follow from the plan alone
+    c.peer = local_cluster_config();
+    return c;
+}
+
+// n nodes; the first is every other node's seed. Returns once all see all alive with one view.
+std::vector<std::unique_ptr<SwarmNode>> start_swarm(int n, const SwarmConfig& config) {
+    std::vector<std::unique_ptr<SwarmNode>> nodes;
+    for (int i = 0; i < n; i++) {
+        SwarmConfig c = config;
+        if (i > 0) c.peer.seeds = {nodes.front()->peer().address()};
+        nodes.push_back(std::make_unique<SwarmNode>(c));
+    }
+    std::vector<PeerNode*> peers;
+    for (auto& node : nodes) peers.push_back(&node->peer());
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    return nodes;
+}
+
+// Runs `body(i)` for every index on its own thread; an exception on any thread is rethrown here.
+template <typename Body>
+void on_threads(size_t count, Body body) {
+    std::mutex mutex;
+    std::exception_ptr failure;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < count; i++) {
+        threads.emplace_back([&, i] {
+            try {
+                body(i);
+            } catch (...) {
+                std::lock_guard lock(mutex);
+                failure = std::current_exception();
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    if (failure) std::rethrow_exception(failure);
+}
+
+// `rounds` rounds on every node at once: reports[node][round].
+std::vector<std::vector<SwarmRound>> run_rounds(std::vector<std::unique_ptr<SwarmNode>>& nodes, int rounds) {
+    std::vector<std::vector<SwarmRound>> reports(nodes.size());
+    on_threads(nodes.size(), [&](size_t i) {
+        for (int r = 0; r < rounds; r++) reports[i].push_back(nodes[i]->run_round());
+    });
+    return reports;
+}
+
+// Bytes of one uncompressed message, from the plan: the 64-byte header, then for every segment
+// (each fits one chunk in pico) a 48-byte chunk header and the payload of its codec.
+uint64_t message_bytes(const codec::MessagePlan& plan) {
+    uint64_t total = 64;
+    for (const codec::Segment& s : plan.segments) {
+        REQUIRE(s.numel <= codec::max_chunk_elements(s.codec));
+        REQUIRE((s.codec == codec::Codec::F32 || s.codec == codec::Codec::BF16SR));
+        total += 48 + s.numel * (s.codec == codec::Codec::F32 ? 4 : 2);
+    }
+    return total;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// What a node's replica does alone, rebuilt from the same config and node id: the reference the
+// swarm's outer steps are checked against.
+struct ReferenceReplica {
+    ReferenceReplica(const SwarmConfig& config, uint64_t node_id) : schedule(config.train.lr_schedule()) {
+        engine.train = config.train;
+        engine.replicas = 1;
+        engine.inner_steps = config.inner_steps;
+        replica = std::make_unique<Replica>(engine, ops, 0, node_id);
+    }
+    ExperimentConfig engine;
+    CpuOps<float> ops;
+    LrSchedule schedule;
+    std::unique_ptr<Replica> replica;
+};
+
+std::vector<float> copy_of(std::span<const float> x) { return {x.begin(), x.end()}; }
+
+}  // namespace
+
+TEST_CASE("swarm: four nodes pair mutually, exchange BF16 theta of the planned size, and learn") {
+    const int rounds = 5;
+    auto nodes = start_swarm(4, pico_swarm(rounds));
+    std::map<uint64_t, size_t> index_of;
+    for (size_t i = 0; i < nodes.size(); i++) index_of[nodes[i]->node_id()] = i;
+    const uint64_t expected_bytes = message_bytes(nodes[0]->message_plan());
+    // The plan really mixes codecs: norm gains as F32, matrices as BF16.
+    CHECK(nodes[0]->message_plan().segments.size() > 1);
+
+    const auto reports = run_rounds(nodes, rounds);
+
+    int paired = 0;
+    double first = 0.0, last = 0.0;
+    for (size_t i = 0; i < nodes.size(); i++) {
+        REQUIRE(reports[i].size() == rounds);
+        first += reports[i].front().train_loss / nodes.size();
+        last += reports[i].back().train_loss / nodes.size();
+        for (int r = 0; r < rounds; r++) {
+            const SwarmRound& rep = reports[i][r];
+            INFO("node " << i << " round " << r << ": " << rep.failure);
+            CHECK(rep.round == static_cast<uint64_t>(r));
+            if (!rep.partner) {
+                CHECK(rep.solo);
+                CHECK(rep.bytes_sent == 0);
+                continue;
+            }
+            const size_t j = index_of.at(*rep.partner);
+            CHECK(reports[j][r].partner == nodes[i]->node_id());
+            CHECK(rep.failure.empty());
+            CHECK_FALSE(rep.solo);
+            CHECK(rep.bytes_sent == expected_bytes);
+            CHECK(rep.bytes_received == expected_bytes);
+            paired++;
+        }
+        CHECK(nodes[i]->round() == static_cast<uint64_t>(rounds));
+    }
+    INFO("mean train loss " << first << " -> " << last << ", " << paired << " paired node-rounds");
+    // Four nodes with one view pair deterministically; a round may still go solo when a node runs
+    // a round ahead, but not most of them.
+    CHECK(paired >= static_cast<int>(nodes.size()) * rounds / 2);
+    CHECK(last < first - 0.5);
+}
+
+TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' thetas (F32 messages)") {
+    const SwarmConfig config = pico_swarm(2, codec::Codec::F32);
+    auto nodes = start_swarm(2, config);
+    set_cpu_threads(config.train.threads);
+    std::vector<std::unique_ptr<ReferenceReplica>> refs;
+    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+
+    for (int round = 0; round < 2; round++) {
+        INFO("round " << round);
+        const auto reports = run_rounds(nodes, 1);
+        for (size_t i = 0; i < 2; i++) {
+            INFO(reports[i][0].failure);
+            REQUIRE(reports[i][0].partner == nodes[1 - i]->node_id());
+            REQUIRE_FALSE(reports[i][0].solo);
+        }
+        // The same inner phases, alone: theta of each node.
+        std::vector<std::vector<float>> thetas, phis, momenta;
+        for (auto& ref : refs) {
+            ref->replica->inner_phase(config.inner_steps, ref->schedule);
+            thetas.push_back(copy_of(ref->replica->theta()));
+            phis.push_back(copy_of(ref->replica->phi()));
+            momenta.push_back(copy_of(ref->replica->momentum()));
+        }
+        for (size_t i = 0; i < 2; i++) {
+            Replica& node = nodes[i]->replica();
+            // Bit for bit, by the optimizer's NoLoCo step on copies, as the experiment steps.
+            Replica& ref = *refs[i]->replica;
+            const size_t n = ref.size();
+            std::vector<float> scratch_a(n), scratch_b(n);
+            PartnerChecks checks;
+            const MemberValues own{ref.node_id(), thetas[i], {}};
+            const MemberValues partner{refs[1 - i]->replica->node_id(), thetas[1 - i], {}};
+            const NoLoCoStep step = noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
+                                                      ref.phi(), ref.momentum(), scratch_a, scratch_b);
+            REQUIRE(step.members == 2);
+            ref.restart_from_phi();
+            CHECK(same_bits(node.phi(), ref.phi()));
+            CHECK(same_bits(node.momentum(), ref.momentum()));
+            CHECK(same_bits(node.theta(), ref.phi()));
+
+            // And in double from NoLoCo's equations (fused, gamma = beta):
+            // delta = alpha delta + beta (mean(theta_a, theta_b) - phi); phi += delta.
+            double worst = 0.0;
+            for (size_t k = 0; k < n; k++) {
+                const double mean = (double(thetas[0][k]) + double(thetas[1][k])) / 2.0;
+                const double delta = config.outer.momentum * double(momenta[i][k]) +
+                                     config.outer.lr * (mean - double(phis[i][k]));
+                worst = std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
+            }
+            CHECK(worst < 1e-6);  // float rounding of values of order 0.1-1
+        }
+    }
+}
+
+TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines and never pair with it") {
+    const SwarmConfig config = pico_swarm(40);
+    auto nodes = start_swarm(4, config);
+    const size_t victim = 3;
+    const uint64_t victim_id = nodes[victim]->node_id();
+    // The longest a round may wait on the network: choosing the partner (pair_timeout in all) and
+    // one exchange (exchange_timeout),
+    // plus 1 s for a cancelled stream to end and for four threads sharing two cores.
+    const double network_bound =
+        std::chrono::duration<double>(config.peer.pair_timeout + config.peer.exchange_timeout + 1000ms).count();
+
+    // Rounds start together, as on nodes of equal speed: otherwise a node that goes solo finishes
+    // sooner, runs more than max_round_gap rounds ahead and can pair with no one, which is not
+    // what this test is about. The survivors stop three rounds after all of them have declared
+    // the victim dead.
+    std::atomic<bool> stop{false};
+    int rounds_after_death = 0;
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    auto next_round = [&]() noexcept {
+        bool all_dead = true;
+        for (size_t i = 0; i < victim; i++) all_dead &= state_seen(nodes[i]->peer(), victim_id) == MemberState::Dead;
+        if (all_dead) rounds_after_death++;
+        if (rounds_after_death > 3 || std::chrono::steady_clock::now() > give_up) stop = true;
+    };
+    std::barrier round_start(static_cast<std::ptrdiff_t>(nodes.size()), next_round);
+
+    struct Seen {
+        SwarmRound report;
+        double wall_seconds = 0.0;
+        bool victim_dead_before = false;
+    };
+    std::vector<std::vector<Seen>> seen(nodes.size());
+    on_threads(nodes.size(), [&](size_t i) {
+        SwarmNode& node = *nodes[i];
+        if (i == victim) {
+            for (int r = 0; r < 3; r++) {
+                round_start.arrive_and_wait();
+                // Killed in the middle of its third round's inner phase, as a crash would.
+                std::thread crash;
+                if (r == 2) crash = std::thread([&] {
+                    std::this_thread::sleep_for(20ms);
+                    node.kill();
+                });
+                node.run_round();
+                if (crash.joinable()) crash.join();
+            }
+            round_start.arrive_and_drop();
+            return;
+        }
+        while (true) {
+            round_start.arrive_and_wait();
+            if (stop) return;
+            Seen s;
+            s.victim_dead_before = state_seen(node.peer(), victim_id) == MemberState::Dead;
+            const auto start = std::chrono::steady_clock::now();
+            s.report = node.run_round();
+            s.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            seen[i].push_back(s);
+        }
+    });
+
+    REQUIRE(rounds_after_death > 3);  // every survivor declared the victim dead before giving up
+    int paired_after_death = 0;
+    for (size_t i = 0; i < victim; i++) {
+        INFO("survivor " << i);
+        for (const Seen& s : seen[i]) {
+            INFO("round " << s.report.round << ": " << s.report.failure);
+            CHECK(s.report.pair_seconds + s.report.exchange_seconds < network_bound);
+            CHECK(s.wall_seconds < s.report.inner_seconds + network_bound);
+            if (s.victim_dead_before) {
+                CHECK(s.report.partner != victim_id);
+                if (!s.report.solo) paired_after_death++;
+            }
+        }
+    }
+    // Three survivors with one view: two of them pair every round.
+    CHECK(paired_after_death >= 2 * 3);
+}
+
+TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, momentum, AdamW, counters") {
+    const SwarmConfig config = pico_swarm(4);
+    auto nodes = start_swarm(3, config);
+    run_rounds(nodes, 2);
+
+    SwarmConfig joiner_config = config;
+    joiner_config.peer.seeds = {nodes.front()->peer().address()};
+    nodes.push_back(std::make_unique<SwarmNode>(joiner_config));
+    SwarmNode& joiner = *nodes.back();
+    std::vector<PeerNode*> peers;
+    for (auto& node : nodes) peers.push_back(&node->peer());
+    wait_for("the joiner in one view", 5000ms, [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+
+    const FetchResult fetched = joiner.join_from_swarm();
+    std::shared_ptr<const Snapshot> donated;
+    SwarmNode* donor = nullptr;
+    for (auto& node : nodes) {
+        if (node.get() == &joiner) continue;
+        if (auto s = node->peer().snapshots().find(fetched.manifest.id)) {
+            donated = s;
+            donor = node.get();
+        }
+    }
+    REQUIRE(donated);
+    // The donors stopped after round 2, so what they hold is their current state.
+    const std::vector<std::byte> donor_state = donor->snapshot_bytes();
+    REQUIRE(donated->bytes().size() == donor_state.size());
+    CHECK(std::memcmp(donated->bytes().data(), donor_state.data(), donor_state.size()) == 0);
+
+    const std::vector<std::byte> joined = joiner.snapshot_bytes();
+    REQUIRE(joined.size() == swarm_snapshot_bytes(donor->replica().size()));
+    CHECK(std::memcmp(joined.data(), donor_state.data(), joined.size()) == 0);
+    // And field by field, from the donor's own replica.
+    Replica& mine = joiner.replica();
+    Replica& theirs = donor->replica();
+    const size_t n = mine.size();
+    CHECK(joiner.round() == 2);
+    CHECK(donor->round() == 2);
+    CHECK(mine.inner_step() == 2 * kInnerSteps);
+    CHECK(mine.inner_step() == theirs.inner_step());
+    CHECK(mine.adamw().steps_taken() == theirs.adamw().steps_taken());
+    CHECK(same_bits(mine.phi(), theirs.phi()));
+    CHECK(same_bits(mine.momentum(), theirs.momentum()));
+    CHECK(same_bits({mine.adamw().m(), n}, {theirs.adamw().m(), n}));
+    CHECK(same_bits({mine.adamw().v(), n}, {theirs.adamw().v(), n}));
+    CHECK(same_bits(mine.theta(), mine.phi()));
+    CHECK(std::all_of(mine.residual().begin(), mine.residual().end(), [](float x) { return x == 0.0f; }));
+    CHECK(joiner.node_id() != donor->node_id());
+
+    // A snapshot for another model size is refused, naming the problem.
+    std::vector<float> small(n - 1);
+    CHECK_THROWS_WITH(unpack_swarm_snapshot(joined, {small, small, small, small}),
+                      Catch::Contains("this model needs"));
+
+    // The joiner takes part in the next round like any member.
+    for (const auto& r : run_rounds(nodes, 1)) {
+        INFO(r[0].failure);
+        CHECK(r[0].round == 2);
+        CHECK(r[0].failure.empty());
+    }
+}
