@@ -1,7 +1,8 @@
 // Exchange throughput of the peer layer: two paired nodes swap a round's messages, a Q8 delta of
-// the 124m model each way at once on one Peer.Exchange stream, next to raw TCP on the same path
-// measured by iperf3 in the same run. Two variants: end to end (encoded while sending, decoded into
-// the arena on receipt, as the daemon does) and transport only (chunks encoded beforehand).
+// a model (configs/124m.toml by default) each way at once on one Peer.Exchange stream, next to raw
+// TCP on the same path measured by iperf3 in the same run. Two variants: end to end (encoded while
+// sending, decoded into the arena on receipt, as the daemon does) and transport only (chunks
+// encoded beforehand).
 //   bench_exchange loopback [--reps 5]                 both nodes in this process, on 127.0.0.1
 //   bench_exchange tcp --connect HOST:PORT --out FILE  iperf3 through a path, for node --baseline
 //   bench_exchange node --listen ... --secret S ...    one node of two, one per process
@@ -23,6 +24,7 @@
 #include "bench/iperf.h"
 #include "bench/median.h"
 #include "common/error.h"
+#include "daemon/config.h"
 #include "peer/address.h"
 #include "peer/local_cluster.h"
 
@@ -114,7 +116,7 @@ void print_message(const DeltaModel& model) {
     const codec::MessageEncoder encoder(model.plan, {0, 0, 0}, model.delta.data(), nullptr, false);
     const size_t bytes = codec::kHeaderBytes + encoder.chunk_count() * codec::kChunkHeaderBytes +
                          codec::encoded_bytes(codec::Codec::Q8, model.manifest.total());
-    std::printf("124m Q8 delta: %zu parameters, %.1f MB each way (header and %u chunks of up to %zu MiB)\n",
+    std::printf("Q8 delta: %zu parameters, %.1f MB each way (header and %u chunks of up to %zu MiB)\n",
                 model.manifest.total(), bytes / 1e6, encoder.chunk_count(), codec::kMaxChunkBytes >> 20);
 }
 
@@ -172,8 +174,8 @@ void pair_both(PeerNode& a, PeerNode& b, uint64_t round) {
         throw Error("round " + std::to_string(round) + ": the two nodes did not pair with each other");
 }
 
-int loopback(int reps, int tcp_seconds, int tcp_reps) {
-    const DeltaModel model;
+int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) {
+    const DeltaModel model(shape);
     print_message(model);
     const TcpRates tcp = iperf3_loopback_rates(tcp_seconds, tcp_reps);
     print_tcp("on 127.0.0.1 (" + iperf3_runs(tcp_seconds, tcp_reps) + ")", tcp);
@@ -247,9 +249,9 @@ void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::se
     });
 }
 
-int node(const NodeOptions& options) {
+int node(const ModelConfig& shape, const NodeOptions& options) {
     const auto baseline = read_baseline(options.baseline);
-    const DeltaModel model;
+    const DeltaModel model(shape);
     PeerConfig config;
     config.listen = options.listen;
     config.announce = options.announce;
@@ -307,6 +309,8 @@ int node(const NodeOptions& options) {
 int main(int argc, char** argv) {
     CLI::App app{"bench_exchange: the peer layer's exchange goodput against raw TCP"};
     app.require_subcommand(1);
+    std::string config_path = "configs/124m.toml";
+    app.add_option("--config", config_path, "the model whose Q8 delta is exchanged")->capture_default_str();
     int reps = 5, tcp_seconds = 5, tcp_reps = 3;
     CLI::App* loopback_cmd = app.add_subcommand("loopback", "two nodes in this process on 127.0.0.1");
     loopback_cmd->add_option("--reps", reps, "exchanges per variant after a warm-up (median reported)")->capture_default_str();
@@ -335,9 +339,10 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::warn);
 
     try {
-        if (loopback_cmd->parsed()) return loopback(reps, tcp_seconds, tcp_reps);
         if (tcp_cmd->parsed()) return tcp(connect, tcp_seconds, tcp_reps, tcp_out);
-        return node(node_options);
+        const ModelConfig shape = load_train_config(config_path).model;
+        if (loopback_cmd->parsed()) return loopback(shape, reps, tcp_seconds, tcp_reps);
+        return node(shape, node_options);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "bench_exchange: %s\n", e.what());

@@ -3,22 +3,8 @@
 #include "kernels/math.h"
 
 namespace starling::bench {
-namespace {
-
-ModelConfig model_124m() {
-    ModelConfig config;
-    config.n_layer = 12;
-    config.n_head = 12;
-    config.d_model = 768;
-    config.d_ff = 3456;
-    config.vocab_size = 256;
-    return config;
-}
-
-}  // namespace
-
-DeltaModel::DeltaModel()
-    : manifest(model_124m()), plan(codec::make_plan(manifest, codec::PlanKind::Delta, codec::Codec::Q8)),
+DeltaModel::DeltaModel(const ModelConfig& config)
+    : manifest(config), plan(codec::make_plan(manifest, codec::PlanKind::Delta, codec::Codec::Q8)),
       delta(manifest.total()) {
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(1e-3 * normal_at(7, i));
 }

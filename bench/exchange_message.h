@@ -1,5 +1,5 @@
-// What the exchange benchmark sends: a Q8 delta of the 124m model (configs/124m.toml), its values
-// normal with std 1e-3 like the change of a few hundred steps, and where the partner's lands.
+// What the exchange benchmark sends: a Q8 delta of a model (configs/124m.toml by default), its
+// values normal with std 1e-3 like the change of a few hundred steps, and where the partner's lands.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +12,9 @@
 
 namespace starling::bench {
 
-// The 124m model's manifest, the Q8 delta plan over it and a delta-like arena.
+// The model's manifest, the Q8 delta plan over it and a delta-like arena.
 struct DeltaModel {
-    DeltaModel();
+    explicit DeltaModel(const ModelConfig& config);
     ParameterManifest manifest;
     codec::MessagePlan plan;
     std::vector<float> delta;

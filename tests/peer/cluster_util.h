@@ -59,6 +59,14 @@ inline std::vector<std::optional<uint64_t>> choose_partners(const std::vector<Pe
     return partners;
 }
 
+// One more node in `cluster`, joined through node 0, running another model.
+inline PeerNode& add_foreign_model_node(LocalCluster& cluster) {
+    PeerConfig config = cluster.base();
+    config.fingerprint = "another model";
+    config.seeds = {cluster.node(0).address()};
+    return cluster.add(config);
+}
+
 inline std::vector<PeerNode*> nodes_of(LocalCluster& cluster) {
     std::vector<PeerNode*> nodes;
     for (size_t i = 0; i < cluster.size(); ++i) nodes.push_back(&cluster.node(i));

@@ -174,10 +174,7 @@ TEST_CASE("a second process with the same key refuses to start") {
 
 TEST_CASE("a node with another model fingerprint is listed but never pairable") {
     LocalCluster cluster(3);
-    PeerConfig config = local_cluster_config();
-    config.fingerprint = "another model";
-    config.seeds = {cluster.node(0).address()};
-    PeerNode& stranger = cluster.add(config);
+    PeerNode& stranger = add_foreign_model_node(cluster);
     const auto nodes = nodes_of(cluster);
     wait_for("listed", 3000ms, [&] { return all_see_all_alive(nodes); });
     for (int i = 0; i < 3; ++i) REQUIRE(cluster.node(i).pairable_ids().size() == 3);

@@ -219,10 +219,7 @@ TEST_CASE("five nodes: two mutual pairs and one solo node in every round") {
 
 TEST_CASE("a node with another model fingerprint is never chosen") {
     LocalCluster cluster(4);
-    PeerConfig config = local_cluster_config();
-    config.fingerprint = "another model";
-    config.seeds = {cluster.node(0).address()};
-    PeerNode& stranger = cluster.add(config);
+    PeerNode& stranger = add_foreign_model_node(cluster);
     auto nodes = nodes_of(cluster);
     const std::vector<PeerNode*> compatible(nodes.begin(), nodes.begin() + 4);
     wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(compatible); });
