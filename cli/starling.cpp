@@ -1,10 +1,16 @@
-// starling: the operator's command line. For now it prepares data, trains one node and runs
-// in-process swarm experiments; the swarm commands (join, leave, status, peers, watch) arrive with
-// the daemon.
+// starling: the operator's command line. It prepares data, trains one node, runs in-process swarm
+// experiments, checks a node's config before starlingd starts, and talks to a running starlingd
+// through its Control API (status, peers, watch, join, leave).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <spdlog/spdlog.h>
+#include <string>
+#include <vector>
 
+#include "cli/check.h"
+#include "cli/control_client.h"
+#include "cli/node_commands.h"
 #include "daemon/config.h"
 #include "daemon/trainer.h"
 #include "data/corpus.h"
@@ -88,12 +94,105 @@ int run_prepare(const PrepareFlags& flags) {
     return 0;
 }
 
+// The commands that talk to a running node through its Control API, and their options.
+struct NodeCommands {
+    bool status_json = false;
+    bool peers_json = false;
+    starling::cli::WatchOptions watch_options;
+    std::vector<std::string> seeds;
+    CLI::App* status = nullptr;
+    CLI::App* peers = nullptr;
+    CLI::App* watch = nullptr;
+    CLI::App* join = nullptr;
+    CLI::App* leave = nullptr;
+
+    explicit NodeCommands(CLI::App& app) {
+        status = app.add_subcommand("status", "show the node's round, phase, losses, peers, exchanges and checkpoint");
+        status->add_flag("--json", status_json, "print the NodeStatus message as JSON, every field included");
+
+        peers = app.add_subcommand(
+            "peers", "list the swarm members the node knows: address, state, round, compatibility, rtt, exchanges");
+        peers->add_flag("--json", peers_json, "print the ListPeersResponse message as JSON");
+
+        watch = app.add_subcommand(
+            "watch", "follow the node's status live: a table redrawn in place on a terminal, one line per update "
+                     "otherwise; ends on Ctrl-C, after --count updates or when the node leaves");
+        watch->add_option("--interval-ms", watch_options.interval_ms,
+                          "time between updates (0: the node's default, 1000; the node refuses less than 50)")
+            ->check(CLI::Range(0, 3600 * 1000))
+            ->capture_default_str();
+        // CLI11 would wrap "-1" around to a count no one reaches.
+        const CLI::Validator not_negative(
+            [](std::string& text) { return text.rfind('-', 0) == 0 ? std::string("must not be negative") : ""; },
+            "");
+        watch->add_option("--count", watch_options.count, "stop after this many updates (0: no limit)")
+            ->check(not_negative)
+            ->capture_default_str();
+
+        join = app.add_subcommand("join", "give the running node members to join the swarm through");
+        join->add_option("seeds", seeds, "HOST:PORT of members (the address they announce)")->required();
+
+        leave = app.add_subcommand(
+            "leave", "make the node drain: it finishes the round, writes a checkpoint, tells its peers and exits 0");
+
+        // A command's help cannot list the app's own options, so it says where --control goes.
+        for (CLI::App* command : {status, peers, watch, join, leave})
+            command->footer("The node: --control HOST:PORT or unix:/path, before or after the command (default: "
+                            "STARLING_CONTROL, else " + std::string(starling::cli::kDefaultControlAddress) +
+                            ").\nExit status: 0 done, 1 bad input or an error from the node, 2 no node answered.");
+    }
+
+    // The exit status of the command given, if it is one of these.
+    std::optional<int> run(const std::string& control) const {
+        const bool given = status->parsed() || peers->parsed() || watch->parsed() || join->parsed() || leave->parsed();
+        if (!given) return std::nullopt;
+        if (!starling::cli::is_control_address(control)) {
+            std::fprintf(stderr, "error: control address '%s' is not host:port or unix:/path (--control or "
+                                 "STARLING_CONTROL)\n", control.c_str());
+            return starling::cli::kExitError;
+        }
+        if (status->parsed()) return starling::cli::run_status(control, status_json);
+        if (peers->parsed()) return starling::cli::run_peers(control, peers_json);
+        if (watch->parsed()) return starling::cli::run_watch(control, watch_options);
+        if (join->parsed()) return starling::cli::run_join(control, seeds);
+        if (leave->parsed()) return starling::cli::run_leave(control);
+        return std::nullopt;
+    }
+};
+
+// `starling check`: its flags are starlingd's, so they mean what they mean to the daemon.
+struct CheckCommand {
+    starling::cli::CheckOptions options;
+    CLI::App* command = nullptr;
+
+    explicit CheckCommand(CLI::App& app) {
+        command = app.add_subcommand(
+            "check", "preflight before starting starlingd: the config, device, data, data directory and free "
+                     "space, ports, announce address, seeds and credentials; exit 1 when any check fails");
+        starling::NodeFlags& flags = options.flags;
+        command->add_option("-c,--config", options.config_path, "the node's TOML config (see configs/)")->required();
+        command->add_option("--data-dir", flags.data_dir, "[node].data_dir: the node's key, peers and checkpoints");
+        command->add_option("--listen", flags.listen, "[peer].listen: HOST:PORT for peers");
+        command->add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
+        command->add_option("--seed", flags.seeds, "HOST:PORT of a member, added to [peer].seeds (repeatable)");
+        command->add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:/path");
+        command->add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT, \"\" for none");
+    }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
     spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
     CLI::App app{"starling: train one language model across a swarm of machines"};
     app.require_subcommand(1);
+    // Options of the app itself, such as --control, may also follow the command's name.
+    app.fallthrough();
+    std::string control = starling::cli::default_control_address();
+    CLI::Option* control_option = app.add_option(
+        "--control", control,
+        "the node's Control API: host:port or unix:/path (default: STARLING_CONTROL, else " +
+            std::string(starling::cli::kDefaultControlAddress) + ")");
 
     TrainFlags train;
     CLI::App* train_cmd = app.add_subcommand("train", "train one node from a config file");
@@ -130,11 +229,25 @@ int main(int argc, char** argv) {
     experiment_cmd->add_option("--steps", experiment.steps, "inner steps per replica");
     experiment_cmd->add_option("--threads", experiment.threads, "CPU threads (0 = all cores)");
 
-    CLI11_PARSE(app, argc, argv);
+    NodeCommands node(app);
+    CheckCommand check(app);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help is a ParseError too, with code 0; any real mistake on the command line is bad input.
+        return app.exit(e) == 0 ? 0 : 1;
+    }
     try {
         if (train_cmd->parsed()) return run_train(train);
         if (prepare_cmd->parsed()) return run_prepare(prepare);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
+        if (const std::optional<int> status = node.run(control)) return *status;
+        if (check.command->parsed()) {
+            // `starling --control ADDR check` means the same as `starling check --control ADDR`.
+            if (!check.options.flags.control && control_option->count() > 0) check.options.flags.control = control;
+            return starling::cli::run_check(check.options);
+        }
     } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

@@ -94,7 +94,9 @@ void read_optimizer_section(TableReader& o, TrainConfig& c) {
 TrainConfig load_train_config(const std::string& path) {
     const toml::table root = parse_config_file(path);
     check_config_sections(path, root,
-                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint"});
+                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint",
+                           // starlingd's sections (daemon/swarm/node_config.h), not used here
+                           "node", "swarm", "outer", "exchange", "peer", "control", "metrics"});
     auto section = [&](const char* name) { return config_section(path, root, name); };
 
     TrainConfig c;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <string_view>
 #include <toml++/toml.h>
 #include <type_traits>
 #include <vector>
@@ -19,7 +20,8 @@ namespace starling {
 
 // Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
 // reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
-// overrides the file; its value is read as a TOML value, except for strings, taken as they are.
+// overrides the file; its value is read as a TOML value (STARLING_PEER_SEEDS='["a:7700"]'), except
+// for strings, taken as they are.
 class TableReader {
 public:
     TableReader(const std::string& file, const std::string& section, const toml::table* table)
@@ -76,6 +78,15 @@ private:
         } else if constexpr (std::is_same_v<V, std::string>) {
             if (!node.is_string()) fail("must be a string");
             out = node.as_string()->get();
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+            const toml::array* array = node.as_array();
+            if (!array) fail("must be an array of strings");
+            std::vector<std::string> values;
+            for (const toml::node& item : *array) {
+                if (!item.is_string()) fail("must be an array of strings");
+                values.push_back(item.as_string()->get());
+            }
+            out = std::move(values);
         } else if constexpr (std::is_floating_point_v<V>) {
             if (!node.is_number()) fail("must be a number");
             out = static_cast<V>(node.value<double>().value());
@@ -94,6 +105,19 @@ private:
     const toml::table* table_;
     std::set<std::string> known_;
 };
+
+// Reads a key whose value is one of a set of names.
+template <typename E>
+void read_named(TableReader& reader, const char* key, E& out, std::string_view (*name_of)(E),
+                E (*from_name)(std::string_view)) {
+    std::string name(name_of(out));
+    reader.read(key, name);
+    try {
+        out = from_name(name);
+    } catch (const Error& e) {
+        throw Error(std::string(key) + ": " + e.what());
+    }
+}
 
 // Parses a TOML file; a syntax error names the file, line and column.
 toml::table parse_config_file(const std::string& path);

@@ -11,19 +11,6 @@ void need(bool ok, const std::string& problem) {
     if (!ok) throw Error("config: " + problem);
 }
 
-// Reads a key whose value is one of a set of names.
-template <typename E>
-void read_named(TableReader& reader, const char* key, E& out, std::string_view (*name_of)(E),
-                E (*from_name)(std::string_view)) {
-    std::string name(name_of(out));
-    reader.read(key, name);
-    try {
-        out = from_name(name);
-    } catch (const Error& e) {
-        throw Error(std::string(key) + ": " + e.what());
-    }
-}
-
 }  // namespace
 
 std::string_view method_name(Method method) {
@@ -74,6 +61,23 @@ void ExperimentConfig::validate() const {
          "[churn].mean_up_steps must be positive and down_steps at least 1");
 }
 
+void read_outer_section(TableReader& u, OuterConfig& outer) {
+    u.read("momentum", outer.momentum);
+    u.read("lr", outer.lr);
+    u.read("pull", outer.pull);
+    read_named(u, "form", outer.form, momentum_form_name, momentum_form_from_name);
+    u.reject_unknown();
+}
+
+void read_exchange_section(TableReader& g, ExchangeConfig& exchange) {
+    read_named(g, "mode", exchange.mode, message_mode_name, message_mode_from_name);
+    read_named(g, "state_codec", exchange.state_codec, codec::codec_name, codec::codec_from_name);
+    read_named(g, "delta_codec", exchange.delta_codec, codec::codec_name, codec::codec_from_name);
+    g.read("error_feedback", exchange.error_feedback);
+    g.read("zstd", exchange.zstd);
+    g.reject_unknown();
+}
+
 ExperimentConfig load_experiment_config(const std::string& path) {
     const toml::table root = parse_config_file(path);
     check_config_sections(path, root,
@@ -108,21 +112,9 @@ ExperimentConfig load_experiment_config(const std::string& path) {
     x.reject_unknown();
 
     TableReader u = section("outer");
-    u.read("momentum", c.outer.momentum);
-    u.read("lr", c.outer.lr);
-    u.read("pull", c.outer.pull);
-    read_named(u, "form", c.outer.form, momentum_form_name, momentum_form_from_name);
-    u.reject_unknown();
-
+    read_outer_section(u, c.outer);
     TableReader g = section("exchange");
-    read_named(g, "mode", c.exchange.mode, message_mode_name, message_mode_from_name);
-    read_named(g, "state_codec", c.exchange.state_codec, codec::codec_name,
-               codec::codec_from_name);
-    read_named(g, "delta_codec", c.exchange.delta_codec, codec::codec_name,
-               codec::codec_from_name);
-    g.read("error_feedback", c.exchange.error_feedback);
-    g.read("zstd", c.exchange.zstd);
-    g.reject_unknown();
+    read_exchange_section(g, c.exchange);
 
     TableReader h = section("churn");
     h.read("enabled", c.churn.enabled);

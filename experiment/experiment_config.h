@@ -62,4 +62,9 @@ struct ExperimentConfig {
 
 ExperimentConfig load_experiment_config(const std::string& path);
 
+class TableReader;
+// The [outer] and [exchange] sections, shared with the daemon's config (daemon/swarm/node_config.h).
+void read_outer_section(TableReader& reader, OuterConfig& outer);
+void read_exchange_section(TableReader& reader, ExchangeConfig& exchange);
+
 }  // namespace starling

@@ -61,6 +61,7 @@ public:
     const ParameterManifest& manifest() const { return model_->manifest(); }
     AdamW<float>& adamw() { return *adamw_; }
     PartnerChecks& partner_checks() { return checks_; }
+    DataLoader& data() { return *data_; }  // its position goes into a node's checkpoint
 
     bool live = true;
 

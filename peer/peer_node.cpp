@@ -341,9 +341,22 @@ std::optional<std::string> PeerNode::duplicate_of(const Member& joiner) {
     return std::nullopt;
 }
 
+std::optional<double> PeerNode::round_trip_ms(uint64_t node_id) const {
+    std::lock_guard lock(rtt_mutex_);
+    const auto it = rtt_ms_.find(node_id);
+    if (it == rtt_ms_.end()) return std::nullopt;
+    return it->second;
+}
+
 bool PeerNode::probe(const Member& target) {
+    const auto sent = SteadyClock::now();
     if (auto answer = ping(target.address, target.node_id)) {
-        table_->merge(*answer, SteadyClock::now());
+        const auto now = SteadyClock::now();
+        {
+            std::lock_guard lock(rtt_mutex_);
+            rtt_ms_[target.node_id] = std::chrono::duration<double, std::milli>(now - sent).count();
+        }
+        table_->merge(*answer, now);
         return true;
     }
     // Indirect probes through up to k other members, at once, so a congested path between two
@@ -440,7 +453,15 @@ void PeerNode::tick() {
 
 void PeerNode::close_unused_channels() {
     std::set<std::string> wanted;
-    for (const Member& m : table_->all()) wanted.insert(m.address);
+    std::set<uint64_t> members;
+    for (const Member& m : table_->all()) {
+        wanted.insert(m.address);
+        members.insert(m.node_id);
+    }
+    {
+        std::lock_guard lock(rtt_mutex_);
+        std::erase_if(rtt_ms_, [&](const auto& entry) { return !members.contains(entry.first); });
+    }
     {
         std::lock_guard lock(seeds_mutex_);
         for (const auto& [seed, state] : seeds_) wanted.insert(seed);

@@ -78,6 +78,8 @@ public:
     std::vector<Member> members() const { return table_->all(); }
     std::vector<uint64_t> pairable_ids() const { return table_->pairable_ids(); }
     void set_round(uint64_t round) { table_->set_round(round); }
+    // Milliseconds the last answered direct probe of a member took; nullopt before one.
+    std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const;
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
@@ -114,8 +116,9 @@ private:
     void tick();
     void maintain_seeds(SteadyClock::time_point now);
     void save_peer_cache();
-    // Forgets connections to addresses that are neither members nor seeds any more, so a
-    // long-lived node in a swarm with churn does not keep one for every peer it ever met.
+    // Forgets connections to addresses that are neither members nor seeds any more (and the
+    // round-trip times of former members), so a long-lived node in a swarm with churn does not
+    // keep one for every peer it ever met.
     void close_unused_channels();
     void stop(bool announce);
     // Our proposal to `to` for a round; returns the round's partner afterwards, if any.
@@ -137,6 +140,9 @@ private:
     std::unique_ptr<ExchangeBoard> exchanges_;
     std::unique_ptr<Service> service_;
     std::unique_ptr<grpc::Server> server_;
+
+    mutable std::mutex rtt_mutex_;
+    std::map<uint64_t, double> rtt_ms_;
 
     mutable std::mutex channels_mutex_;
     std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_;

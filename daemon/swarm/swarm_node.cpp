@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
@@ -20,7 +21,31 @@ double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// RMS of a - b: how far two replicas have drifted apart.
+double rms_distance(std::span<const float> a, std::span<const float> b) {
+    double sum = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+        sum += d * d;
+    }
+    return a.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(a.size()));
+}
+
 }  // namespace
+
+std::string_view swarm_method_name(SwarmMethod method) {
+    return method == SwarmMethod::Local ? "local" : "noloco";
+}
+
+SwarmMethod swarm_method_from_name(std::string_view name) {
+    if (name == "noloco") return SwarmMethod::NoLoCo;
+    if (name == "local") return SwarmMethod::Local;
+    if (name == "diloco")
+        throw Error("method \"diloco\" needs an all-gather over the whole swarm every round, which starlingd does "
+                    "not do; use \"noloco\" (pairs) or run DiLoCo with `starling experiment`");
+    throw Error("method \"" + std::string(name) + "\" is not known (noloco, local)");
+}
+
 
 void SwarmConfig::validate() const {
     train.validate();
@@ -57,10 +82,8 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
 
 SwarmNode::~SwarmNode() = default;
 
-FetchResult SwarmNode::join_from_swarm() {
+SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
     const size_t n = replica_->size();
-    std::vector<std::byte> bytes(swarm_snapshot_bytes(n));
-    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes);
     // Unpacked aside first: a snapshot refused halfway must leave this node's state as it was.
     std::vector<float> phi(n), momentum(n), adamw_m(n), adamw_v(n);
     const SwarmCounters counters = unpack_swarm_snapshot(bytes, {phi, momentum, adamw_m, adamw_v});
@@ -77,21 +100,65 @@ FetchResult SwarmNode::join_from_swarm() {
     // Advertise the round at once, so members already there can pair with this node.
     peer_->set_round(round_);
     publish_snapshot();
+    return counters;
+}
+
+FetchResult SwarmNode::join_from_swarm() {
+    std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
+    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes);
+    const SwarmCounters counters = adopt(bytes);
     spdlog::info("swarm: node {} joined at round {} (inner step {}) from a snapshot of {} bytes",
                  format_node_id(node_id()), round_, counters.inner_step, bytes.size());
     return fetched;
 }
 
-SwarmRound SwarmNode::run_round() {
+void SwarmNode::resume(std::span<const std::byte> snapshot, const LoaderState& data) {
+    const LoaderState before = replica_->data().state();
+    replica_->data().restore(data);
+    try {
+        adopt(snapshot);
+    } catch (...) {
+        replica_->data().restore(before);
+        throw;
+    }
+    round_start_.data = data;
+}
+
+double SwarmNode::evaluate() {
+    if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(engine_, *ops_);
+    return evaluator_->loss(replica_->phi());
+}
+
+SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     // OpenMP's thread count belongs to the calling thread, and rounds may run on another thread
     // than the one that built the node.
     set_cpu_threads(config_.train.threads);
     SwarmRound report;
     report.round = round_;
+    set_phase(RoundPhase::Training);
     auto start = Clock::now();
-    report.train_loss = replica_->inner_phase(config_.inner_steps, schedule_);
+    double loss_sum = 0.0;
+    int steps = 0;
+    for (; steps < config_.inner_steps && !stop.load(); steps++) loss_sum += replica_->inner_phase(1, schedule_);
     report.inner_seconds = seconds_since(start);
+    report.tokens = static_cast<uint64_t>(steps) * static_cast<uint64_t>(config_.train.batch_size) *
+                    static_cast<uint64_t>(config_.train.effective_seq_len());
+    report.train_loss = steps > 0 ? loss_sum / steps : 0.0;
+    if (steps < config_.inner_steps) {
+        report.abandoned = true;
+        return report;
+    }
+    if (config_.method == SwarmMethod::Local) {
+        replica_->adopt_theta();
+        round_++;
+        peer_->set_round(round_);
+        publish_snapshot();
+        spdlog::info("swarm: node {} round {} | loss {:.4f} | local", format_node_id(node_id()), report.round,
+                     report.train_loss);
+        return report;
+    }
 
+    set_phase(RoundPhase::Exchanging);
     start = Clock::now();
     const std::optional<Member> partner = peer_->choose_partner(round_);
     report.pair_seconds = seconds_since(start);
@@ -114,6 +181,7 @@ SwarmRound SwarmNode::run_round() {
             report.failure = result.error;
         } else {
             partners.push_back({partner->node_id, received_, {}});
+            report.partner_distance = rms_distance(replica_->theta(), received_);
         }
     }
     const MemberValues own{node_id(), replica_->theta(), {}};
@@ -144,8 +212,10 @@ std::vector<std::byte> SwarmNode::snapshot_bytes() const {
 }
 
 void SwarmNode::publish_snapshot() {
-    peer_->snapshots().publish(std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
-                                                                snapshot_bytes()));
+    round_start_.snapshot =
+        std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1", snapshot_bytes());
+    round_start_.data = replica_->data().state();
+    peer_->snapshots().publish(round_start_.snapshot);
 }
 
 }  // namespace starling

@@ -9,9 +9,12 @@
 //
 // The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
 // bounded by pair_timeout and the exchange by exchange_timeout, after which the round goes solo.
+// Method "local" skips partner and exchange: phi = theta after every inner phase.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,13 +22,20 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/swarm/swarm_snapshot.h"
 #include "experiment/experiment_config.h"
 #include "experiment/replica.h"
+#include "data/loader.h"
+#include "experiment/evaluator.h"
 #include "kernels/ops.h"
 #include "optimizer/codec/message.h"
 #include "peer/peer_node.h"
 
 namespace starling {
+
+enum class SwarmMethod { NoLoCo, Local };
+std::string_view swarm_method_name(SwarmMethod method);  // "noloco", "local"
+SwarmMethod swarm_method_from_name(std::string_view name);
 
 struct SwarmConfig {
     // The engine: model, batch, steps (the schedule's length in inner steps), seed (every node's
@@ -33,6 +43,7 @@ struct SwarmConfig {
     // order follows the PeerNode's id.
     TrainConfig train;
     int inner_steps = 50;  // H
+    SwarmMethod method = SwarmMethod::NoLoCo;
     OuterConfig outer;
     // Fused messages only (mode, state_codec, zstd); split mode needs two messages per exchange.
     ExchangeConfig exchange;
@@ -52,6 +63,19 @@ struct SwarmRound {
     double exchange_seconds = 0.0;    // the exchange itself (0 without a partner)
     bool solo = true;                 // the outer step used this node's values only
     std::string failure;              // why a paired round went solo: the exchange's error or the refusal
+    std::optional<double> partner_distance;  // RMS of own theta minus the partner's, when one arrived
+    uint64_t tokens = 0;              // trained on in the inner phase
+    bool abandoned = false;           // stopped mid inner phase: no outer step, the state is the round's start
+};
+
+// What a round is doing, for status reports.
+enum class RoundPhase { Training, Exchanging };
+
+// The state at the start of a round: what a checkpoint holds. The snapshot is the one published
+// to joiners; the data position is this node's own.
+struct RoundStart {
+    std::shared_ptr<const Snapshot> snapshot;
+    LoaderState data;
 };
 
 class SwarmNode {
@@ -66,14 +90,27 @@ public:
     // outer momentum, AdamW state, counters; theta = phi, residual zero). Keeps its own node id,
     // so its own data order. Throws starling::Error when no member delivers a valid snapshot.
     FetchResult join_from_swarm();
+    // A restart: the state a checkpoint saved (snapshot bytes as published, data position).
+    // Throws starling::Error when the bytes do not fit this model; the node is then unchanged.
+    void resume(std::span<const std::byte> snapshot, const LoaderState& data);
 
-    SwarmRound run_round();
+    // One round. When `stop` turns true during the inner phase the round is abandoned after the
+    // current step: no exchange, no outer step, and round_start() stays the round's start.
+    SwarmRound run_round(const std::atomic<bool>& stop);
+    SwarmRound run_round() { return run_round(std::atomic<bool>{false}); }
+    // Called on the round's thread when it moves between training and exchanging.
+    void set_phase_listener(std::function<void(RoundPhase)> listener) { phase_listener_ = std::move(listener); }
+    // Validation loss of phi (the first eval_batches validation batches, in order).
+    double evaluate();
 
     void leave() { peer_->leave(); }  // announces the departure, then stops the peer node
     void kill() { peer_->kill(); }    // stops without a word, as a crash would
 
     uint64_t node_id() const { return peer_->node_id(); }
     uint64_t round() const { return round_; }
+    int64_t inner_step() const { return replica_->inner_step(); }
+    bool schedule_done() const { return replica_->inner_step() >= config_.train.steps; }
+    const RoundStart& round_start() const { return round_start_; }
     PeerNode& peer() { return *peer_; }
     Replica& replica() { return *replica_; }
     const codec::MessagePlan& message_plan() const { return plan_; }
@@ -82,6 +119,11 @@ public:
 
 private:
     void publish_snapshot();
+    // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
+    SwarmCounters adopt(std::span<const std::byte> bytes);
+    void set_phase(RoundPhase phase) {
+        if (phase_listener_) phase_listener_(phase);
+    }
 
     SwarmConfig config_;
     ExperimentConfig engine_;  // the replica's view of the config: one partition, this node alone
@@ -92,6 +134,9 @@ private:
     codec::MessagePlan plan_;
     std::vector<float> received_, scratch_a_, scratch_b_;
     uint64_t round_ = 0;
+    RoundStart round_start_;
+    std::function<void(RoundPhase)> phase_listener_;
+    std::unique_ptr<Evaluator> evaluator_;
 };
 
 }  // namespace starling

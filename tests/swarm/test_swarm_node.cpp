@@ -19,32 +19,13 @@
 #include "optimizer/outer_round.h"
 #include "peer/local_cluster.h"
 #include "tests/peer/cluster_util.h"
-#include "tests/support/kjv.h"
+#include "tests/swarm/swarm_util.h"
 
 using namespace starling;
 using namespace starling::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr int kInnerSteps = 8;
-
-// pico with short sequences and one thread per node: four nodes share the test's two cores.
-SwarmConfig pico_swarm(int rounds, codec::Codec state_codec = codec::Codec::BF16SR) {
-    SwarmConfig c;
-    c.train = load_train_config(std::string(STARLING_SOURCE_DIR) + "/configs/pico.toml");
-    c.train.data.dir = kjv_dir();
-    c.train.batch_size = 8;
-    c.train.seq_len = 32;
-    c.train.threads = 1;
-    c.train.steps = static_cast<int64_t>(rounds) * kInnerSteps;
-    c.train.schedule.warmup_steps = kInnerSteps;
-    c.inner_steps = kInnerSteps;
-    c.exchange.state_codec = state_codec;
-    c.exchange.zstd = false;  // so the bytes on the wire follow from the plan alone
-    c.peer = local_cluster_config();
-    return c;
-}
 
 // n nodes; the first is every other node's seed. Returns once all see all alive with one view.
 std::vector<std::unique_ptr<SwarmNode>> start_swarm(int n, const SwarmConfig& config) {
@@ -99,10 +80,6 @@ uint64_t message_bytes(const codec::MessagePlan& plan) {
         total += 48 + s.numel * (s.codec == codec::Codec::F32 ? 4 : 2);
     }
     return total;
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 // What a node's replica does alone, rebuilt from the same config and node id: the reference the

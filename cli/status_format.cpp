@@ -1,0 +1,140 @@
+#include "cli/status_format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace starling::cli {
+
+namespace {
+
+std::string or_absent(const std::string& text) { return text.empty() ? kAbsent : text; }
+
+std::string fixed(double value, int digits) { return fmt::format("{:.{}f}", value, digits); }
+
+// The proto's optional fields: has says whether the node set it.
+std::string optional_fixed(bool has, double value, int digits) { return has ? fixed(value, digits) : kAbsent; }
+
+std::string age(bool has, double seconds) { return has ? human_duration(seconds) + " ago" : kAbsent; }
+
+}  // namespace
+
+std::string human_bytes(uint64_t bytes) {
+    if (bytes < 1024) return fmt::format("{} B", bytes);
+    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB"};
+    double value = static_cast<double>(bytes) / 1024.0;
+    size_t unit = 0;
+    // 1023.95 and up would print as "1024.0": the next unit reads better.
+    while (value >= 1023.95 && unit + 1 < std::size(kUnits)) {
+        value /= 1024.0;
+        ++unit;
+    }
+    return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string human_duration(double seconds) {
+    if (!std::isfinite(seconds)) return kAbsent;
+    const auto total = static_cast<uint64_t>(std::llround(std::max(0.0, seconds)));
+    if (total < 60) return fmt::format("{}s", total);
+    if (total < 3600) return fmt::format("{}m {:02}s", total / 60, total % 60);
+    if (total < 86400) return fmt::format("{}h {:02}m", total / 3600, total % 3600 / 60);
+    return fmt::format("{}d {:02}h", total / 86400, total % 86400 / 3600);
+}
+
+std::string phase_name(v1::NodePhase phase) {
+    std::string name = v1::NodePhase_Name(phase);
+    if (name.empty()) return fmt::format("phase {}", static_cast<int>(phase));  // from a newer node
+    constexpr std::string_view kPrefix = "NODE_PHASE_";
+    if (name.rfind(kPrefix, 0) == 0) name.erase(0, kPrefix.size());
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    return name;
+}
+
+std::string render_columns(const std::vector<std::vector<std::string>>& rows) {
+    std::vector<size_t> widths;
+    for (const auto& row : rows) {
+        if (widths.size() < row.size()) widths.resize(row.size(), 0);
+        for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    }
+    std::string out;
+    for (const auto& row : rows) {
+        for (size_t i = 0; i < row.size(); ++i) {
+            out += row[i];
+            if (i + 1 < row.size()) out.append(widths[i] - row[i].size() + 2, ' ');
+        }
+        out += '\n';
+    }
+    return out;
+}
+
+std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
+    std::vector<std::vector<std::string>> rows = {
+        {"node", or_absent(s.node_id())},
+        {"swarm", or_absent(s.swarm_id())},
+        {"address", or_absent(s.address())},
+        {"phase", phase_name(s.phase())},
+        {"method", or_absent(s.method())},
+        {"device", or_absent(s.device())},
+        {"version", or_absent(s.version())},
+        {"model", or_absent(s.model_fingerprint())},
+        {"round", std::to_string(s.round())},
+        {"inner step", fmt::format("{} / {}", s.inner_step(), s.total_steps())},
+        {"train loss", optional_fixed(s.has_train_loss(), s.train_loss(), 4)},
+        {"val loss", optional_fixed(s.has_val_loss(), s.val_loss(), 4)},
+        {"tokens/s", fixed(s.tokens_per_second(), 0)},
+        {"peers", fmt::format("{} alive, {} suspect", s.peers_alive(), s.peers_suspect())},
+        {"last partner", or_absent(s.last_partner())},  // empty: the last round was solo
+        {"rounds", fmt::format("{} paired, {} solo", s.rounds_paired(), s.rounds_solo())},
+        {"bytes sent", human_bytes(s.bytes_sent())},
+        {"bytes received", human_bytes(s.bytes_received())},
+        // Both are 0 until the first exchange, which no real exchange is.
+        {"compression", s.compression_ratio() > 0 ? fixed(s.compression_ratio(), 2) + "x" : kAbsent},
+        {"last exchange", s.last_exchange_seconds() > 0 ? fixed(s.last_exchange_seconds(), 2) + " s" : kAbsent},
+        {"partner distance", s.has_partner_distance() ? fmt::format("{:.3g}", s.partner_distance()) : kAbsent},
+        {"checkpoint", s.has_checkpoint_age_seconds()
+                           ? fmt::format("round {}, {}", s.checkpoint_round(), age(true, s.checkpoint_age_seconds()))
+                           : kAbsent},
+        {"uptime", human_duration(s.uptime_seconds())},
+    };
+    if (!s.last_failure().empty()) rows.push_back({"last failure", s.last_failure()});
+    return rows;
+}
+
+std::string format_status(const v1::NodeStatus& status) { return render_columns(status_rows(status)); }
+
+std::string format_peers(const v1::ListPeersResponse& peers) {
+    if (peers.peers().empty()) return "no other members known\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"node", "address", "state", "round", "compatible", "rtt", "last exchange", "exchanges"}};
+    for (const v1::PeerInfo& p : peers.peers()) {
+        rows.push_back({or_absent(p.node_id()), or_absent(p.address()), or_absent(p.state()),
+                        std::to_string(p.round()), p.compatible() ? "yes" : "no",
+                        p.has_rtt_ms() ? fixed(p.rtt_ms(), 1) + " ms" : kAbsent,
+                        age(p.has_last_exchange_age_seconds(), p.last_exchange_age_seconds()),
+                        std::to_string(p.exchanges())});
+    }
+    return render_columns(rows);
+}
+
+std::string format_status_line(const v1::NodeStatus& s) {
+    return fmt::format("round {} | {} | loss {} | peers {} alive, {} suspect | partner {}", s.round(),
+                       phase_name(s.phase()), optional_fixed(s.has_train_loss(), s.train_loss(), 4),
+                       s.peers_alive(), s.peers_suspect(), or_absent(s.last_partner()));
+}
+
+std::string to_json(const google::protobuf::Message& message) {
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;  // scripts find every key, zeros included
+    options.preserve_proto_field_names = true;     // node_id, not nodeId: the names the .proto documents
+    std::string json;
+    const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+    if (!status.ok()) throw Error("cannot print " + message.GetTypeName() + " as JSON: " + status.ToString());
+    return json;
+}
+
+}  // namespace starling::cli

@@ -1,0 +1,94 @@
+#include "daemon/service/control_service.h"
+
+#include <grpcpp/server_builder.h>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "common/error.h"
+#include "peer/address.h"
+
+namespace starling {
+
+class ControlServer::Service final : public v1::Control::Service {
+public:
+    Service(NodeState& state, PeerNode& peer, ControlHandlers handlers, const std::atomic<bool>& stopping)
+        : state_(state), peer_(peer), handlers_(std::move(handlers)), stopping_(stopping) {}
+
+    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::NodeStatus* response) override {
+        *response = state_.status(peer_);
+        return grpc::Status::OK;
+    }
+
+    grpc::Status ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
+                           v1::ListPeersResponse* response) override {
+        *response = state_.peers(peer_);
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Join(grpc::ServerContext*, const v1::JoinSwarmRequest* request,
+                      v1::JoinSwarmResponse* response) override {
+        if (request->seeds().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "no seed given"};
+        std::vector<std::string> seeds;
+        for (const std::string& seed : request->seeds()) {
+            const auto parsed = parse_host_port(seed);
+            if (!parsed || parsed->port == 0)
+                return {grpc::StatusCode::INVALID_ARGUMENT, "seed \"" + seed + "\" is not host:port"};
+            seeds.push_back(parsed->str());
+        }
+        handlers_.join(seeds);
+        response->set_seeds_added(static_cast<uint32_t>(seeds.size()));
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Leave(grpc::ServerContext*, const v1::LeaveSwarmRequest*, v1::LeaveSwarmResponse*) override {
+        handlers_.leave();
+        return grpc::Status::OK;
+    }
+
+    grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
+                       grpc::ServerWriter<v1::NodeStatus>* writer) override {
+        const auto interval = std::chrono::milliseconds(request->interval_ms() ? request->interval_ms() : 1000);
+        if (interval < std::chrono::milliseconds(50))
+            return {grpc::StatusCode::INVALID_ARGUMENT, "interval_ms must be at least 50"};
+        auto next = std::chrono::steady_clock::now();
+        while (!context->IsCancelled() && !stopping_.load()) {
+            if (!writer->Write(state_.status(peer_))) break;
+            next += interval;
+            // Short sleeps, so a shutdown or a cancelled caller ends the stream promptly.
+            while (std::chrono::steady_clock::now() < next && !context->IsCancelled() && !stopping_.load())
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return grpc::Status::OK;
+    }
+
+private:
+    NodeState& state_;
+    PeerNode& peer_;
+    ControlHandlers handlers_;
+    const std::atomic<bool>& stopping_;
+};
+
+ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer, ControlHandlers handlers)
+    : address_(address), service_(std::make_unique<Service>(state, peer, std::move(handlers), stopping_)) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    // A unix socket reports no port.
+    if (!server_ || (port == 0 && address.rfind("unix:", 0) != 0))
+        throw Error("[control].listen: cannot listen on " + address + " (address in use or not local?)");
+    if (const auto parsed = parse_host_port(address); parsed && port != 0)
+        address_ = HostPort{parsed->host, static_cast<uint16_t>(port)}.str();
+    spdlog::info("control: listening on {}", address_);
+}
+
+ControlServer::~ControlServer() { shutdown(std::chrono::milliseconds(1000)); }
+
+void ControlServer::shutdown(std::chrono::milliseconds grace) {
+    if (stopping_.exchange(true)) return;
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+}
+
+}  // namespace starling

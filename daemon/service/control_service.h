@@ -1,0 +1,43 @@
+// The Control gRPC service (proto/starling/v1/control.proto) on its own server, with the standard
+// health service and server reflection beside it, so grpcurl and Kubernetes probes work. It reads
+// NodeState and the PeerNode; Join and Leave are handed to the node's owner.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/service/node_state.h"
+#include "peer/peer_node.h"
+#include "starling/v1/control.grpc.pb.h"
+
+namespace starling {
+
+struct ControlHandlers {
+    std::function<void(const std::vector<std::string>& seeds)> join;
+    std::function<void()> leave;  // starts the drain; returns at once
+};
+
+class ControlServer {
+public:
+    // Listens on `address` (host:port or unix:/path); throws starling::Error naming it when it
+    // cannot. grpc::EnableDefaultHealthCheckService(true) must have been called before.
+    ControlServer(const std::string& address, NodeState& state, PeerNode& peer, ControlHandlers handlers);
+    ~ControlServer();
+    // Ends Watch streams and stops serving, waiting at most `grace` for calls in flight.
+    void shutdown(std::chrono::milliseconds grace);
+    const std::string& address() const { return address_; }
+
+private:
+    class Service;
+    std::string address_;
+    std::atomic<bool> stopping_{false};
+    std::unique_ptr<Service> service_;
+    std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace starling

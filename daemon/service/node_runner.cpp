@@ -1,0 +1,223 @@
+#include "daemon/service/node_runner.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "daemon/swarm/swarm_checkpoint.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace starling {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std::string& version) {
+    v1::NodeStatus s;
+    s.set_node_id(format_node_id(node.node_id()));
+    s.set_swarm_id(config.swarm.peer.swarm_id);
+    s.set_address(node.peer().address());
+    s.set_version(version);
+    s.set_method(std::string(swarm_method_name(config.swarm.method)));
+    s.set_model_fingerprint(node.replica().manifest().fingerprint());
+    s.set_device(fmt::format("cpu ({} threads)", cpu_threads()));
+    s.set_total_steps(static_cast<uint64_t>(config.swarm.train.steps));
+    s.set_round(node.round());
+    s.set_inner_step(static_cast<uint64_t>(node.inner_step()));
+    return s;
+}
+
+}  // namespace
+
+NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics)
+    : config_(config),
+      metrics_(metrics),
+      checkpoint_every_(config.checkpoint_every),
+      keep_checkpoints_(config.keep_checkpoints) {
+    if (config_.swarm.train.device != "cpu")
+        spdlog::info("device \"{}\": this build trains on the CPU (the CUDA engine is not built yet)",
+                     config_.swarm.train.device);
+    node_ = std::make_unique<SwarmNode>(config_.swarm);
+    const std::string fingerprint = node_->replica().manifest().fingerprint();
+    if (auto saved = newest_swarm_checkpoint(config_.checkpoint_dir(), fingerprint)) {
+        try {
+            node_->resume(saved->state, saved->data);
+        } catch (const Error& e) {
+            throw Error("checkpoint " + saved->path.string() + ": " + e.what());
+        }
+        resumed_ = true;
+        checkpointed_round_ = saved->round;
+        spdlog::info("resumed from checkpoint {} (round {}, inner step {})", saved->path.string(), node_->round(),
+                     node_->inner_step());
+    }
+    state_ = std::make_unique<NodeState>(identity_of(config_, *node_, version));
+    if (checkpointed_round_) state_->record_checkpoint(*checkpointed_round_);
+    if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
+    node_->set_phase_listener([this](RoundPhase phase) {
+        set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING : v1::NODE_PHASE_EXCHANGING);
+    });
+}
+
+NodeRunner::~NodeRunner() = default;
+
+void NodeRunner::request_drain() {
+    {
+        std::lock_guard lock(wake_mutex_);
+        drain_ = true;
+    }
+    wake_.notify_all();
+}
+
+void NodeRunner::reload(const NodeConfig& config) {
+    checkpoint_every_ = config.checkpoint_every;
+    keep_checkpoints_ = config.keep_checkpoints;
+    std::vector<std::string> added;
+    for (const std::string& seed : config.swarm.peer.seeds)
+        if (std::find(config_.swarm.peer.seeds.begin(), config_.swarm.peer.seeds.end(), seed) ==
+            config_.swarm.peer.seeds.end())
+            added.push_back(seed);
+    if (!added.empty()) add_seeds(added);
+    spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)", config.checkpoint_every,
+                 config.keep_checkpoints, added.size());
+}
+
+void NodeRunner::set_phase(v1::NodePhase phase) {
+    // A drain is what the node is doing from the moment it is asked for.
+    state_->set_phase(drain_.load() ? v1::NODE_PHASE_DRAINING : phase);
+}
+
+bool NodeRunner::sleep_unless_draining(double seconds) {
+    std::unique_lock lock(wake_mutex_);
+    wake_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return drain_.load(); });
+    return !drain_.load();
+}
+
+std::vector<Member> NodeRunner::compatible_others() const {
+    PeerNode& peer = node_->peer();
+    const std::vector<uint64_t> pairable = peer.pairable_ids();
+    std::vector<Member> others;
+    for (const Member& m : peer.members())
+        if (m.node_id != peer.node_id() && std::find(pairable.begin(), pairable.end(), m.node_id) != pairable.end())
+            others.push_back(m);
+    return others;
+}
+
+void NodeRunner::wait_for_first_member() {
+    if (resumed_ || config_.swarm.peer.seeds.empty()) return;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(config_.join_timeout_s);
+    while (compatible_others().empty() && Clock::now() < deadline)
+        if (!sleep_unless_draining(0.1)) return;
+    if (compatible_others().empty())
+        spdlog::warn("no compatible member answered within {} s; starting from the initial weights and joining "
+                     "whoever appears later",
+                     config_.join_timeout_s);
+}
+
+void NodeRunner::catch_up_if_behind() {
+    std::vector<Member> others = compatible_others();
+    if (others.empty()) return;
+    std::vector<uint64_t> rounds;
+    for (const Member& m : others) rounds.push_back(m.round);
+    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
+    const uint64_t median = rounds[rounds.size() / 2];
+    if (median <= node_->round() + config_.swarm.peer.max_round_gap) return;
+    set_phase(v1::NODE_PHASE_JOINING);
+    spdlog::info("round {} is behind the swarm's median round {}: copying the state from the swarm", node_->round(),
+                 median);
+    try {
+        node_->join_from_swarm();
+        state_->set_position(node_->round(), node_->inner_step());
+        if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
+    } catch (const Error& e) {
+        spdlog::warn("catching up failed, training on from round {}: {}", node_->round(), e.what());
+    }
+}
+
+void NodeRunner::pace() {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(config_.pace_timeout_s);
+    const uint64_t gap = config_.swarm.peer.max_round_gap;
+    auto ahead_of_all = [&] {
+        const std::vector<Member> others = compatible_others();
+        return !others.empty() && std::all_of(others.begin(), others.end(), [&](const Member& m) {
+            return m.round + gap < node_->round();
+        });
+    };
+    if (!ahead_of_all()) return;
+    set_phase(v1::NODE_PHASE_WAITING);
+    spdlog::info("round {} is ahead of every member by more than {}: waiting up to {} s for one", node_->round(), gap,
+                 config_.pace_timeout_s);
+    while (ahead_of_all() && Clock::now() < deadline)
+        if (!sleep_unless_draining(0.05)) return;
+}
+
+void NodeRunner::checkpoint() {
+    const RoundStart& start = node_->round_start();
+    const uint64_t round = start.snapshot->manifest().round;
+    if (checkpointed_round_ == round) return;
+    const auto path = save_swarm_checkpoint(config_.checkpoint_dir(), static_cast<size_t>(keep_checkpoints_.load()),
+                                            node_->replica().manifest().fingerprint(), start);
+    checkpointed_round_ = round;
+    state_->record_checkpoint(round);
+    if (metrics_) metrics_->record_checkpoint(round);
+    spdlog::info("checkpoint {} written", path.string());
+}
+
+void NodeRunner::after_round(const SwarmRound& round) {
+    const uint64_t weight_bytes = node_->replica().size() * sizeof(float);
+    state_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
+    if (metrics_) metrics_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
+    const std::vector<Member> members = node_->peer().members();
+    state_->forget_departed(members);
+    if (metrics_) metrics_->record_peers(members, node_->node_id());
+    if (config_.eval_every > 0 && node_->round() % static_cast<uint64_t>(config_.eval_every) == 0) {
+        const double loss = node_->evaluate();
+        state_->record_val_loss(loss);
+        if (metrics_) metrics_->record_val_loss(loss);
+        spdlog::info("round {}: validation loss of phi {:.4f}", node_->round(), loss);
+    }
+    const int every = checkpoint_every_.load();
+    if (every > 0 && node_->round() % static_cast<uint64_t>(every) == 0) {
+        try {
+            checkpoint();
+        } catch (const Error& e) {  // a full disk, say: the node trains on and tries again next time
+            spdlog::error("checkpoint of round {} failed: {}", node_->round(), e.what());
+        }
+    }
+}
+
+void NodeRunner::run() {
+    wait_for_first_member();
+    while (!drain_.load()) {
+        if (node_->schedule_done()) {
+            checkpoint();
+            set_phase(v1::NODE_PHASE_DONE);
+            spdlog::info("all {} steps of the schedule are taken (round {}); serving the state until stopped",
+                         config_.swarm.train.steps, node_->round());
+            while (sleep_unless_draining(3600.0)) {
+            }
+            break;
+        }
+        if (config_.swarm.method != SwarmMethod::Local) {
+            catch_up_if_behind();
+            pace();
+        }
+        if (drain_.load()) break;
+        const SwarmRound round = node_->run_round(drain_);
+        if (round.abandoned) break;
+        after_round(round);
+    }
+    set_phase(v1::NODE_PHASE_DRAINING);
+    spdlog::info("draining: checkpoint of round {}, then leaving the swarm", node_->round());
+    std::exception_ptr failure;
+    try {
+        checkpoint();
+    } catch (...) {
+        failure = std::current_exception();
+    }
+    node_->leave();
+    if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace starling

@@ -1,0 +1,74 @@
+// starlingd's round loop around a SwarmNode, with the policy a long-lived node needs:
+// - start: resume from the newest checkpoint in <data_dir>/checkpoints; without one, and with
+//   seeds, wait up to join_timeout_s for a compatible member, so the first round can catch up.
+// - catch up: when the median round of the compatible members is more than max_round_gap ahead,
+//   the node can never pair again, so it adopts a snapshot from the swarm (a late joiner, a node
+//   restarted from an old checkpoint, one added with `starling join`).
+// - pace: when this node is ahead of every compatible member by more than max_round_gap, it waits
+//   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone.
+// - checkpoint every checkpoint_every rounds, evaluate phi every eval_every rounds.
+// - done: once the schedule's steps are all taken, a last checkpoint, and the node stays up
+//   serving its state until stopped.
+// - drain (SIGTERM, SIGINT, `starling leave`): an inner phase in progress is abandoned after its
+//   current step, an exchange ends within T_xchg; then a checkpoint of the round's start,
+//   a Leave announced to the swarm, and run() returns.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "daemon/service/metrics.h"
+#include "daemon/service/node_state.h"
+#include "daemon/swarm/node_config.h"
+#include "daemon/swarm/swarm_node.h"
+
+namespace starling {
+
+class NodeRunner {
+public:
+    // Builds the node (binds the peer port, loads or creates the identity) and loads the newest
+    // checkpoint. Throws starling::Error naming what is wrong. metrics may be null.
+    NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics);
+    ~NodeRunner();
+
+    // The round loop, on the calling thread, until the drain has finished.
+    void run();
+    // Thread-safe; returns at once.
+    void request_drain();
+    bool draining() const { return drain_.load(); }
+    // Settings SIGHUP may change: checkpoint cadence, log level, new seeds.
+    void reload(const NodeConfig& config);
+    void add_seeds(const std::vector<std::string>& seeds) { node_->peer().add_seeds(seeds); }
+
+    NodeState& state() { return *state_; }
+    PeerNode& peer() { return node_->peer(); }
+    SwarmNode& node() { return *node_; }
+
+private:
+    // Compatible ALIVE members other than this node.
+    std::vector<Member> compatible_others() const;
+    void wait_for_first_member();
+    void catch_up_if_behind();
+    void pace();
+    void after_round(const SwarmRound& round);
+    void checkpoint();
+    // Sleeps up to `seconds`, waking early on a drain; returns false when draining.
+    bool sleep_unless_draining(double seconds);
+    void set_phase(v1::NodePhase phase);
+
+    NodeConfig config_;
+    NodeMetrics* metrics_;
+    std::unique_ptr<SwarmNode> node_;
+    std::unique_ptr<NodeState> state_;
+    bool resumed_ = false;
+    std::optional<uint64_t> checkpointed_round_;
+    std::atomic<int> checkpoint_every_, keep_checkpoints_;
+    std::atomic<bool> drain_{false};
+    std::mutex wake_mutex_;
+    std::condition_variable wake_;
+};
+
+}  // namespace starling

@@ -1,0 +1,143 @@
+#include "daemon/service/node_state.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+
+namespace starling {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+std::string_view node_phase_name(v1::NodePhase phase) {
+    switch (phase) {
+        case v1::NODE_PHASE_STARTING: return "starting";
+        case v1::NODE_PHASE_JOINING: return "joining";
+        case v1::NODE_PHASE_TRAINING: return "training";
+        case v1::NODE_PHASE_EXCHANGING: return "exchanging";
+        case v1::NODE_PHASE_WAITING: return "waiting";
+        case v1::NODE_PHASE_DONE: return "done";
+        case v1::NODE_PHASE_DRAINING: return "draining";
+        default: return "unknown";
+    }
+}
+
+NodeState::NodeState(v1::NodeStatus identity) : status_(std::move(identity)) {
+    status_.set_phase(v1::NODE_PHASE_STARTING);
+}
+
+void NodeState::set_phase(v1::NodePhase phase) {
+    std::lock_guard lock(mutex_);
+    status_.set_phase(phase);
+}
+
+v1::NodePhase NodeState::phase() const {
+    std::lock_guard lock(mutex_);
+    return status_.phase();
+}
+
+void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes) {
+    std::lock_guard lock(mutex_);
+    status_.set_round(next_round);
+    status_.set_inner_step(static_cast<uint64_t>(inner_step));
+    status_.set_train_loss(round.train_loss);
+    if (round.inner_seconds > 0.0) status_.set_tokens_per_second(static_cast<double>(round.tokens) / round.inner_seconds);
+    status_.set_last_partner(round.partner && !round.solo ? format_node_id(*round.partner) : "");
+    status_.set_last_failure(round.failure);
+    if (round.solo) {
+        status_.set_rounds_solo(status_.rounds_solo() + 1);
+    } else {
+        status_.set_rounds_paired(status_.rounds_paired() + 1);
+        Exchanges& e = exchanges_[*round.partner];
+        e.count++;
+        e.last = Clock::now();
+    }
+    status_.set_bytes_sent(status_.bytes_sent() + round.bytes_sent);
+    status_.set_bytes_received(status_.bytes_received() + round.bytes_received);
+    if (round.bytes_sent > 0)
+        status_.set_compression_ratio(static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
+    if (round.partner) status_.set_last_exchange_seconds(round.exchange_seconds);
+    if (round.partner_distance) status_.set_partner_distance(*round.partner_distance);
+}
+
+void NodeState::set_position(uint64_t round, int64_t inner_step) {
+    std::lock_guard lock(mutex_);
+    status_.set_round(round);
+    status_.set_inner_step(static_cast<uint64_t>(inner_step));
+}
+
+void NodeState::record_val_loss(double loss) {
+    std::lock_guard lock(mutex_);
+    status_.set_val_loss(loss);
+}
+
+void NodeState::record_checkpoint(uint64_t round) {
+    std::lock_guard lock(mutex_);
+    status_.set_checkpoint_round(round);
+    checkpointed_ = Clock::now();
+}
+
+void NodeState::forget_departed(const std::vector<Member>& members) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(exchanges_, [&](const auto& entry) {
+        return std::none_of(members.begin(), members.end(), [&](const Member& m) { return m.node_id == entry.first; });
+    });
+}
+
+v1::NodeStatus NodeState::status(PeerNode& peer) const {
+    v1::NodeStatus s;
+    const auto now = Clock::now();
+    {
+        std::lock_guard lock(mutex_);
+        s = status_;
+        s.set_uptime_seconds(seconds_between(started_, now));
+        if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
+    }
+    uint32_t alive = 0, suspect = 0;
+    for (const Member& m : peer.members()) {
+        if (m.node_id == peer.node_id()) continue;
+        alive += m.state == MemberState::Alive;
+        suspect += m.state == MemberState::Suspect;
+    }
+    s.set_peers_alive(alive);
+    s.set_peers_suspect(suspect);
+    return s;
+}
+
+v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
+    v1::ListPeersResponse response;
+    const auto now = Clock::now();
+    const std::vector<Member> members = peer.members();
+    const Member& self = members.front();
+    std::lock_guard lock(mutex_);
+    for (const Member& m : members) {
+        if (m.node_id == peer.node_id()) continue;
+        v1::PeerInfo* info = response.add_peers();
+        info->set_node_id(format_node_id(m.node_id));
+        info->set_address(m.address);
+        info->set_state(member_state_name(m.state));
+        info->set_round(m.round);
+        info->set_compatible(m.fingerprint == self.fingerprint && m.protocol_version == self.protocol_version &&
+                             m.swarm_id == self.swarm_id);
+        if (auto rtt = peer.round_trip_ms(m.node_id)) info->set_rtt_ms(*rtt);
+        if (auto it = exchanges_.find(m.node_id); it != exchanges_.end()) {
+            info->set_exchanges(it->second.count);
+            info->set_last_exchange_age_seconds(seconds_between(it->second.last, now));
+        }
+    }
+    return response;
+}
+
+std::string NodeState::summary(PeerNode& peer) const {
+    const v1::NodeStatus s = status(peer);
+    return fmt::format("round {} {} | loss {} | val {} | peers {} alive | paired {} solo {}", s.round(),
+                       node_phase_name(s.phase()), s.has_train_loss() ? fmt::format("{:.4f}", s.train_loss()) : "-",
+                       s.has_val_loss() ? fmt::format("{:.4f}", s.val_loss()) : "-", s.peers_alive(),
+                       s.rounds_paired(), s.rounds_solo());
+}
+
+}  // namespace starling

@@ -1,0 +1,56 @@
+// What starlingd knows about itself, for the Control API (daemon/service/control_service.h) and
+// systemd's STATUS line: the round loop records into it, the Control threads read it. Live
+// values (peers, uptime, checkpoint age) are filled in when a status is asked for.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "daemon/swarm/swarm_node.h"
+#include "starling/v1/control.pb.h"
+
+namespace starling {
+
+class NodeState {
+public:
+    // The fixed facts: node id, swarm, address, method, model, device, schedule length.
+    explicit NodeState(v1::NodeStatus identity);
+
+    void set_phase(v1::NodePhase phase);
+    v1::NodePhase phase() const;
+    // A finished round: its report, the node's round and inner step after it, and the bytes of
+    // the fp32 weights (for the compression ratio).
+    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes);
+    // The round and inner step after a resume or a catch-up from the swarm.
+    void set_position(uint64_t round, int64_t inner_step);
+    void record_val_loss(double loss);
+    void record_checkpoint(uint64_t round);
+    // Forgets the exchange history of partners that are no longer members, so a long-lived node
+    // in a swarm with churn does not keep one entry per node it ever met.
+    void forget_departed(const std::vector<Member>& members);
+
+    v1::NodeStatus status(PeerNode& peer) const;
+    v1::ListPeersResponse peers(PeerNode& peer) const;
+    // One line for systemd's STATUS and the logs: round, phase, loss, peers.
+    std::string summary(PeerNode& peer) const;
+
+private:
+    using Clock = std::chrono::steady_clock;
+    struct Exchanges {
+        uint64_t count = 0;
+        Clock::time_point last{};
+    };
+
+    mutable std::mutex mutex_;
+    v1::NodeStatus status_;
+    Clock::time_point started_ = Clock::now();
+    std::optional<Clock::time_point> checkpointed_;
+    std::map<uint64_t, Exchanges> exchanges_;  // by partner id; only members still listed are reported
+};
+
+std::string_view node_phase_name(v1::NodePhase phase);  // "training", "exchanging", ...
+
+}  // namespace starling

@@ -1,0 +1,165 @@
+// starlingd: one node of a swarm as a long-lived service. Standalone Asio runs the event loop:
+// signals (SIGTERM and SIGINT drain, SIGHUP reloads), systemd's watchdog and STATUS line, and the
+// peer gauges; the round loop has a thread of its own; gRPC serves the peer port and the Control
+// API on its threads. See daemon/README.md.
+#include <asio.hpp>
+#include <CLI/CLI.hpp>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "common/error.h"
+#include "daemon/service/control_service.h"
+#include "daemon/service/metrics.h"
+#include "daemon/service/node_runner.h"
+#include "daemon/service/systemd_notify.h"
+#include "daemon/swarm/node_config.h"
+
+namespace {
+
+using namespace starling;
+
+// The data directory must exist and take files before anything is written to it.
+void prepare_data_dir(const std::filesystem::path& dir) {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) throw Error("[node].data_dir " + dir.string() + ": cannot be created (" + error.message() + ")");
+    const std::filesystem::path probe = dir / ".starlingd-write-test";
+    if (!std::ofstream(probe).good())
+        throw Error("[node].data_dir " + dir.string() + ": not writable by this user");
+    std::filesystem::remove(probe, error);
+}
+
+NodeConfig load(const std::string& path, const NodeFlags& flags) {
+    NodeConfig config = load_node_config(path);
+    apply_node_flags(flags, config);
+    return config;
+}
+
+// The event loop: signals, the once-a-second tick, and the end of the round loop.
+class EventLoop {
+public:
+    EventLoop(NodeRunner& runner, NodeMetrics* metrics, std::string config_path, NodeFlags flags)
+        : runner_(runner), metrics_(metrics), config_path_(std::move(config_path)), flags_(std::move(flags)),
+          signals_(io_, SIGINT, SIGTERM, SIGHUP), tick_(io_), watchdog_(watchdog_interval()) {}
+
+    // Runs until the round loop has drained; rethrows what ended it abnormally.
+    void run() {
+        wait_for_signal();
+        on_tick();
+        std::exception_ptr failure;
+        std::thread rounds([&] {
+            try {
+                runner_.run();
+            } catch (...) {
+                failure = std::current_exception();
+            }
+            asio::post(io_, [this] { io_.stop(); });
+        });
+        notify_ready();
+        io_.run();
+        rounds.join();
+        if (failure) std::rethrow_exception(failure);
+    }
+
+private:
+    void wait_for_signal() {
+        signals_.async_wait([this](const asio::error_code& error, int signal) {
+            if (error) return;
+            if (signal == SIGHUP) {
+                reload();
+            } else if (!runner_.draining()) {
+                spdlog::info("signal {}: draining (a second one exits at once)", signal);
+                notify_stopping();
+                runner_.request_drain();
+            } else {
+                spdlog::warn("second signal {}: exiting without waiting for the drain", signal);
+                std::_Exit(1);
+            }
+            wait_for_signal();
+        });
+    }
+
+    void reload() {
+        try {
+            NodeConfig config = load(config_path_, flags_);
+            spdlog::set_level(spdlog::level::from_str(config.log_level));
+            runner_.reload(config);
+        } catch (const std::exception& e) {
+            spdlog::error("SIGHUP: {} (the running settings are kept)", e.what());
+        }
+    }
+
+    void on_tick() {
+        if (watchdog_) notify_watchdog();
+        PeerNode& peer = runner_.peer();
+        const std::string line = runner_.state().summary(peer);
+        if (line != last_status_) notify_status(line);
+        last_status_ = line;
+        if (metrics_) metrics_->record_peers(peer.members(), peer.node_id());
+        tick_.expires_after(watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
+                                      : std::chrono::seconds(1));
+        tick_.async_wait([this](const asio::error_code& error) {
+            if (!error) on_tick();
+        });
+    }
+
+    NodeRunner& runner_;
+    NodeMetrics* metrics_;
+    std::string config_path_;
+    NodeFlags flags_;
+    asio::io_context io_;
+    asio::signal_set signals_;
+    asio::steady_timer tick_;
+    std::optional<std::chrono::microseconds> watchdog_;
+    std::string last_status_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] %^%l%$ %v");
+    CLI::App app{"starlingd: one node of a Starling swarm, run as a service"};
+    std::string config_path;
+    NodeFlags flags;
+    app.add_option("-c,--config", config_path, "TOML config (configs/pico.toml, nano.toml, 124m.toml)")->required();
+    app.add_option("--data-dir", flags.data_dir, "[node].data_dir: node key, peer cache, checkpoints");
+    app.add_option("--listen", flags.listen, "[peer].listen: HOST:PORT of the peer port");
+    app.add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
+    app.add_option("--seed", flags.seeds, "HOST:PORT of a member to join through (repeatable)");
+    app.add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:PATH");
+    app.add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
+    app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
+    CLI11_PARSE(app, argc, argv);
+
+    try {
+        const NodeConfig config = load(config_path, flags);
+        spdlog::set_level(spdlog::level::from_str(config.log_level));
+        prepare_data_dir(config.data_dir);
+        // Before the peer server is built, so Kubernetes can probe the peer port.
+        grpc::EnableDefaultHealthCheckService(true);
+        std::unique_ptr<NodeMetrics> metrics;
+        if (!config.metrics_listen.empty()) metrics = std::make_unique<NodeMetrics>(config.metrics_listen);
+        NodeRunner runner(config, STARLING_VERSION, metrics.get());
+        // After the peer server, so only the Control server answers reflection.
+        grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+        ControlServer control(config.control_listen, runner.state(), runner.peer(),
+                              {[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); },
+                               [&] { runner.request_drain(); }});
+        spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,
+                     format_node_id(runner.peer().node_id()), runner.peer().address(), config.swarm.peer.swarm_id,
+                     runner.node().replica().manifest().fingerprint(), control.address(),
+                     config.metrics_listen.empty() ? "off" : config.metrics_listen);
+        EventLoop(runner, metrics.get(), config_path, flags).run();
+        control.shutdown(std::chrono::milliseconds(1000));
+        spdlog::info("starlingd: left the swarm, exiting");
+        return 0;
+    } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+}

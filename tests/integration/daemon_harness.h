@@ -1,0 +1,68 @@
+// starlingd processes on 127.0.0.1 for the integration tests, each with its own ports and data
+// directory, configured the way an operator would: configs/pico.toml plus STARLING_* variables
+// (short rounds, fast failure detection) and flags. The CLI is the real `starling` binary.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process.h"
+
+namespace starling::test {
+
+inline constexpr int kPairTimeoutMs = 1000;
+inline constexpr int kExchangeTimeoutMs = 3000;
+
+std::string starlingd_binary();
+std::string starling_binary();
+std::string pico_config();
+// The variables every test daemon gets: the swarm secret, the KJV shards, pico on one thread
+// with 8 inner steps a round, checkpoints every 2 rounds, 100 ms gossip.
+Environment daemon_environment();
+
+class TestDaemon {
+public:
+    TestDaemon(std::string name, const std::filesystem::path& root);
+    // Starts (or restarts) starlingd with these seeds (host:port of other daemons' peer ports).
+    void start(const std::vector<std::string>& seeds = {});
+    Process& process() { return *process_; }
+    std::string peer_address() const { return "127.0.0.1:" + std::to_string(peer_port_); }
+    std::string control_address() const { return "127.0.0.1:" + std::to_string(control_port_); }
+    int metrics_port() const { return metrics_port_; }
+    const std::filesystem::path& data_dir() const { return data_dir_; }
+    const std::string& name() const { return name_; }
+    std::string log() const;
+
+    // `starling <args> --control <this daemon>`.
+    CommandResult cli(const std::vector<std::string>& args) const;
+    // `starling status --json`, parsed; throws when the command fails.
+    nlohmann::json status() const;
+    nlohmann::json peers() const;
+
+private:
+    std::string name_;
+    std::filesystem::path data_dir_, log_path_;
+    int peer_port_, control_port_, metrics_port_;
+    std::unique_ptr<Process> process_;
+};
+
+// A JSON value that protobuf may print as a string (64-bit integers) or as a number.
+uint64_t json_u64(const nlohmann::json& value);
+
+// The round lines of a daemon's log: round, training loss, seconds choosing a partner and exchanging.
+struct LoggedRound {
+    uint64_t round = 0;
+    double loss = 0.0;
+    double pair_seconds = 0.0;
+    double exchange_seconds = 0.0;
+    bool paired = false;
+};
+std::vector<LoggedRound> logged_rounds(const std::string& log);
+
+// GET http://127.0.0.1:<port><path>, the body of the answer ("" when nothing answers).
+std::string http_get(int port, const std::string& path);
+
+}  // namespace starling::test

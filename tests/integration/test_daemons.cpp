@@ -1,0 +1,223 @@
+// Real starlingd processes on 127.0.0.1 driven with the real `starling` CLI: a swarm forms and
+// trains with paired rounds, survives a kill -9, takes the node back from its checkpoint, admits a
+// newcomer through `starling join`, and drains on `starling leave` and on SIGTERM.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/integration/daemon_harness.h"
+#include "tests/support/files.h"
+
+using namespace starling::test;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+// Polls `done` every 100 ms; fails the test naming `what` after `limit`.
+template <typename Predicate>
+void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
+        std::this_thread::sleep_for(100ms);
+    }
+}
+
+// A status field that is absent until the daemon answers; 0 while it does not.
+uint64_t status_u64(const TestDaemon& daemon, const char* key) {
+    try {
+        const json s = daemon.status();
+        return s.contains(key) ? json_u64(s[key]) : 0;
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
+// The newest round a daemon's checkpoints hold, read from checkpoint.json.
+uint64_t newest_checkpoint_round(const TestDaemon& daemon) {
+    uint64_t newest = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(daemon.data_dir() / "checkpoints")) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step_", 0) != 0) continue;
+        std::ifstream meta(entry.path() / "checkpoint.json");
+        REQUIRE(std::filesystem::exists(entry.path() / "state.bin"));
+        newest = std::max(newest, json::parse(meta)["round"].get<uint64_t>());
+    }
+    return newest;
+}
+
+// Every round a survivor finished after `from` waited no longer than the deadlines allow.
+void check_rounds_bounded(const TestDaemon& daemon, uint64_t from) {
+    const double bound = (kPairTimeoutMs + kExchangeTimeoutMs) / 1000.0 + 1.0;
+    for (const LoggedRound& r : logged_rounds(daemon.log())) {
+        if (r.round < from) continue;
+        INFO(daemon.name() << " round " << r.round << ": pair " << r.pair_seconds << " s, exchange "
+                           << r.exchange_seconds << " s");
+        CHECK(r.pair_seconds + r.exchange_seconds <= bound);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newcomer and drains", "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
+    a.start();
+    b.start({a.peer_address()});
+    c.start({a.peer_address()});
+    std::vector<TestDaemon*> all{&a, &b, &c};
+
+    // The swarm forms and trains in pairs.
+    for (TestDaemon* d : all)
+        eventually(d->name() + " sees 2 peers alive", 30s, [&] { return status_u64(*d, "peers_alive") == 2; });
+    for (TestDaemon* d : all)
+        eventually(d->name() + " paired 3 rounds", 60s, [&] { return status_u64(*d, "rounds_paired") >= 3; });
+    eventually("a reaches round 8", 60s, [&] { return status_u64(a, "round") >= 8; });
+    const std::vector<LoggedRound> early = logged_rounds(a.log());
+    REQUIRE(early.size() >= 8);
+    CHECK(early.back().loss < early.front().loss - 0.5);
+    WARN("loss of node a: round " << early.front().round << " " << early.front().loss << ", round "
+                                  << early.back().round << " " << early.back().loss);
+
+    // `starling status` and `starling peers` show it, for people as for scripts.
+    const CommandResult table = a.cli({"status"});
+    CHECK(table.status == 0);
+    CHECK(table.output.find("training") != std::string::npos);
+    const json peers = a.peers();
+    REQUIRE(peers["peers"].size() == 2);
+    for (const json& p : peers["peers"]) {
+        CHECK(p["state"] == "alive");
+        CHECK(p["compatible"] == true);
+    }
+    const std::string metrics = http_get(a.metrics_port(), "/metrics");
+    std::smatch m;
+    REQUIRE(std::regex_search(metrics, m, std::regex(R"(starling_rounds_total\{outcome="paired"\} (\d+))")));
+    CHECK(std::stoi(m[1]) >= 3);
+
+    // kill -9: the others go on, never waiting past the deadlines.
+    const uint64_t c_checkpoint = [&] {
+        eventually("c has a checkpoint", 30s, [&] { return std::filesystem::exists(c.data_dir() / "checkpoints"); });
+        eventually("c has a checkpoint", 30s, [&] { return newest_checkpoint_round(c) > 0; });
+        return newest_checkpoint_round(c);
+    }();
+    const uint64_t a_round_at_kill = status_u64(a, "round");
+    c.process().signal(SIGKILL);
+    REQUIRE(c.process().wait(5s) == 128 + SIGKILL);
+    for (TestDaemon* d : {&a, &b})
+        eventually(d->name() + " goes 4 rounds past the kill", 60s,
+                   [&] { return status_u64(*d, "round") >= a_round_at_kill + 4; });
+    check_rounds_bounded(a, a_round_at_kill);
+    check_rounds_bounded(b, a_round_at_kill);
+
+    // Restarted, it resumes from its checkpoint and pairs again.
+    c.start({a.peer_address()});
+    eventually("c resumes", 30s, [&] { return c.log().find("resumed from checkpoint") != std::string::npos; });
+    std::smatch resumed;
+    const std::string c_log = c.log();
+    REQUIRE(std::regex_search(c_log, resumed, std::regex(R"(resumed from checkpoint \S+ \(round (\d+))")));
+    CHECK(std::stoull(resumed[1]) >= c_checkpoint);
+    const uint64_t c_paired_before = status_u64(c, "rounds_paired");
+    eventually("c pairs again", 60s, [&] { return status_u64(c, "rounds_paired") > c_paired_before; });
+
+    // A newcomer started alone joins with `starling join` and copies the swarm's state.
+    TestDaemon d("d", root.path());
+    d.start();
+    eventually("d trains alone", 30s, [&] { return status_u64(d, "round") >= 1; });
+    const CommandResult joined = d.cli({"join", a.peer_address()});
+    INFO(joined.output);
+    REQUIRE(joined.status == 0);
+    eventually("d copies the swarm's state", 60s,
+               [&] { return d.log().find("joined at round") != std::string::npos; });
+    eventually("d is level with the swarm", 30s,
+               [&] { return status_u64(d, "round") + 2 >= status_u64(a, "round"); });
+    eventually("d sees 3 peers", 30s, [&] { return status_u64(d, "peers_alive") == 3; });
+
+    // `starling leave` drains it: exit 0, and the others see it leave.
+    const std::string d_id = d.status()["node_id"];
+    REQUIRE(d.cli({"leave"}).status == 0);
+    REQUIRE(d.process().wait(20s) == 0);
+    eventually("a sees d leave", 10s, [&] {
+        const json listed = a.peers();
+        for (const json& p : listed["peers"])
+            if (p["node_id"] == d_id) return p["state"] == "left";
+        return false;
+    });
+
+    // SIGTERM in the middle of an exchange: exit 0 within T_xchg, and a checkpoint of the round.
+    eventually("b is exchanging", 60s, [&] {
+        try {
+            return b.status()["phase"] == "NODE_PHASE_EXCHANGING";
+        } catch (const std::exception&) {
+            return false;
+        }
+    });
+    const uint64_t b_round = status_u64(b, "round");
+    b.process().signal(SIGTERM);
+    REQUIRE(b.process().wait(std::chrono::milliseconds(kExchangeTimeoutMs) + 10s) == 0);
+    CHECK(newest_checkpoint_round(b) >= b_round);
+    b.start({a.peer_address()});
+    eventually("b resumes", 30s, [&] { return b.log().find("resumed from checkpoint") != std::string::npos; });
+    CHECK(status_u64(b, "round") >= b_round);
+
+    for (TestDaemon* daemon : {&a, &b, &c}) daemon->process().signal(SIGTERM);
+    for (TestDaemon* daemon : {&a, &b, &c}) CHECK(daemon->process().wait(20s) == 0);
+}
+
+TEST_CASE("starlingd refuses a corrupt config and an unwritable data directory, naming them", "[integration]") {
+    TempDir root;
+    const std::filesystem::path bad = root.path() / "bad.toml";
+    std::ofstream(bad) << "[peer]\nlisn = \"127.0.0.1:7700\"\n";
+    CommandResult r = run_command({starlingd_binary(), "--config", bad.string()}, daemon_environment());
+    CHECK(r.status == 1);
+    CHECK(r.output.find("[peer].lisn") != std::string::npos);
+
+    std::ofstream(root.path() / "broken.toml") << "[model\nn_layer = 2\n";
+    r = run_command({starlingd_binary(), "--config", (root.path() / "broken.toml").string()}, daemon_environment());
+    CHECK(r.status == 1);
+    CHECK(r.output.find("broken.toml:1") != std::string::npos);
+
+    // Root may write anywhere, so the directory is made impossible: its parent is a file.
+    std::ofstream(root.path() / "file") << "x";
+    const std::string data_dir = (root.path() / "file" / "node").string();
+    r = run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir, "--listen",
+                     "127.0.0.1:0", "--control", "127.0.0.1:0", "--metrics", ""},
+                    daemon_environment());
+    CHECK(r.status == 1);
+    CHECK(r.output.find("[node].data_dir " + data_dir) != std::string::npos);
+}
+
+TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration]") {
+    // A non-loopback address of this machine, if it has one.
+    std::string outside;
+    ifaddrs* list = nullptr;
+    if (getifaddrs(&list) == 0) {
+        for (ifaddrs* i = list; i && outside.empty(); i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+            char text[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+            if (std::string(text).rfind("127.", 0) != 0) outside = text;
+        }
+        freeifaddrs(list);
+    }
+    if (outside.empty()) {
+        WARN("skipped: this machine has no non-loopback IPv4 address to try the Control port from");
+        return;
+    }
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start();
+    eventually("a answers on 127.0.0.1", 30s, [&] { return a.cli({"status"}).status == 0; });
+    const std::string port = a.control_address().substr(a.control_address().rfind(':') + 1);
+    const CommandResult r = run_command({starling_binary(), "--control", outside + ":" + port, "status"});
+    INFO(r.output);
+    CHECK(r.status == 2);
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
