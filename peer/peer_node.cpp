@@ -509,6 +509,10 @@ void PeerNode::leave() { stop(true); }
 
 void PeerNode::kill() { stop(false); }
 
+void PeerNode::set_serving(bool serving) {
+    if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(serving);
+}
+
 void PeerNode::stop(bool announce) {
     if (!running_.exchange(false)) return;
     // Pairing waits and exchanges end first: nobody should wait on a node that is going.

@@ -70,6 +70,9 @@ public:
     void start();
     // Announces LEFT to every reachable member, then stops.
     void leave();
+    // What the standard gRPC health service on the peer port reports (when it is enabled): a
+    // draining node says NOT_SERVING, so load balancers and probes stop sending to it.
+    void set_serving(bool serving);
     // Stops at once without a word: what peers see when a node crashes.
     void kill();
 

@@ -86,6 +86,10 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
 
 ControlServer::~ControlServer() { shutdown(std::chrono::milliseconds(1000)); }
 
+void ControlServer::set_serving(bool serving) {
+    if (server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(serving);
+}
+
 void ControlServer::shutdown(std::chrono::milliseconds grace) {
     if (stopping_.exchange(true)) return;
     server_->Shutdown(std::chrono::system_clock::now() + grace);

@@ -28,6 +28,8 @@ public:
     // cannot. grpc::EnableDefaultHealthCheckService(true) must have been called before.
     ControlServer(const std::string& address, NodeState& state, PeerNode& peer, ControlHandlers handlers);
     ~ControlServer();
+    // What the health service reports; NOT_SERVING once the node drains.
+    void set_serving(bool serving);
     // Ends Watch streams and stops serving, waiting at most `grace` for calls in flight.
     void shutdown(std::chrono::milliseconds grace);
     const std::string& address() const { return address_; }

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "common/error.h"
@@ -43,8 +44,10 @@ NodeConfig load(const std::string& path, const NodeFlags& flags) {
 // The event loop: signals, the once-a-second tick, and the end of the round loop.
 class EventLoop {
 public:
-    EventLoop(NodeRunner& runner, NodeMetrics* metrics, std::string config_path, NodeFlags flags)
-        : runner_(runner), metrics_(metrics), config_path_(std::move(config_path)), flags_(std::move(flags)),
+    EventLoop(NodeRunner& runner, std::function<void()> drain, NodeMetrics* metrics, std::string config_path,
+              NodeFlags flags)
+        : runner_(runner), drain_(std::move(drain)), metrics_(metrics), config_path_(std::move(config_path)),
+          flags_(std::move(flags)),
           signals_(io_, SIGINT, SIGTERM, SIGHUP), tick_(io_), watchdog_(watchdog_interval()) {}
 
     // Runs until the round loop has drained; rethrows what ended it abnormally.
@@ -74,8 +77,7 @@ private:
                 reload();
             } else if (!runner_.draining()) {
                 spdlog::info("signal {}: draining (a second one exits at once)", signal);
-                notify_stopping();
-                runner_.request_drain();
+                drain_();
             } else {
                 spdlog::warn("second signal {}: exiting without waiting for the drain", signal);
                 std::_Exit(1);
@@ -109,6 +111,7 @@ private:
     }
 
     NodeRunner& runner_;
+    std::function<void()> drain_;
     NodeMetrics* metrics_;
     std::string config_path_;
     NodeFlags flags_;
@@ -134,7 +137,11 @@ int main(int argc, char** argv) {
     app.add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:PATH");
     app.add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
     app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 1;  // --help is 0; any mistake on the command line is bad input
+    }
 
     try {
         const NodeConfig config = load(config_path, flags);
@@ -147,15 +154,23 @@ int main(int argc, char** argv) {
         NodeRunner runner(config, STARLING_VERSION, metrics.get());
         // After the peer server, so only the Control server answers reflection.
         grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-        ControlServer control(config.control_listen, runner.state(), runner.peer(),
-                              {[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); },
-                               [&] { runner.request_drain(); }});
+        std::unique_ptr<ControlServer> control;
+        // A signal or `starling leave`: health says NOT_SERVING at once, then the round loop drains.
+        auto drain = [&] {
+            notify_stopping();
+            runner.peer().set_serving(false);
+            if (control) control->set_serving(false);
+            runner.request_drain();
+        };
+        control = std::make_unique<ControlServer>(
+            config.control_listen, runner.state(), runner.peer(),
+            ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,
                      format_node_id(runner.peer().node_id()), runner.peer().address(), config.swarm.peer.swarm_id,
-                     runner.node().replica().manifest().fingerprint(), control.address(),
+                     runner.node().replica().manifest().fingerprint(), control->address(),
                      config.metrics_listen.empty() ? "off" : config.metrics_listen);
-        EventLoop(runner, metrics.get(), config_path, flags).run();
-        control.shutdown(std::chrono::milliseconds(1000));
+        EventLoop(runner, drain, metrics.get(), config_path, flags).run();
+        control->shutdown(std::chrono::milliseconds(1000));
         spdlog::info("starlingd: left the swarm, exiting");
         return 0;
     } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw

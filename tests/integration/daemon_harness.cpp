@@ -48,15 +48,17 @@ TestDaemon::TestDaemon(std::string name, const std::filesystem::path& root)
       control_port_(free_port()),
       metrics_port_(free_port()) {}
 
-void TestDaemon::start(const std::vector<std::string>& seeds) {
-    std::vector<std::string> argv{starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir_.string(),
+void TestDaemon::start(const std::vector<std::string>& seeds, const Environment& extra, const std::string& config) {
+    std::vector<std::string> argv{starlingd_binary(), "--config", config, "--data-dir", data_dir_.string(),
                                   "--listen", peer_address(), "--control", control_address(),
                                   "--metrics", "127.0.0.1:" + std::to_string(metrics_port_)};
     for (const std::string& seed : seeds) {
         argv.push_back("--seed");
         argv.push_back(seed);
     }
-    process_ = std::make_unique<Process>(argv, daemon_environment(), log_path_);
+    Environment env = daemon_environment();
+    for (const auto& [key, value] : extra) env[key] = value;
+    process_ = std::make_unique<Process>(argv, env, log_path_);
 }
 
 std::string TestDaemon::log() const {

@@ -26,8 +26,10 @@ Environment daemon_environment();
 class TestDaemon {
 public:
     TestDaemon(std::string name, const std::filesystem::path& root);
-    // Starts (or restarts) starlingd with these seeds (host:port of other daemons' peer ports).
-    void start(const std::vector<std::string>& seeds = {});
+    // Starts (or restarts) starlingd with these seeds (host:port of other daemons' peer ports),
+    // variables on top of daemon_environment(), and a config file (default: configs/pico.toml).
+    void start(const std::vector<std::string>& seeds = {}, const Environment& extra = {},
+               const std::string& config = pico_config());
     Process& process() { return *process_; }
     std::string peer_address() const { return "127.0.0.1:" + std::to_string(peer_port_); }
     std::string control_address() const { return "127.0.0.1:" + std::to_string(control_port_); }

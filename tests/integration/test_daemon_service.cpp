@@ -1,0 +1,136 @@
+// starlingd as a service manager sees it: the systemd notify protocol (READY, STATUS, WATCHDOG,
+// STOPPING) on a socket of the test's own, SIGHUP reloading the config, and `starling watch`.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/daemon_harness.h"
+#include "tests/support/files.h"
+
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A datagram socket standing in for systemd's notify socket.
+class NotifySocket {
+public:
+    explicit NotifySocket(const std::filesystem::path& path) : path_(path) {
+        fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+        REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+    }
+    ~NotifySocket() { close(fd_); }
+
+    // Every message that arrives within `limit`, until one satisfies `stop`.
+    template <typename Stop>
+    std::vector<std::string> collect(std::chrono::milliseconds limit, Stop stop) {
+        std::vector<std::string> messages;
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (std::chrono::steady_clock::now() < deadline) {
+            pollfd p{fd_, POLLIN, 0};
+            if (poll(&p, 1, 50) != 1) continue;
+            char buffer[4096];
+            const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+            if (n <= 0) continue;
+            messages.emplace_back(buffer, static_cast<size_t>(n));
+            if (stop(messages.back())) break;
+        }
+        return messages;
+    }
+
+private:
+    std::filesystem::path path_;
+    int fd_;
+};
+
+size_t count_containing(const std::vector<std::string>& messages, const std::string& text) {
+    return static_cast<size_t>(std::count_if(messages.begin(), messages.end(), [&](const std::string& m) {
+        return m.find(text) != std::string::npos;
+    }));
+}
+
+template <typename Predicate>
+void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
+        std::this_thread::sleep_for(100ms);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG and STOPPING", "[integration]") {
+    TempDir root;
+    NotifySocket systemd(root.path() / "notify");
+    TestDaemon a("a", root.path());
+    // WATCHDOG_USEC without WATCHDOG_PID: the watchdog applies to whichever process reads it.
+    a.start({}, {{"NOTIFY_SOCKET", (root.path() / "notify").string()}, {"WATCHDOG_USEC", "400000"}});
+
+    const auto started = systemd.collect(30s, [](const std::string& m) { return m.find("READY=1") != std::string::npos; });
+    REQUIRE(count_containing(started, "READY=1") == 1);
+    const auto running = systemd.collect(3s, [](const std::string&) { return false; });
+    // Pings at half the watchdog interval (200 ms): about 15 in 3 s.
+    CHECK(count_containing(running, "WATCHDOG=1") >= 8);
+    CHECK(count_containing(running, "STATUS=round ") >= 1);
+
+    a.process().signal(SIGTERM);
+    const auto stopping =
+        systemd.collect(20s, [](const std::string& m) { return m.find("STOPPING=1") != std::string::npos; });
+    CHECK(count_containing(stopping, "STOPPING=1") == 1);
+    CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running settings kept", "[integration]") {
+    TempDir root;
+    const std::filesystem::path config = root.path() / "node.toml";
+    std::filesystem::copy_file(pico_config(), config);
+    TestDaemon a("a", root.path());
+    a.start({}, {}, config.string());
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+
+    // The environment pins checkpoint_every for every test daemon, so the file changes what it can:
+    // the seeds and the log level.
+    std::stringstream text;
+    text << std::ifstream(config).rdbuf();
+    std::string edited = std::regex_replace(text.str(), std::regex(R"(seeds = \[\])"), R"(seeds = ["127.0.0.1:1"])");
+    REQUIRE(edited != text.str());
+    std::ofstream(config) << edited;
+    a.process().signal(SIGHUP);
+    eventually("the reload is logged", 10s, [&] { return a.log().find("1 new seed(s)") != std::string::npos; });
+
+    std::ofstream(config) << "[peer\n";
+    a.process().signal(SIGHUP);
+    eventually("the broken file is refused", 10s,
+               [&] { return a.log().find("(the running settings are kept)") != std::string::npos; });
+    CHECK(a.log().find("node.toml:1") != std::string::npos);
+    CHECK(a.cli({"status"}).status == 0);
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE("starling watch follows a running node and stops after --count updates", "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start();
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    const CommandResult watched = a.cli({"watch", "--interval-ms", "100", "--count", "3"});
+    INFO(watched.output);
+    CHECK(watched.status == 0);
+    // Not a terminal: one line per update, each naming the round.
+    CHECK(std::count(watched.output.begin(), watched.output.end(), '\n') == 3);
+    CHECK(watched.output.find("round") != std::string::npos);
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
