@@ -91,6 +91,21 @@ void read_optimizer_section(TableReader& o, TrainConfig& c) {
     o.reject_unknown();
 }
 
+void read_engine_sections(const std::string& path, const toml::table& root, TrainConfig& c) {
+    TableReader m = config_section(path, root, "model");
+    read_model_section(m, c.model);
+    TableReader t = config_section(path, root, "train");
+    read_train_section(t, c);
+    TableReader o = config_section(path, root, "optimizer");
+    read_optimizer_section(o, c);
+    TableReader d = config_section(path, root, "data");
+    d.read("dir", c.data.dir);
+    d.read("node_id", c.data.node_id);
+    d.read("partition_index", c.data.partition_index);
+    d.read("partition_count", c.data.partition_count);
+    d.reject_unknown();
+}
+
 TrainConfig load_train_config(const std::string& path) {
     const toml::table root = parse_config_file(path);
     check_config_sections(path, root,
@@ -100,19 +115,7 @@ TrainConfig load_train_config(const std::string& path) {
     auto section = [&](const char* name) { return config_section(path, root, name); };
 
     TrainConfig c;
-    TableReader m = section("model");
-    read_model_section(m, c.model);
-    TableReader t = section("train");
-    read_train_section(t, c);
-    TableReader o = section("optimizer");
-    read_optimizer_section(o, c);
-
-    TableReader d = section("data");
-    d.read("dir", c.data.dir);
-    d.read("node_id", c.data.node_id);
-    d.read("partition_index", c.data.partition_index);
-    d.read("partition_count", c.data.partition_count);
-    d.reject_unknown();
+    read_engine_sections(path, root, c);
 
     TableReader l = section("log");
     l.read("every", c.log_every);

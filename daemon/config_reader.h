@@ -126,6 +126,10 @@ void check_config_sections(const std::string& path, const toml::table& root,
                            const std::vector<std::string>& known);
 TableReader config_section(const std::string& path, const toml::table& root, const char* name);
 
+// [model], [train], [optimizer] and [data] of a training config, as `starling train` and starlingd
+// read them.
+void read_engine_sections(const std::string& path, const toml::table& root, TrainConfig& config);
+
 // The sections a training run and an experiment share.
 void read_model_section(TableReader& reader, ModelConfig& model);
 void read_train_section(TableReader& reader, TrainConfig& config);

@@ -112,19 +112,8 @@ NodeConfig load_node_config(const std::filesystem::path& path) {
     c.swarm.peer.listen = "0.0.0.0:7700";
     TrainConfig& t = c.swarm.train;
     try {
-        TableReader m = section("model");
-        read_model_section(m, t.model);
-        TableReader tr = section("train");
-        read_train_section(tr, t);
-        TableReader o = section("optimizer");
-        read_optimizer_section(o, t);
-        TableReader d = section("data");
-        d.read("dir", t.data.dir);
-        // `starling train`'s keys, accepted and unused: a swarm node's data order follows its node id.
-        d.read("node_id", t.data.node_id);
-        d.read("partition_index", t.data.partition_index);
-        d.read("partition_count", t.data.partition_count);
-        d.reject_unknown();
+        // [data]'s node_id and partitions are `starling train`'s: a swarm node's data order follows its node id.
+        read_engine_sections(file, root, t);
         TableReader e = section("eval");
         int steps_between_evals = 0;  // [eval].every is `starling train`'s, in steps
         e.read("every", steps_between_evals);

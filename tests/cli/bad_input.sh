@@ -7,49 +7,29 @@ starling=$1
 source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "$0")/expect.sh"
 
-# expect_error NAME PATTERN... -- COMMAND...
-expect_error() {
-    local name=$1
-    shift
-    local patterns=()
-    while [ "$1" != "--" ]; do patterns+=("$1"); shift; done
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne 1 ]; then
-        echo "FAIL $name: exit status $rc, expected 1"; echo "$out"; failures=$((failures + 1)); return
-    fi
-    for p in "${patterns[@]}"; do
-        if ! grep -q -- "$p" <<<"$out"; then
-            echo "FAIL $name: output lacks '$p'"; echo "$out"; failures=$((failures + 1)); return
-        fi
-    done
-    echo "ok   $name"
-}
-
-expect_error "missing config" "error:" "$work/none.toml" -- \
+expect 1 "missing config" "error:" "$work/none.toml" -- \
     "$starling" train --config "$work/none.toml"
 
 printf '[model]\nn_layers = 2\n' > "$work/typo.toml"
-expect_error "unknown config key" "typo.toml" "unknown key \[model\].n_layers" -- \
+expect 1 "unknown config key" "typo.toml" "unknown key \[model\].n_layers" -- \
     "$starling" train --config "$work/typo.toml"
 
 mkdir -p "$work/data"
-expect_error "no shards" "no train shards" "$work/data" -- \
+expect 1 "no shards" "no train shards" "$work/data" -- \
     "$starling" train --config "$source_dir/configs/pico.toml" --data-dir "$work/data" --run-dir "$work/run"
 
 printf 'hello' > "$work/data/train_000000.bin"
-expect_error "truncated shard" "train_000000.bin" "header" -- \
+expect 1 "truncated shard" "train_000000.bin" "header" -- \
     "$starling" train --config "$source_dir/configs/pico.toml" --data-dir "$work/data" --run-dir "$work/run"
 
 head -c 1024 /dev/zero > "$work/data/train_000000.bin"
-expect_error "wrong shard magic" "train_000000.bin" "magic" -- \
+expect 1 "wrong shard magic" "train_000000.bin" "magic" -- \
     "$starling" train --config "$source_dir/configs/pico.toml" --data-dir "$work/data" --run-dir "$work/run"
 
-expect_error "missing input text" "$work/none.txt" -- \
+expect 1 "missing input text" "$work/none.txt" -- \
     "$starling" data prepare --input "$work/none.txt" --out "$work/prepared"
 
 # A real prepared dataset, then a corrupt checkpoint in the run directory.
@@ -59,20 +39,19 @@ head -c 20000 /dev/urandom | base64 > "$work/text.txt"
 mkdir -p "$work/run/step_00000010"
 printf 'not a safetensors file' > "$work/run/step_00000010/model.safetensors"
 cp "$source_dir/configs/pico.toml" "$work/pico.toml"
-expect_error "corrupt checkpoint" "step_00000010" -- \
+expect 1 "corrupt checkpoint" "step_00000010" -- \
     "$starling" train --config "$work/pico.toml" --data-dir "$work/prepared" --run-dir "$work/run"
 
-expect_error "unknown experiment method" "method" "gossip" -- \
+expect 1 "unknown experiment method" "method" "gossip" -- \
     env STARLING_EXPERIMENT_METHOD=gossip "$starling" experiment \
     --config "$source_dir/configs/experiments/swarm.toml" --data-dir "$work/prepared" --out-dir "$work/exp"
 
-expect_error "fused messages with a pull unlike the lr" "swarm.toml" "\[outer\].pull" -- \
+expect 1 "fused messages with a pull unlike the lr" "swarm.toml" "\[outer\].pull" -- \
     env STARLING_OUTER_PULL=0.2 "$starling" experiment \
     --config "$source_dir/configs/experiments/swarm.toml" --data-dir "$work/prepared" --out-dir "$work/exp"
 
-expect_error "experiment without data" "data-none" "does not exist" -- \
+expect 1 "experiment without data" "data-none" "does not exist" -- \
     "$starling" experiment --config "$source_dir/configs/experiments/swarm.toml" \
     --data-dir "$work/data-none" --out-dir "$work/exp"
 
-echo "$(( 10 - failures )) passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish

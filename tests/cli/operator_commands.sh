@@ -8,30 +8,8 @@ starling=$1
 source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-cases=0
-
-# expect STATUS NAME PATTERN... -- COMMAND...
-expect() {
-    local status=$1 name=$2
-    shift 2
-    local patterns=()
-    while [ "$1" != "--" ]; do patterns+=("$1"); shift; done
-    shift
-    cases=$((cases + 1))
-    local out rc
-    out=$(timeout 60 "$@" 2>&1)
-    rc=$?
-    if [ "$rc" -ne "$status" ]; then
-        echo "FAIL $name: exit status $rc, expected $status"; echo "$out"; failures=$((failures + 1)); return
-    fi
-    for p in "${patterns[@]}"; do
-        if ! grep -q -- "$p" <<<"$out"; then
-            echo "FAIL $name: output lacks '$p'"; echo "$out"; failures=$((failures + 1)); return
-        fi
-    done
-    echo "ok   $name"
-}
+# shellcheck source=tests/cli/expect.sh
+source "$(dirname "$0")/expect.sh"
 
 # A port of 127.0.0.1 that refuses connections: nothing listens there.
 closed_port() {
@@ -98,5 +76,4 @@ else
     echo "ok   check never prints the secret"
 fi
 
-echo "$(( cases - failures )) passed, $failures failed"
-[ "$failures" -eq 0 ]
+finish

@@ -3,10 +3,13 @@
 // (short rounds, fast failure detection) and flags. The CLI is the real `starling` binary.
 #pragma once
 
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/process.h"
@@ -63,6 +66,16 @@ struct LoggedRound {
     bool paired = false;
 };
 std::vector<LoggedRound> logged_rounds(const std::string& log);
+
+// Polls `done` every 100 ms; fails the test naming `what` after `limit`.
+template <typename Predicate>
+void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+}
 
 // GET http://127.0.0.1:<port><path>, the body of the answer ("" when nothing answers).
 std::string http_get(int port, const std::string& path);

@@ -60,15 +60,6 @@ size_t count_containing(const std::vector<std::string>& messages, const std::str
     }));
 }
 
-template <typename Predicate>
-void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
-        std::this_thread::sleep_for(100ms);
-    }
-}
-
 }  // namespace
 
 TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG and STOPPING", "[integration]") {

@@ -20,16 +20,6 @@ using nlohmann::json;
 
 namespace {
 
-// Polls `done` every 100 ms; fails the test naming `what` after `limit`.
-template <typename Predicate>
-void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
-        std::this_thread::sleep_for(100ms);
-    }
-}
-
 // A status field that is absent until the daemon answers; 0 while it does not.
 uint64_t status_u64(const TestDaemon& daemon, const char* key) {
     try {
