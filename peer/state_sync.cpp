@@ -59,6 +59,11 @@ Hash256 SnapshotManifestInfo::computed_id() const {
 
 Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
                    uint32_t chunk_bytes)
+    : Snapshot(std::move(fingerprint), round, std::move(metadata),
+               std::make_shared<const std::vector<std::byte>>(std::move(bytes)), chunk_bytes) {}
+
+Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata,
+                   std::shared_ptr<const std::vector<std::byte>> bytes, uint32_t chunk_bytes)
     : bytes_(std::move(bytes)) {
     ensure_sodium();
     if (chunk_bytes == 0 || chunk_bytes > kMaxSnapshotChunkBytes)
@@ -67,17 +72,25 @@ Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata
         throw Error(fmt::format("snapshot metadata of {} bytes exceeds {}", metadata.size(), kMaxSnapshotMetadataBytes));
     manifest_.fingerprint = std::move(fingerprint);
     manifest_.round = round;
-    manifest_.total_bytes = bytes_.size();
+    manifest_.total_bytes = bytes_->size();
     manifest_.chunk_bytes = chunk_bytes;
     manifest_.metadata = std::move(metadata);
-    for (uint64_t start = 0; start < bytes_.size(); start += chunk_bytes)
-        manifest_.chunk_hashes.push_back(
-            blake2b(std::span(bytes_).subspan(start, std::min<uint64_t>(chunk_bytes, bytes_.size() - start))));
-    manifest_.id = manifest_.computed_id();
+}
+
+const SnapshotManifestInfo& Snapshot::manifest() const {
+    std::call_once(hashed_, [this] {
+        const uint32_t chunk_bytes = manifest_.chunk_bytes;
+        const std::span<const std::byte> all = bytes();
+        for (uint64_t start = 0; start < all.size(); start += chunk_bytes)
+            manifest_.chunk_hashes.push_back(
+                blake2b(all.subspan(start, std::min<uint64_t>(chunk_bytes, all.size() - start))));
+        manifest_.id = manifest_.computed_id();
+    });
+    return manifest_;
 }
 
 std::span<const std::byte> Snapshot::chunk(uint32_t index) const {
-    return std::span(bytes_).subspan(uint64_t{index} * manifest_.chunk_bytes, manifest_.chunk_size(index));
+    return bytes().subspan(uint64_t{index} * manifest_.chunk_bytes, manifest_.chunk_size(index));
 }
 
 void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {

@@ -53,17 +53,24 @@ struct SnapshotManifestInfo {
 
 class Snapshot {
 public:
-    // Hashes every chunk. Throws starling::Error on a chunk size of 0 or above
-    // kMaxSnapshotChunkBytes, or metadata above kMaxSnapshotMetadataBytes.
+    // Throws starling::Error on a chunk size of 0 or above kMaxSnapshotChunkBytes, or metadata above
+    // kMaxSnapshotMetadataBytes. The chunks are hashed on the first call of manifest(), not here: a
+    // node publishes a snapshot every round (gigabytes for large models) and most are never fetched.
     Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
              uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
-    const SnapshotManifestInfo& manifest() const { return manifest_; }
+    // The bytes shared with their owner, who may refill them for a later snapshot once it holds
+    // the only reference (use_count() == 1), saving a fresh allocation of gigabytes each round.
+    Snapshot(std::string fingerprint, uint64_t round, std::string metadata,
+             std::shared_ptr<const std::vector<std::byte>> bytes, uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
+    const SnapshotManifestInfo& manifest() const;  // thread-safe
+    uint64_t round() const { return manifest_.round; }
     std::span<const std::byte> chunk(uint32_t index) const;
-    std::span<const std::byte> bytes() const { return bytes_; }
+    std::span<const std::byte> bytes() const { return *bytes_; }
 
 private:
-    SnapshotManifestInfo manifest_;
-    std::vector<std::byte> bytes_;
+    mutable std::once_flag hashed_;
+    mutable SnapshotManifestInfo manifest_;
+    std::shared_ptr<const std::vector<std::byte>> bytes_;
 };
 
 // The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next

@@ -154,7 +154,7 @@ void NodeRunner::pace() {
 
 void NodeRunner::checkpoint() {
     const RoundStart& start = node_->round_start();
-    const uint64_t round = start.snapshot->manifest().round;
+    const uint64_t round = start.snapshot->round();
     if (checkpointed_round_ == round) return;
     const auto path = save_swarm_checkpoint(config_.checkpoint_dir(), static_cast<size_t>(keep_checkpoints_.load()),
                                             node_->replica().manifest().fingerprint(), start);

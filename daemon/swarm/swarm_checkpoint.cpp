@@ -24,7 +24,7 @@ std::string checksum_of(std::span<const std::byte> bytes) {
 std::filesystem::path save_swarm_checkpoint(const std::filesystem::path& root, size_t keep,
                                             const std::string& fingerprint, const RoundStart& start) {
     const std::span<const std::byte> state = start.snapshot->bytes();
-    const uint64_t round = start.snapshot->manifest().round;
+    const uint64_t round = start.snapshot->round();
     nlohmann::json meta = {{"format", kFormat},
                            {"fingerprint", fingerprint},
                            {"round", round},

@@ -212,8 +212,27 @@ std::vector<std::byte> SwarmNode::snapshot_bytes() const {
 }
 
 void SwarmNode::publish_snapshot() {
-    round_start_.snapshot =
-        std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1", snapshot_bytes());
+    // A buffer no snapshot uses any more (one published a few rounds ago, dropped by the store and
+    // by joiners) is refilled: packing gigabytes into fresh memory costs page faults every round.
+    std::shared_ptr<std::vector<std::byte>> buffer;
+    std::erase_if(snapshot_buffers_, [&](const std::shared_ptr<std::vector<std::byte>>& b) {
+        if (b.use_count() != 1) return false;
+        if (buffer) return true;  // one spare is enough
+        buffer = b;
+        return false;
+    });
+    if (!buffer) {
+        buffer = std::make_shared<std::vector<std::byte>>(swarm_snapshot_bytes(replica_->size()));
+        snapshot_buffers_.push_back(buffer);
+    }
+    AdamW<float>& adamw = replica_->adamw();
+    const size_t n = replica_->size();
+    pack_swarm_snapshot_into(*buffer,
+                             {round_, static_cast<uint64_t>(replica_->inner_step()),
+                              static_cast<uint64_t>(adamw.steps_taken())},
+                             replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
+    round_start_.snapshot = std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
+                                                             std::shared_ptr<const std::vector<std::byte>>(buffer));
     round_start_.data = replica_->data().state();
     peer_->snapshots().publish(round_start_.snapshot);
 }

@@ -135,6 +135,7 @@ private:
     std::vector<float> received_, scratch_a_, scratch_b_;
     uint64_t round_ = 0;
     RoundStart round_start_;
+    std::vector<std::shared_ptr<std::vector<std::byte>>> snapshot_buffers_;  // recycled by publish_snapshot
     std::function<void(RoundPhase)> phase_listener_;
     std::unique_ptr<Evaluator> evaluator_;
 };

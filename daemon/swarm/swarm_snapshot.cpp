@@ -34,22 +34,29 @@ void check_arena(std::span<const float> values, const char* name, bool non_negat
 
 size_t swarm_snapshot_bytes(size_t params) { return kSwarmSnapshotHeaderBytes + 4 * params * sizeof(float); }
 
-std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters, std::span<const float> phi,
-                                           std::span<const float> momentum, std::span<const float> adamw_m,
-                                           std::span<const float> adamw_v) {
+void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& counters, std::span<const float> phi,
+                              std::span<const float> momentum, std::span<const float> adamw_m,
+                              std::span<const float> adamw_v) {
     const size_t n = phi.size();
     if (momentum.size() != n || adamw_m.size() != n || adamw_v.size() != n)
         throw Error("swarm snapshot: the arenas differ in size");
-    std::vector<std::byte> bytes(swarm_snapshot_bytes(n));
-    put_u64(bytes.data(), counters.round);
-    put_u64(bytes.data() + 8, counters.inner_step);
-    put_u64(bytes.data() + 16, counters.adamw_steps);
-    put_u64(bytes.data() + 24, n);
-    std::byte* at = bytes.data() + kSwarmSnapshotHeaderBytes;
+    if (out.size() != swarm_snapshot_bytes(n)) throw Error("swarm snapshot: the output is not the snapshot's size");
+    put_u64(out.data(), counters.round);
+    put_u64(out.data() + 8, counters.inner_step);
+    put_u64(out.data() + 16, counters.adamw_steps);
+    put_u64(out.data() + 24, n);
+    std::byte* at = out.data() + kSwarmSnapshotHeaderBytes;
     for (std::span<const float> arena : {phi, momentum, adamw_m, adamw_v}) {
         std::memcpy(at, arena.data(), arena.size_bytes());
         at += arena.size_bytes();
     }
+}
+
+std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters, std::span<const float> phi,
+                                           std::span<const float> momentum, std::span<const float> adamw_m,
+                                           std::span<const float> adamw_v) {
+    std::vector<std::byte> bytes(swarm_snapshot_bytes(phi.size()));
+    pack_swarm_snapshot_into(bytes, counters, phi, momentum, adamw_m, adamw_v);
     return bytes;
 }
 

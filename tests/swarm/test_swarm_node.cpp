@@ -338,3 +338,18 @@ TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, m
         CHECK(r[0].failure.empty());
     }
 }
+
+TEST_CASE("swarm: a published snapshot a joiner still holds is never refilled, and each round's matches the state") {
+    SwarmNode node(pico_swarm(20));
+    // A joiner in the middle of a fetch holds the round's snapshot.
+    const std::shared_ptr<const Snapshot> held = node.peer().snapshots().latest();
+    const std::vector<std::byte> held_bytes(held->bytes().begin(), held->bytes().end());
+    for (int r = 0; r < 6; r++) {
+        node.run_round();
+        const std::vector<std::byte> expected = node.snapshot_bytes();
+        const std::span<const std::byte> published = node.peer().snapshots().latest()->bytes();
+        REQUIRE(std::equal(published.begin(), published.end(), expected.begin(), expected.end()));
+    }
+    CHECK(held->round() == 0);
+    CHECK(std::equal(held->bytes().begin(), held->bytes().end(), held_bytes.begin(), held_bytes.end()));
+}
