@@ -25,14 +25,14 @@ RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t pa
 }
 
 ExchangeSlot RoundMessages::slot() {
-    if (encoding_ == Encoding::WhileSending) return {round_, partner_, outgoing_message(encoder_), decoder_};
+    if (encoding_ == Encoding::WhileSending) return {round_, partner_, outgoing_message(encoder_), decoder_, {}, 0};
     OutgoingMessage copied{encoded_.front(), [this](std::vector<std::byte>& out) {
                                if (next_part_ == encoded_.size()) return false;
                                const auto& chunk = encoded_[next_part_++];
                                out.assign(chunk.begin(), chunk.end());
                                return true;
                            }};
-    return {round_, partner_, std::move(copied), decoder_};
+    return {round_, partner_, std::move(copied), decoder_, {}, 0};
 }
 
 }  // namespace starling::bench

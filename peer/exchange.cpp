@@ -79,6 +79,7 @@ public:
     void write(Stream& stream) {
         v1::ExchangeFrame frame;
         frame.set_round(slot_.round);
+        frame.set_part(slot_.part);
         frame.set_header(slot_.outgoing.header.data(), slot_.outgoing.header.size());
         if (!send(stream, frame)) return;
         std::vector<std::byte> chunk;
@@ -108,9 +109,10 @@ public:
 
     // One incoming frame, on the reading thread.
     void read(const v1::ExchangeFrame& frame) {
-        if (frame.round() != slot_.round)
-            return refuse(Failure::Corrupt, "a frame for round " + std::to_string(frame.round()) +
-                                                " in the exchange of round " + std::to_string(slot_.round));
+        if (frame.round() != slot_.round || frame.part() != slot_.part)
+            return refuse(Failure::Corrupt, "a frame for round " + std::to_string(frame.round()) + " part " +
+                                                std::to_string(frame.part()) + " in the exchange of round " +
+                                                std::to_string(slot_.round) + " part " + std::to_string(slot_.part));
         switch (frame.body_case()) {
             case v1::ExchangeFrame::kHeader:
                 bytes_received_ += frame.header().size();
@@ -295,8 +297,11 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
                                     const std::function<bool()>& partner_gone) {
     std::unique_lock lock(mutex_);
     if (stopped_) return exchange_failed("this node is stopping");
-    const auto [it, posted] = posted_.try_emplace(slot.round);
-    if (!posted) return exchange_failed("an exchange for round " + std::to_string(slot.round) + " is already posted");
+    const std::pair key{slot.round, slot.part};
+    const auto [it, posted] = posted_.try_emplace(key);
+    if (!posted)
+        return exchange_failed("an exchange for round " + std::to_string(slot.round) + " part " +
+                               std::to_string(slot.part) + " is already posted");
     Posting& posting = it->second;
     posting.slot = &slot;
     posting.deadline = deadline;
@@ -312,13 +317,13 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
         else if (SteadyClock::now() >= deadline) why = "the partner did not open the exchange before the deadline";
         else if (partner_gone()) why = "the partner left or died";
         if (!why.empty()) {
-            posted_.erase(slot.round);
+            posted_.erase(key);
             return exchange_failed(why);
         }
         changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kPartnerCheck));
     }
     ExchangeResult result = std::move(posting.result);
-    posted_.erase(slot.round);
+    posted_.erase(key);
     return result;
 }
 
@@ -326,14 +331,17 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context,
                                    grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
                                    uint64_t caller, const v1::ExchangeFrame& first, SteadyClock::time_point limit) {
     const uint64_t round = first.round();
+    const std::pair key{round, first.part()};
     Posting* posting = nullptr;
     {
         std::unique_lock lock(mutex_);
-        changed_.wait_until(lock, limit, [&] { return stopped_ || posted_.contains(round); });
+        changed_.wait_until(lock, limit, [&] { return stopped_ || posted_.contains(key); });
         if (stopped_) return {grpc::StatusCode::UNAVAILABLE, "this node is stopping"};
-        const auto it = posted_.find(round);
+        const auto it = posted_.find(key);
         if (it == posted_.end())
-            return {grpc::StatusCode::DEADLINE_EXCEEDED, "this node posted no exchange for round " + std::to_string(round)};
+            return {grpc::StatusCode::DEADLINE_EXCEEDED, "this node posted no exchange for round " +
+                                                             std::to_string(round) + " part " +
+                                                             std::to_string(first.part())};
         if (it->second.slot->partner != caller)
             return {grpc::StatusCode::PERMISSION_DENIED,
                     "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};

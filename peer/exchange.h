@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +54,12 @@ struct ExchangeSlot {
     uint64_t partner = 0;  // node id, as paired for the round
     OutgoingMessage outgoing;
     codec::MessageDecoder& incoming;  // decodes the partner's message into its destination arena
+    // Ends the exchange earlier than exchange_timeout from its start: a round that sends two
+    // messages (split mode) keeps both within one T_xchg.
+    std::optional<SteadyClock::time_point> deadline;
+    // Which of the round's messages this is (split mode sends D as part 0 and phi as part 1, each
+    // on a stream of its own, at the same time); both sides use the same numbers.
+    uint32_t part = 0;
 };
 
 struct ExchangeResult {
@@ -80,7 +87,7 @@ public:
                          const std::function<bool()>& partner_gone);
 
     // The handler's side of Peer.Exchange: waits (until `limit`) for the slot of the first
-    // frame's round, checks the caller is that slot's partner, and runs the exchange until the
+    // frame's round and part, checks the caller is that slot's partner, and runs the exchange until the
     // slot's deadline. The returned status is the stream's.
     grpc::Status answer(grpc::ServerContext& context, grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
                         uint64_t caller, const v1::ExchangeFrame& first, SteadyClock::time_point limit);
@@ -103,7 +110,7 @@ private:
 
     std::mutex mutex_;
     std::condition_variable changed_;
-    std::map<uint64_t, Posting> posted_;  // by round
+    std::map<std::pair<uint64_t, uint32_t>, Posting> posted_;  // by round and part
     std::set<grpc::ClientContext*> clients_;
     bool stopped_ = false;
 };

@@ -641,7 +641,8 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
 }
 
 ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
-    const auto deadline = SteadyClock::now() + config_.exchange_timeout;
+    const auto deadline = std::min(SteadyClock::now() + config_.exchange_timeout,
+                                   slot.deadline.value_or(SteadyClock::time_point::max()));
     ExchangeResult result = [&] {
         if (!running_) return exchange_failed("this node is not running");
         if (pairing_->partner(slot.round) != slot.partner) return exchange_failed("not this node's partner for the round");
@@ -654,7 +655,7 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
             });
         }
         grpc::ClientContext context;
-        set_deadline(context, config_.exchange_timeout);
+        context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
         auth_.attach(context, "Exchange");
         if (!exchanges_->track(context)) return exchange_failed("this node is stopping");
         auto opened = open_exchange(*v1::Peer::NewStub(channel(partner->address, ChannelUse::Exchange)), context, slot);

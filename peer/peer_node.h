@@ -93,7 +93,8 @@ public:
     // whatever the others do. One call per round at a time; none once the node has stopped.
     std::optional<Member> choose_partner(uint64_t round);
     // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
-    // at once; returns within exchange_timeout (plus the moment a cancelled stream takes to end).
+    // at once; returns within exchange_timeout, or by slot.deadline when that is sooner (plus the
+    // moment a cancelled stream takes to end). A round may exchange more than once with its partner.
     ExchangeResult exchange(ExchangeSlot slot);
 
     // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots here.

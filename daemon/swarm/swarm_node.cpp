@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
@@ -51,12 +52,13 @@ void SwarmConfig::validate() const {
     train.validate();
     if (inner_steps < 1) throw Error("swarm: inner_steps must be at least 1");
     outer.validate();
-    if (exchange.mode != MessageMode::Fused)
-        throw Error("swarm: only fused messages are supported (split mode needs two messages per exchange)");
-    if (outer.pull != outer.lr)
-        throw Error("swarm: fused messages send theta only, which needs the outer pull equal to the outer lr");
+    if (exchange.mode == MessageMode::Fused && outer.pull != outer.lr)
+        throw Error("swarm: [exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
+                    "[outer].lr; use mode = \"split\" for any other pull");
     if (exchange.state_codec == codec::Codec::Q4)
         throw Error("swarm: the state codec must be BF16SR, Q8 or F32 (Q4 is a delta codec)");
+    if (exchange.delta_codec == codec::Codec::BF16SR)
+        throw Error("swarm: the delta codec must be Q8, Q4 or F32 (BF16SR is a state codec)");
 }
 
 SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(config.train.lr_schedule()) {
@@ -71,9 +73,15 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(engine_, *ops_, 0, peer_->node_id());
-    plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
+    const bool split = config_.exchange.mode == MessageMode::Split;
+    plan_ = split ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta, config_.exchange.delta_codec)
+                  : codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
     const size_t n = replica_->size();
     received_.resize(n);
+    if (split) {
+        phi_plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
+        received_phi_.resize(n);
+    }
     scratch_a_.resize(n);
     scratch_b_.resize(n);
     peer_->start();
@@ -163,30 +171,29 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     const std::optional<Member> partner = peer_->choose_partner(round_);
     report.pair_seconds = seconds_since(start);
 
+    const bool split = config_.exchange.mode == MessageMode::Split;
+    if (split) replica_->compute_displacement();
     std::vector<MemberValues> partners;
     if (partner) {
         report.partner = partner->node_id;
         start = Clock::now();
-        codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->theta().data(), nullptr,
-                                      config_.exchange.zstd);
-        codec::MessageDecoder decoder(replica_->manifest().fingerprint(), replica_->manifest(), received_.data(),
-                                      received_.size());
-        const ExchangeResult result =
-            peer_->exchange({round_, partner->node_id, outgoing_message(encoder), decoder});
-        report.exchange_seconds = seconds_since(start);
-        report.bytes_sent = result.bytes_sent;
-        report.bytes_received = result.bytes_received;
-        // The exchange has checked that the message names the partner and this round.
-        if (!result.received) {
-            report.failure = result.error;
-        } else {
-            partners.push_back({partner->node_id, received_, {}});
-            report.partner_distance = rms_distance(replica_->theta(), received_);
+        if (exchange_with(partner->node_id, report)) {
+            partners.push_back({partner->node_id, received_, split ? std::span<const float>(received_phi_)
+                                                                   : std::span<const float>()});
+            // The partner's theta: as sent (fused), or phi + D (split), next to this node's.
+            std::span<const float> theirs = received_;
+            if (split) {
+                for (size_t i = 0; i < received_.size(); i++) scratch_a_[i] = received_phi_[i] + received_[i];
+                theirs = scratch_a_;
+            }
+            report.partner_distance = rms_distance(replica_->theta(), theirs);
         }
+        report.exchange_seconds = seconds_since(start);
     }
-    const MemberValues own{node_id(), replica_->theta(), {}};
+    const MemberValues own{node_id(), split ? replica_->displacement() : replica_->theta(),
+                           split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
     const NoLoCoStep step =
-        noloco_outer_step(config_.outer, MessageMode::Fused, own, partners, replica_->partner_checks(),
+        noloco_outer_step(config_.outer, config_.exchange.mode, own, partners, replica_->partner_checks(),
                           replica_->phi(), replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
     for (const std::string& why : step.refused) report.failure += (report.failure.empty() ? "" : "; ") + why;
@@ -201,6 +208,42 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
                  report.bytes_received, report.pair_seconds, report.exchange_seconds,
                  report.failure.empty() ? "" : " | solo: " + report.failure);
     return report;
+}
+
+bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
+    const bool split = config_.exchange.mode == MessageMode::Split;
+    const ParameterManifest& manifest = replica_->manifest();
+    const auto deadline = SteadyClock::now() + config_.peer.exchange_timeout;
+    // Part 0: theta (fused), or D with error feedback when configured (split).
+    float* residual = split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
+    codec::MessageEncoder first(plan_, {node_id(), round_, 0},
+                                split ? replica_->displacement().data() : replica_->theta().data(), residual,
+                                config_.exchange.zstd);
+    codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_.data(), received_.size());
+    std::future<ExchangeResult> second;
+    std::optional<codec::MessageEncoder> phi_out;
+    std::optional<codec::MessageDecoder> phi_in;
+    if (split) {  // part 1, phi, on a stream of its own at the same time
+        phi_out.emplace(phi_plan_, codec::RoundingKey{node_id(), round_, 1}, replica_->phi().data(), nullptr,
+                        config_.exchange.zstd);
+        phi_in.emplace(manifest.fingerprint(), manifest, received_phi_.data(), received_phi_.size());
+        second = std::async(std::launch::async, [&] {
+            return peer_->exchange({round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1});
+        });
+    }
+    // The exchange checks that each message names the partner and this round.
+    std::vector<ExchangeResult> results{peer_->exchange({round_, partner, outgoing_message(first), first_in, deadline, 0})};
+    if (split) results.push_back(second.get());
+    bool received = true;
+    for (const ExchangeResult& r : results) {
+        report.bytes_sent += r.bytes_sent;
+        report.bytes_received += r.bytes_received;
+        if (!r.received) {
+            received = false;
+            report.failure += (report.failure.empty() ? "" : "; ") + r.error;
+        }
+    }
+    return received;
 }
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {

@@ -1,9 +1,9 @@
 // One node of a swarm, as research/algorithms.md section 7.4 runs it: a replica trained locally
 // (experiment/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
 // started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
-// fused messages (theta, state codec) with it, a check of what arrived (MessageSanity, as the
-// experiment does), and the NoLoCo outer step of optimizer/outer_round.h with the partner's
-// decoded theta, or a solo step when there is no partner, the exchange failed or the message was
+// messages with it (fused: theta under the state codec; split: D and phi), a check of what arrived
+// (MessageSanity, as the experiment does), and the NoLoCo outer step of optimizer/outer_round.h with
+// the partner's decoded values, or a solo step when there is no partner, the exchange failed or the message was
 // refused. Then theta = phi, and a snapshot of the state (daemon/swarm/swarm_snapshot.h) is published
 // for joiners.
 //
@@ -45,7 +45,8 @@ struct SwarmConfig {
     int inner_steps = 50;  // H
     SwarmMethod method = SwarmMethod::NoLoCo;
     OuterConfig outer;
-    // Fused messages only (mode, state_codec, zstd); split mode needs two messages per exchange.
+    // Fused: theta under state_codec. Split: D = theta - phi under delta_codec (error feedback
+    // when set) and phi under state_codec, as two messages on two streams at once within one T_xchg.
     ExchangeConfig exchange;
     PeerConfig peer;  // its fingerprint is replaced by the model's
     void validate() const;  // throws starling::Error naming the field
@@ -113,12 +114,16 @@ public:
     const RoundStart& round_start() const { return round_start_; }
     PeerNode& peer() { return *peer_; }
     Replica& replica() { return *replica_; }
+    // The plan of the round's first message: theta (fused) or D (split).
     const codec::MessagePlan& message_plan() const { return plan_; }
     // The current state in the snapshot layout: what the next published snapshot would hold.
     std::vector<std::byte> snapshot_bytes() const;
 
 private:
     void publish_snapshot();
+    // The round's message(s) with the partner, decoded into received_ (and received_phi_);
+    // adds bytes and failures to the report, and returns whether everything arrived.
+    bool exchange_with(uint64_t partner, SwarmRound& report);
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
     SwarmCounters adopt(std::span<const std::byte> bytes);
     void set_phase(RoundPhase phase) {
@@ -131,8 +136,8 @@ private:
     std::unique_ptr<PeerNode> peer_;
     std::unique_ptr<Replica> replica_;
     LrSchedule schedule_;
-    codec::MessagePlan plan_;
-    std::vector<float> received_, scratch_a_, scratch_b_;
+    codec::MessagePlan plan_, phi_plan_;
+    std::vector<float> received_, received_phi_, scratch_a_, scratch_b_;
     uint64_t round_ = 0;
     RoundStart round_start_;
     std::vector<std::shared_ptr<std::vector<std::byte>>> snapshot_buffers_;  // recycled by publish_snapshot

@@ -75,7 +75,7 @@ struct Side {
 
     ExchangeSlot slot(uint64_t partner) { return slot(partner, outgoing_message(encoder)); }
     ExchangeSlot slot(uint64_t partner, OutgoingMessage outgoing) {
-        return {key.round, partner, std::move(outgoing), decoder};
+        return {key.round, partner, std::move(outgoing), decoder, {}, 0};
     }
 
     Bytes::size_type message_bytes() const {

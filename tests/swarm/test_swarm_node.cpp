@@ -198,6 +198,64 @@ TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' th
     }
 }
 
+TEST_CASE("swarm: split messages (D and phi at once) give NoLoCo's split step, with a pull unlike the lr") {
+    SwarmConfig config = pico_swarm(2, codec::Codec::F32);
+    config.exchange.mode = MessageMode::Split;
+    config.exchange.delta_codec = codec::Codec::F32;
+    config.exchange.error_feedback = false;
+    config.outer.pull = 0.3f;  // fused messages could not carry this: it needs the partner's phi
+    auto nodes = start_swarm(2, config);
+    set_cpu_threads(config.train.threads);
+    std::vector<std::unique_ptr<ReferenceReplica>> refs;
+    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    const uint64_t both_messages = 2 * message_bytes(nodes[0]->message_plan());
+
+    for (int round = 0; round < 2; round++) {
+        INFO("round " << round);
+        const auto reports = run_rounds(nodes, 1);
+        for (size_t i = 0; i < 2; i++) {
+            INFO(reports[i][0].failure);
+            REQUIRE(reports[i][0].partner == nodes[1 - i]->node_id());
+            REQUIRE_FALSE(reports[i][0].solo);
+            CHECK(reports[i][0].bytes_sent == both_messages);
+            CHECK(reports[i][0].bytes_received == both_messages);
+        }
+        std::vector<std::vector<float>> displacements, phis, momenta;
+        for (auto& ref : refs) {
+            ref->replica->inner_phase(config.inner_steps, ref->schedule);
+            ref->replica->compute_displacement();
+            displacements.push_back(copy_of(ref->replica->displacement()));
+            phis.push_back(copy_of(ref->replica->phi()));
+            momenta.push_back(copy_of(ref->replica->momentum()));
+        }
+        for (size_t i = 0; i < 2; i++) {
+            Replica& ref = *refs[i]->replica;
+            const size_t n = ref.size();
+            std::vector<float> scratch_a(n), scratch_b(n);
+            PartnerChecks checks;
+            const MemberValues own{ref.node_id(), displacements[i], ref.phi()};
+            const MemberValues partner{refs[1 - i]->replica->node_id(), displacements[1 - i], phis[1 - i]};
+            REQUIRE(noloco_outer_step(config.outer, MessageMode::Split, own, {&partner, 1}, checks, ref.phi(),
+                                      ref.momentum(), scratch_a, scratch_b)
+                        .members == 2);
+            ref.restart_from_phi();
+            CHECK(same_bits(nodes[i]->replica().phi(), ref.phi()));
+            CHECK(same_bits(nodes[i]->replica().momentum(), ref.momentum()));
+
+            // NoLoCo's split step in double: delta = alpha delta + beta mean(D) + gamma (mean(phi) - phi).
+            double worst = 0.0;
+            for (size_t k = 0; k < n; k++) {
+                const double mean_d = (double(displacements[0][k]) + double(displacements[1][k])) / 2.0;
+                const double mean_phi = (double(phis[0][k]) + double(phis[1][k])) / 2.0;
+                const double delta = config.outer.momentum * double(momenta[i][k]) + config.outer.lr * mean_d +
+                                     config.outer.pull * (mean_phi - double(phis[i][k]));
+                worst = std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
+            }
+            CHECK(worst < 1e-6);
+        }
+    }
+}
+
 TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines and never pair with it") {
     const SwarmConfig config = pico_swarm(40);
     auto nodes = start_swarm(4, config);
