@@ -101,6 +101,7 @@ std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
                            : kAbsent},
         {"uptime", human_duration(s.uptime_seconds())},
     };
+    if (s.method() == "diloco") rows.push_back({"last quorum", std::to_string(s.last_quorum())});
     if (!s.last_failure().empty()) rows.push_back({"last failure", s.last_failure()});
     return rows;
 }

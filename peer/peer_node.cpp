@@ -156,6 +156,18 @@ public:
         return node_.answer_pair(caller, *request, response);
     }
 
+    grpc::Status FetchRoundMessage(grpc::ServerContext* context, const v1::FetchRoundMessageRequest* request,
+                                   grpc::ServerWriter<v1::RoundMessageFrame>* writer) override {
+        uint64_t caller = 0;
+        if (auto status = admit(context, "FetchRoundMessage", *request, &caller); !status.ok()) return status;
+        const auto member = node_.table_->find(caller);
+        if (!member || !node_.table_->compatible(*member))
+            return {grpc::StatusCode::PERMISSION_DENIED,
+                    "node " + format_node_id(caller) + " is not a member of this model and swarm"};
+        return serve_round_message(node_.round_messages_, request->round(),
+                                   SteadyClock::now() + node_.config_.exchange_timeout, *writer);
+    }
+
     grpc::Status Exchange(grpc::ServerContext* context,
                           grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>* stream) override {
         uint64_t caller = 0;
@@ -518,6 +530,7 @@ void PeerNode::stop(bool announce) {
     // Pairing waits and exchanges end first: nobody should wait on a node that is going.
     pairing_->stop();
     exchanges_->stop();
+    round_messages_.stop();
     {
         std::lock_guard lock(run_mutex_);
         stopping_ = true;
@@ -666,6 +679,41 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
                        ": " + result.error;
     return result;
+}
+
+std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
+                                          std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes) {
+    const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
+    std::vector<std::string> errors(members.size());
+    std::vector<uint64_t> read(members.size(), 0);
+    std::vector<std::thread> fetches;
+    for (size_t i = 0; i < members.size(); i++) {
+        fetches.emplace_back([&, i] {
+            const auto member = table_->find(members[i]);
+            if (!running_ || !member) {
+                errors[i] = "not a member this node knows";
+                return;
+            }
+            grpc::ClientContext context;
+            context.set_deadline(deadline);
+            auth_.attach(context, "FetchRoundMessage");
+            if (!exchanges_->track(context)) {
+                errors[i] = "this node is stopping";
+                return;
+            }
+            errors[i] = fetch_round_message(*v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
+                                            round, members[i], *decoders[i], &read[i]);
+            exchanges_->untrack(context);
+        });
+    }
+    for (auto& fetch : fetches) fetch.join();
+    for (size_t i = 0; i < members.size(); i++) {
+        *bytes += read[i];
+        if (!errors[i].empty())
+            errors[i] = "round " + std::to_string(round) + " message of node " + format_node_id(members[i]) + ": " +
+                        errors[i];
+    }
+    return errors;
 }
 
 FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected, std::span<std::byte> destination,

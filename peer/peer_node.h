@@ -26,6 +26,7 @@
 #include "peer/identity.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
+#include "peer/round_messages.h"
 #include "peer/state_sync.h"
 #include "peer/tls.h"
 
@@ -97,6 +98,14 @@ public:
     // moment a cancelled stream takes to end). A round may exchange more than once with its partner.
     ExchangeResult exchange(ExchangeSlot slot);
 
+    // DiLoCo's all-gather (peer/round_messages.h): this node publishes its round's message here...
+    RoundMessageBoard& round_messages() { return round_messages_; }
+    // ...and fetches the round's message of each of `members` at once, each into its decoder
+    // (decoders[i] for members[i]), within exchange_timeout. Returns per member "" when the
+    // message arrived whole, else what went wrong; adds the bytes read to *bytes.
+    std::vector<std::string> gather(uint64_t round, std::span<const uint64_t> members,
+                                    std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes);
+
     // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots here.
     SnapshotStore& snapshots() { return snapshots_; }
     // A joiner's catch-up: fetches the snapshot most live compatible members hold, from all of
@@ -137,6 +146,7 @@ private:
     SwarmAuth auth_;
     std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
     SnapshotStore snapshots_;
+    RoundMessageBoard round_messages_;
     std::unique_ptr<StateSyncService> state_sync_;
     std::string address_;
     std::unique_ptr<MemberTable> table_;

@@ -77,7 +77,7 @@ void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int
     bytes_sent_->Increment(static_cast<double>(round.bytes_sent));
     bytes_received_->Increment(static_cast<double>(round.bytes_received));
     pair_seconds_->Observe(round.pair_seconds);
-    if (round.partner) exchange_seconds_->Observe(round.exchange_seconds);
+    if (round.partner || round.quorum > 1) exchange_seconds_->Observe(round.exchange_seconds);
     if (round.bytes_sent > 0)
         compression_ratio_->Set(static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
     if (round.partner_distance) partner_distance_->Set(*round.partner_distance);

@@ -48,10 +48,13 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     if (round.inner_seconds > 0.0) status_.set_tokens_per_second(static_cast<double>(round.tokens) / round.inner_seconds);
     status_.set_last_partner(round.partner && !round.solo ? format_node_id(*round.partner) : "");
     status_.set_last_failure(round.failure);
+    status_.set_last_quorum(static_cast<uint32_t>(round.quorum));
     if (round.solo) {
         status_.set_rounds_solo(status_.rounds_solo() + 1);
     } else {
         status_.set_rounds_paired(status_.rounds_paired() + 1);
+    }
+    if (round.partner && !round.solo) {
         Exchanges& e = exchanges_[*round.partner];
         e.count++;
         e.last = Clock::now();
@@ -60,7 +63,7 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     status_.set_bytes_received(status_.bytes_received() + round.bytes_received);
     if (round.bytes_sent > 0)
         status_.set_compression_ratio(static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
-    if (round.partner) status_.set_last_exchange_seconds(round.exchange_seconds);
+    if (round.partner || round.quorum > 1) status_.set_last_exchange_seconds(round.exchange_seconds);
     if (round.partner_distance) status_.set_partner_distance(*round.partner_distance);
 }
 

@@ -35,24 +35,25 @@ double rms_distance(std::span<const float> a, std::span<const float> b) {
 }  // namespace
 
 std::string_view swarm_method_name(SwarmMethod method) {
-    return method == SwarmMethod::Local ? "local" : "noloco";
+    switch (method) {
+        case SwarmMethod::NoLoCo: return "noloco";
+        case SwarmMethod::DiLoCo: return "diloco";
+        case SwarmMethod::Local: return "local";
+    }
+    return "unknown";
 }
 
 SwarmMethod swarm_method_from_name(std::string_view name) {
-    if (name == "noloco") return SwarmMethod::NoLoCo;
-    if (name == "local") return SwarmMethod::Local;
-    if (name == "diloco")
-        throw Error("method \"diloco\" needs an all-gather over the whole swarm every round, which starlingd does "
-                    "not do; use \"noloco\" (pairs) or run DiLoCo with `starling experiment`");
-    throw Error("method \"" + std::string(name) + "\" is not known (noloco, local)");
+    for (SwarmMethod m : {SwarmMethod::NoLoCo, SwarmMethod::DiLoCo, SwarmMethod::Local})
+        if (swarm_method_name(m) == name) return m;
+    throw Error("method \"" + std::string(name) + "\" is not known (noloco, diloco, local)");
 }
-
 
 void SwarmConfig::validate() const {
     train.validate();
     if (inner_steps < 1) throw Error("swarm: inner_steps must be at least 1");
     outer.validate();
-    if (exchange.mode == MessageMode::Fused && outer.pull != outer.lr)
+    if (method == SwarmMethod::NoLoCo && exchange.mode == MessageMode::Fused && outer.pull != outer.lr)
         throw Error("swarm: [exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
                     "[outer].lr; use mode = \"split\" for any other pull");
     if (exchange.state_codec == codec::Codec::Q4)
@@ -73,8 +74,9 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(engine_, *ops_, 0, peer_->node_id());
-    const bool split = config_.exchange.mode == MessageMode::Split;
-    plan_ = split ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta, config_.exchange.delta_codec)
+    const bool split = config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;
+    plan_ = split || config_.method == SwarmMethod::DiLoCo
+                ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta, config_.exchange.delta_codec)
                   : codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
     const size_t n = replica_->size();
     received_.resize(n);
@@ -167,6 +169,17 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     }
 
     set_phase(RoundPhase::Exchanging);
+    if (config_.method == SwarmMethod::DiLoCo) {
+        diloco_step(report);
+        replica_->restart_from_phi();
+        round_++;
+        publish_snapshot();
+        spdlog::info("swarm: node {} round {} | loss {:.4f} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}",
+                     format_node_id(node_id()), report.round, report.train_loss, report.quorum, report.bytes_sent,
+                     report.bytes_received, report.exchange_seconds,
+                     report.failure.empty() ? "" : " | left out: " + report.failure);
+        return report;
+    }
     start = Clock::now();
     const std::optional<Member> partner = peer_->choose_partner(round_);
     report.pair_seconds = seconds_since(start);
@@ -244,6 +257,59 @@ bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
         }
     }
     return received;
+}
+
+void SwarmNode::diloco_step(SwarmRound& report) {
+    const auto start = Clock::now();
+    replica_->compute_displacement();
+    float* residual = config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
+    codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(), residual,
+                                  config_.exchange.zstd);
+    const auto own = std::make_shared<const EncodedMessage>(encode_message(encoder));
+    peer_->set_round(round_);
+    peer_->round_messages().publish(round_, own);
+
+    // The quorum: every live member of this model and swarm, by node id. Gossiped rounds lag, so
+    // they decide nothing here: a member still on an earlier round is waited for (up to T_xchg,
+    // DiLoCo being synchronous), one that is past this round answers NOT_FOUND at once.
+    std::vector<uint64_t> quorum = peer_->pairable_ids();
+    std::sort(quorum.begin(), quorum.end());
+    const ParameterManifest& manifest = replica_->manifest();
+    gathered_.resize(quorum.size());
+    std::vector<std::unique_ptr<codec::MessageDecoder>> decoders;
+    for (auto& arena : gathered_) {
+        arena.resize(replica_->size());
+        decoders.push_back(
+            std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest, arena.data(), arena.size()));
+    }
+    std::vector<uint64_t> others;
+    std::vector<codec::MessageDecoder*> other_decoders;
+    size_t own_index = 0;
+    for (size_t i = 0; i < quorum.size(); i++) {
+        if (quorum[i] == node_id()) {
+            own_index = i;
+            continue;
+        }
+        others.push_back(quorum[i]);
+        other_decoders.push_back(decoders[i].get());
+    }
+    // Its own D as the others decode it, so every member averages the same values.
+    decoders[own_index]->accept_header(own->header);
+    for (const auto& chunk : own->chunks) decoders[own_index]->accept_chunk(chunk);
+    const std::vector<std::string> errors = peer_->gather(round_, others, other_decoders, &report.bytes_received);
+
+    std::vector<std::span<const float>> decoded;
+    for (size_t i = 0, k = 0; i < quorum.size(); i++) {
+        if (i != own_index && !errors[k++].empty()) continue;
+        decoded.push_back(gathered_[i]);
+    }
+    for (const std::string& why : errors)
+        if (!why.empty()) report.failure += (report.failure.empty() ? "" : "; ") + why;
+    report.bytes_sent = own->bytes() * others.size();
+    report.quorum = decoded.size();
+    report.solo = decoded.size() < 2;
+    report.exchange_seconds = seconds_since(start);
+    diloco_outer_step(config_.outer, decoded, replica_->phi(), replica_->momentum(), scratch_a_);
 }
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {

@@ -9,6 +9,10 @@
 //
 // The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
 // bounded by pair_timeout and the exchange by exchange_timeout, after which the round goes solo.
+// Method "diloco" replaces partner and exchange by an all-gather: every node publishes its D
+// message (peer/round_messages.h) and fetches those of every live compatible member, then
+// takes DiLoCo's outer step with the mean of every decoded D that arrived (its own decoded from
+// what it sent), in node-id order, so nodes that gathered the same messages land on the same bits.
 // Method "local" skips partner and exchange: phi = theta after every inner phase.
 #pragma once
 
@@ -33,8 +37,8 @@
 
 namespace starling {
 
-enum class SwarmMethod { NoLoCo, Local };
-std::string_view swarm_method_name(SwarmMethod method);  // "noloco", "local"
+enum class SwarmMethod { NoLoCo, DiLoCo, Local };
+std::string_view swarm_method_name(SwarmMethod method);  // "noloco", "diloco", "local"
 SwarmMethod swarm_method_from_name(std::string_view name);
 
 struct SwarmConfig {
@@ -56,8 +60,9 @@ struct SwarmConfig {
 struct SwarmRound {
     uint64_t round = 0;
     double train_loss = 0.0;          // mean over the round's inner steps
-    std::optional<uint64_t> partner;  // node id paired for the round, if any
-    uint64_t bytes_sent = 0;
+    std::optional<uint64_t> partner;  // node id paired for the round, if any (NoLoCo)
+    size_t quorum = 1;                // DiLoCo: members whose D entered the mean, own included
+    uint64_t bytes_sent = 0;          // DiLoCo: the message's size times the other quorum members
     uint64_t bytes_received = 0;
     double inner_seconds = 0.0;
     double pair_seconds = 0.0;        // choosing the partner
@@ -124,6 +129,8 @@ private:
     // The round's message(s) with the partner, decoded into received_ (and received_phi_);
     // adds bytes and failures to the report, and returns whether everything arrived.
     bool exchange_with(uint64_t partner, SwarmRound& report);
+    // DiLoCo's all-gather and outer step for the round.
+    void diloco_step(SwarmRound& report);
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
     SwarmCounters adopt(std::span<const std::byte> bytes);
     void set_phase(RoundPhase phase) {
@@ -138,6 +145,7 @@ private:
     LrSchedule schedule_;
     codec::MessagePlan plan_, phi_plan_;
     std::vector<float> received_, received_phi_, scratch_a_, scratch_b_;
+    std::vector<std::vector<float>> gathered_;  // DiLoCo: one decoded D per quorum member
     uint64_t round_ = 0;
     RoundStart round_start_;
     std::vector<std::shared_ptr<std::vector<std::byte>>> snapshot_buffers_;  // recycled by publish_snapshot

@@ -107,6 +107,18 @@ std::vector<LoggedRound> logged_rounds(const std::string& log) {
     return rounds;
 }
 
+std::vector<LoggedRound> logged_diloco_rounds(const std::string& log) {
+    static const std::regex line(R"(round (\d+) \| loss ([0-9.]+) \| quorum (\d+))");
+    std::vector<LoggedRound> rounds;
+    std::istringstream in(log);
+    std::string text;
+    std::smatch m;
+    while (std::getline(in, text))
+        if (std::regex_search(text, m, line))
+            rounds.push_back({std::stoull(m[1]), std::stod(m[2]), 0.0, 0.0, std::stoi(m[3]) > 1});
+    return rounds;
+}
+
 std::string http_get(int port, const std::string& path) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};

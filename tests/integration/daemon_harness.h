@@ -66,6 +66,8 @@ struct LoggedRound {
     bool paired = false;
 };
 std::vector<LoggedRound> logged_rounds(const std::string& log);
+// DiLoCo's round lines: round and loss (quorum in place of the partner).
+std::vector<LoggedRound> logged_diloco_rounds(const std::string& log);
 
 // Polls `done` every 100 ms; fails the test naming `what` after `limit`.
 template <typename Predicate>

@@ -125,3 +125,27 @@ TEST_CASE("starling watch follows a running node and stops after --count updates
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
 }
+
+TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn", "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
+    const Environment diloco{{"STARLING_SWARM_METHOD", "diloco"}};
+    a.start({}, diloco);
+    b.start({a.peer_address()}, diloco);
+    c.start({a.peer_address()}, diloco);
+    for (TestDaemon* d : {&a, &b, &c}) {
+        eventually(d->name() + " gathers from all three", 60s,
+                   [&] { return d->log().find("| quorum 3 |") != std::string::npos; });
+        eventually(d->name() + " reaches round 8", 60s, [&] {
+            const auto rounds = logged_diloco_rounds(d->log());
+            return !rounds.empty() && rounds.back().round >= 8;
+        });
+    }
+    const auto rounds = logged_diloco_rounds(a.log());
+    CHECK(rounds.back().loss < rounds.front().loss - 0.5);
+    const nlohmann::json status = a.status();
+    CHECK(status["method"] == "diloco");
+    CHECK(status["last_quorum"] == 3);
+    for (TestDaemon* d : {&a, &b, &c}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b, &c}) CHECK(d->process().wait(20s) == 0);
+}

@@ -256,6 +256,62 @@ TEST_CASE("swarm: split messages (D and phi at once) give NoLoCo's split step, w
     }
 }
 
+TEST_CASE("swarm: DiLoCo's all-gather: three nodes take the same step, the optimizer's on all three D") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = SwarmMethod::DiLoCo;
+    config.exchange.delta_codec = codec::Codec::F32;
+    config.exchange.error_feedback = false;
+    auto nodes = start_swarm(3, config);
+    set_cpu_threads(config.train.threads);
+    std::vector<std::unique_ptr<ReferenceReplica>> refs;
+    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    std::sort(refs.begin(), refs.end(), [](const auto& a, const auto& b) {
+        return a->replica->node_id() < b->replica->node_id();
+    });
+    const uint64_t message = message_bytes(nodes[0]->message_plan());
+
+    for (int round = 0; round < 2; round++) {
+        INFO("round " << round);
+        const auto reports = run_rounds(nodes, 1);
+        for (const auto& r : reports) {
+            INFO(r[0].failure);
+            REQUIRE(r[0].quorum == 3);
+            CHECK(r[0].bytes_received == 2 * message);
+        }
+        std::vector<std::vector<float>> displacements;
+        for (auto& ref : refs) {
+            ref->replica->inner_phase(config.inner_steps, ref->schedule);
+            ref->replica->compute_displacement();
+            displacements.push_back(copy_of(ref->replica->displacement()));
+        }
+        const std::vector<std::span<const float>> decoded(displacements.begin(), displacements.end());
+        for (auto& ref : refs) {
+            std::vector<float> scratch(ref->replica->size());
+            diloco_outer_step(config.outer, decoded, ref->replica->phi(), ref->replica->momentum(), scratch);
+            ref->replica->restart_from_phi();
+        }
+        for (auto& node : nodes) {
+            CHECK(same_bits(node->replica().phi(), refs[0]->replica->phi()));
+            CHECK(same_bits(node->replica().momentum(), refs[0]->replica->momentum()));
+        }
+    }
+}
+
+TEST_CASE("swarm: DiLoCo leaves out a member that died and goes on with the rest") {
+    SwarmConfig config = pico_swarm(4);
+    config.method = SwarmMethod::DiLoCo;
+    auto nodes = start_swarm(3, config);
+    run_rounds(nodes, 1);
+    nodes.back()->kill();
+    nodes.pop_back();
+    const auto start = std::chrono::steady_clock::now();
+    const auto reports = run_rounds(nodes, 2);
+    const double bound = std::chrono::duration<double>(config.peer.exchange_timeout).count() * 2 + 2.0;
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < bound);
+    for (const auto& r : reports) CHECK(r.back().quorum == 2);
+    CHECK(same_bits(nodes[0]->replica().phi(), nodes[1]->replica().phi()));
+}
+
 TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines and never pair with it") {
     const SwarmConfig config = pico_swarm(40);
     auto nodes = start_swarm(4, config);

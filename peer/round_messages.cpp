@@ -1,0 +1,109 @@
+#include "peer/round_messages.h"
+
+#include "common/error.h"
+#include "peer/identity.h"
+#include "peer/wire.h"
+
+namespace starling {
+
+namespace {
+
+std::string as_string(std::span<const std::byte> bytes) {
+    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+std::span<const std::byte> as_bytes(const std::string& text) {
+    return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+}  // namespace
+
+size_t EncodedMessage::bytes() const {
+    size_t total = header.size();
+    for (const auto& chunk : chunks) total += chunk.size();
+    return total;
+}
+
+EncodedMessage encode_message(codec::MessageEncoder& encoder) {
+    EncodedMessage message;
+    message.header = encoder.header_bytes();
+    std::vector<std::byte> chunk;
+    while (encoder.next_chunk(chunk)) message.chunks.push_back(chunk);
+    return message;
+}
+
+void RoundMessageBoard::publish(uint64_t round, std::shared_ptr<const EncodedMessage> message) {
+    {
+        std::lock_guard lock(mutex_);
+        messages_[round] = std::move(message);
+        while (messages_.size() > 2) messages_.erase(messages_.begin());
+    }
+    published_.notify_all();
+}
+
+std::shared_ptr<const EncodedMessage> RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    published_.wait_until(lock, deadline, [&] {
+        return stopped_ || messages_.contains(round) || (!messages_.empty() && messages_.rbegin()->first > round);
+    });
+    const auto it = messages_.find(round);
+    return stopped_ || it == messages_.end() ? nullptr : it->second;
+}
+
+void RoundMessageBoard::stop() {
+    {
+        std::lock_guard lock(mutex_);
+        stopped_ = true;
+    }
+    published_.notify_all();
+}
+
+grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, SteadyClock::time_point deadline,
+                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer) {
+    const std::shared_ptr<const EncodedMessage> message = board.wait(round, deadline);
+    if (!message) return {grpc::StatusCode::NOT_FOUND, "no message for round " + std::to_string(round) + " here"};
+    v1::RoundMessageFrame frame;
+    frame.set_header(as_string(message->header));
+    if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
+    for (const auto& chunk : message->chunks) {
+        frame.set_chunk(as_string(chunk));
+        if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
+    }
+    return grpc::Status::OK;
+}
+
+std::string fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round, uint64_t sender,
+                                codec::MessageDecoder& decoder, uint64_t* bytes) {
+    v1::FetchRoundMessageRequest request;
+    request.set_round(round);
+    const auto reader = stub.FetchRoundMessage(&context, request);
+    v1::RoundMessageFrame frame;
+    std::string problem;
+    while (problem.empty() && reader->Read(&frame)) {
+        try {
+            if (frame.has_header() != !decoder.has_header())
+                throw Error(decoder.has_header() ? "a second header" : "a chunk before the header");
+            if (frame.has_header()) {
+                *bytes += frame.header().size();
+                decoder.accept_header(as_bytes(frame.header()));
+                const codec::MessageHeader& h = decoder.header();
+                if (h.node_id != sender || h.round != round)
+                    throw Error("the message is node " + format_node_id(h.node_id) + "'s for round " +
+                                std::to_string(h.round));
+            } else {
+                *bytes += frame.chunk().size();
+                decoder.accept_chunk(as_bytes(frame.chunk()));
+            }
+        } catch (const Error& e) {
+            problem = e.what();
+            context.TryCancel();
+        }
+    }
+    const grpc::Status status = reader->Finish();
+    if (!problem.empty()) return problem;
+    if (!status.ok()) return std::string("stream status ") + status_code_name(status.error_code()) + ": " + status.error_message();
+    if (!decoder.complete()) return "the message ended before its last chunk";
+    return "";
+}
+
+}  // namespace starling

@@ -1,0 +1,58 @@
+// DiLoCo's all-gather without a coordinator: every member encodes its round's message once and
+// publishes it on its RoundMessageBoard; every other member pulls it with Peer.FetchRoundMessage
+// and decodes it straight into an arena. A member whose message does not arrive by the deadline
+// is left out of the round's mean, so members that saw the same messages land on the same bits.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "optimizer/codec/message.h"
+#include "peer/membership.h"
+#include "starling/v1/peer.grpc.pb.h"
+
+namespace starling {
+
+// A whole encoded message: its header and its framed chunks.
+struct EncodedMessage {
+    std::vector<std::byte> header;
+    std::vector<std::vector<std::byte>> chunks;
+    size_t bytes() const;
+};
+
+// Runs an encoder to its end.
+EncodedMessage encode_message(codec::MessageEncoder& encoder);
+
+// This node's messages of the last two rounds, for members to fetch.
+class RoundMessageBoard {
+public:
+    void publish(uint64_t round, std::shared_ptr<const EncodedMessage> message);
+    // The round's message once published; nullptr when the deadline passes first, when the round
+    // is older than the ones kept, or after stop().
+    std::shared_ptr<const EncodedMessage> wait(uint64_t round, SteadyClock::time_point deadline);
+    void stop();
+
+private:
+    std::mutex mutex_;
+    std::condition_variable published_;
+    std::map<uint64_t, std::shared_ptr<const EncodedMessage>> messages_;  // by round, the last two
+    bool stopped_ = false;
+};
+
+// The server's side of Peer.FetchRoundMessage: the message, frame by frame.
+grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, SteadyClock::time_point deadline,
+                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer);
+
+// The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
+// names that sender and round. Returns "" when it arrived whole, else what went wrong; adds the
+// bytes read to *bytes.
+std::string fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round, uint64_t sender,
+                                codec::MessageDecoder& decoder, uint64_t* bytes);
+
+}  // namespace starling
