@@ -1,5 +1,6 @@
 // starlingd as a service manager sees it: the systemd notify protocol (READY, STATUS, WATCHDOG,
-// STOPPING) on a socket of the test's own, SIGHUP reloading the config, and `starling watch`.
+// STOPPING) on a socket of the test's own, SIGHUP reloading the config, `starling watch`, the gRPC
+// health service, and DiLoCo mode.
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -7,11 +8,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+#include <optional>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
 
@@ -148,4 +152,30 @@ TEST_CASE("three starlingd in DiLoCo mode gather every member's message each rou
     CHECK(status["last_quorum"] == 3);
     for (TestDaemon* d : {&a, &b, &c}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b, &c}) CHECK(d->process().wait(20s) == 0);
+}
+
+namespace {
+
+// grpc.health.v1.Health/Check on `address`, as a Kubernetes gRPC probe sends it.
+std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(const std::string& address) {
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 5s);
+    grpc::health::v1::HealthCheckResponse response;
+    if (!stub->Check(&context, {}, &response).ok()) return std::nullopt;
+    return response.status();
+}
+
+}  // namespace
+
+TEST_CASE("the gRPC health service answers SERVING on the peer and the control ports", "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start();
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    CHECK(health_of(a.peer_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
+    CHECK(health_of(a.control_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+    CHECK_FALSE(health_of(a.peer_address()).has_value());
 }
