@@ -34,6 +34,7 @@ v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std:
 NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics)
     : config_(config),
       metrics_(metrics),
+      seeds_(config.swarm.peer.seeds),
       checkpoint_every_(config.checkpoint_every),
       keep_checkpoints_(config.keep_checkpoints) {
     if (config_.swarm.train.device != "cpu")
@@ -75,9 +76,8 @@ void NodeRunner::reload(const NodeConfig& config) {
     keep_checkpoints_ = config.keep_checkpoints;
     std::vector<std::string> added;
     for (const std::string& seed : config.swarm.peer.seeds)
-        if (std::find(config_.swarm.peer.seeds.begin(), config_.swarm.peer.seeds.end(), seed) ==
-            config_.swarm.peer.seeds.end())
-            added.push_back(seed);
+        if (std::find(seeds_.begin(), seeds_.end(), seed) == seeds_.end()) added.push_back(seed);
+    seeds_.insert(seeds_.end(), added.begin(), added.end());
     if (!added.empty()) add_seeds(added);
     spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)", config.checkpoint_every,
                  config.keep_checkpoints, added.size());

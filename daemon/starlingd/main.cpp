@@ -8,6 +8,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -155,16 +156,18 @@ int main(int argc, char** argv) {
         // After the peer server, so only the Control server answers reflection.
         grpc::reflection::InitProtoReflectionServerBuilderPlugin();
         std::unique_ptr<ControlServer> control;
+        std::atomic<ControlServer*> serving_control{nullptr};  // a Leave may arrive while it is built
         // A signal or `starling leave`: health says NOT_SERVING at once, then the round loop drains.
         auto drain = [&] {
             notify_stopping();
             runner.peer().set_serving(false);
-            if (control) control->set_serving(false);
+            if (ControlServer* c = serving_control.load()) c->set_serving(false);
             runner.request_drain();
         };
         control = std::make_unique<ControlServer>(
             config.control_listen, runner.state(), runner.peer(),
             ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
+        serving_control = control.get();
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,
                      format_node_id(runner.peer().node_id()), runner.peer().address(), config.swarm.peer.swarm_id,
                      runner.node().replica().manifest().fingerprint(), control->address(),
