@@ -104,15 +104,22 @@ std::vector<Member> NodeRunner::compatible_others() const {
     return others;
 }
 
-void NodeRunner::wait_for_first_member() {
+void NodeRunner::join_at_start() {
     if (resumed_ || config_.swarm.peer.seeds.empty()) return;
     const auto deadline = Clock::now() + std::chrono::duration<double>(config_.join_timeout_s);
     while (compatible_others().empty() && Clock::now() < deadline)
         if (!sleep_unless_draining(0.1)) return;
-    if (compatible_others().empty())
+    const std::vector<Member> others = compatible_others();
+    if (others.empty()) {
         spdlog::warn("no compatible member answered within {} s; starting from the initial weights and joining "
                      "whoever appears later",
                      config_.join_timeout_s);
+        return;
+    }
+    // Members still at round 0 hold the initial weights this node has too.
+    uint64_t newest = 0;
+    for (const Member& m : others) newest = std::max(newest, m.round);
+    if (newest > node_->round()) copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
 }
 
 void NodeRunner::catch_up_if_behind() {
@@ -123,15 +130,18 @@ void NodeRunner::catch_up_if_behind() {
     std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
     const uint64_t median = rounds[rounds.size() / 2];
     if (median <= node_->round() + config_.swarm.peer.max_round_gap) return;
+    copy_state_from_swarm(fmt::format("round {} is behind the swarm's median round {}", node_->round(), median));
+}
+
+void NodeRunner::copy_state_from_swarm(const std::string& why) {
     set_phase(v1::NODE_PHASE_JOINING);
-    spdlog::info("round {} is behind the swarm's median round {}: copying the state from the swarm", node_->round(),
-                 median);
+    spdlog::info("{}: copying the state from the swarm", why);
     try {
         node_->join_from_swarm();
         state_->set_position(node_->round(), node_->inner_step());
         if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
-        spdlog::warn("catching up failed, training on from round {}: {}", node_->round(), e.what());
+        spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(), e.what());
     }
 }
 
@@ -188,7 +198,7 @@ void NodeRunner::after_round(const SwarmRound& round) {
 }
 
 void NodeRunner::run() {
-    wait_for_first_member();
+    join_at_start();
     while (!drain_.load()) {
         if (node_->schedule_done()) {
             checkpoint();

@@ -1,6 +1,7 @@
 // starlingd's round loop around a SwarmNode, with the policy a long-lived node needs:
 // - start: resume from the newest checkpoint in <data_dir>/checkpoints; without one, and with
-//   seeds, wait up to join_timeout_s for a compatible member, so the first round can catch up.
+//   seeds, wait up to join_timeout_s for a compatible member and copy the swarm's state from it
+//   (a snapshot: phi, outer momentum, AdamW state, counters) unless the swarm is at round 0.
 // - catch up: when the median round of the compatible members is more than max_round_gap ahead,
 //   the node can never pair again, so it adopts a snapshot from the swarm (a late joiner, a node
 //   restarted from an old checkpoint, one added with `starling join`).
@@ -50,8 +51,11 @@ public:
 private:
     // Compatible ALIVE members other than this node.
     std::vector<Member> compatible_others() const;
-    void wait_for_first_member();
+    // A first start with seeds: waits for a member, then copies the swarm's state unless the
+    // swarm is still at round 0 (whose weights this node has too).
+    void join_at_start();
     void catch_up_if_behind();
+    void copy_state_from_swarm(const std::string& why);
     void pace();
     void after_round(const SwarmRound& round);
     void checkpoint();

@@ -142,6 +142,19 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
         return false;
     });
 
+    // A fresh node started with a seed copies the swarm's state before its first round.
+    TestDaemon e("e", root.path());
+    e.start({a.peer_address()});
+    eventually("e starts from the swarm's state", 30s,
+               [&] { return e.log().find("a fresh node in a swarm at round") != std::string::npos; });
+    eventually("e holds a snapshot", 30s, [&] { return e.log().find("joined at round") != std::string::npos; });
+    std::smatch joined_at;
+    const std::string e_log = e.log();
+    REQUIRE(std::regex_search(e_log, joined_at, std::regex(R"(joined at round (\d+))")));
+    CHECK(std::stoull(joined_at[1]) >= 1);
+    e.process().signal(SIGTERM);
+    REQUIRE(e.process().wait(20s) == 0);
+
     // SIGTERM in the middle of an exchange: exit 0 within T_xchg, and a checkpoint of the round.
     eventually("b is exchanging", 60s, [&] {
         try {
