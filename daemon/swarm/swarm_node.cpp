@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
@@ -160,27 +161,44 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     }
     if (config_.method == SwarmMethod::Local) {
         replica_->adopt_theta();
-        round_++;
-        peer_->set_round(round_);
-        publish_snapshot();
-        spdlog::info("swarm: node {} round {} | loss {:.4f} | local", format_node_id(node_id()), report.round,
-                     report.train_loss);
-        return report;
-    }
-
-    set_phase(RoundPhase::Exchanging);
-    if (config_.method == SwarmMethod::DiLoCo) {
-        diloco_step(report);
+    } else {
+        set_phase(RoundPhase::Exchanging);
+        if (config_.method == SwarmMethod::DiLoCo) {
+            diloco_step(report);
+        } else {
+            noloco_step(report);
+        }
         replica_->restart_from_phi();
-        round_++;
-        publish_snapshot();
-        spdlog::info("swarm: node {} round {} | loss {:.4f} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}",
-                     format_node_id(node_id()), report.round, report.train_loss, report.quorum, report.bytes_sent,
-                     report.bytes_received, report.exchange_seconds,
-                     report.failure.empty() ? "" : " | left out: " + report.failure);
-        return report;
     }
-    start = Clock::now();
+    round_++;
+    // Pairing advertises NoLoCo's round and publishing DiLoCo's; a local node says it here.
+    if (config_.method == SwarmMethod::Local) peer_->set_round(round_);
+    publish_snapshot();
+    log_round(report);
+    return report;
+}
+
+void SwarmNode::log_round(const SwarmRound& r) const {
+    const std::string head = fmt::format("swarm: node {} round {} | loss {:.4f}", format_node_id(node_id()), r.round,
+                                         r.train_loss);
+    switch (config_.method) {
+        case SwarmMethod::Local:
+            spdlog::info("{} | local", head);
+            return;
+        case SwarmMethod::DiLoCo:
+            spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}", head, r.quorum, r.bytes_sent,
+                         r.bytes_received, r.exchange_seconds, r.failure.empty() ? "" : " | left out: " + r.failure);
+            return;
+        case SwarmMethod::NoLoCo:
+            spdlog::info("{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}", head,
+                         r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent, r.bytes_received,
+                         r.pair_seconds, r.exchange_seconds, r.failure.empty() ? "" : " | solo: " + r.failure);
+            return;
+    }
+}
+
+void SwarmNode::noloco_step(SwarmRound& report) {
+    auto start = Clock::now();
     const std::optional<Member> partner = peer_->choose_partner(round_);
     report.pair_seconds = seconds_since(start);
 
@@ -210,17 +228,6 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
                           replica_->phi(), replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
     for (const std::string& why : step.refused) report.failure += (report.failure.empty() ? "" : "; ") + why;
-    replica_->restart_from_phi();
-    round_++;
-    publish_snapshot();
-
-    spdlog::info("swarm: node {} round {} | loss {:.4f} | partner {} | sent {} B, received {} B | pair {:.3f} s, "
-                 "exchange {:.3f} s{}",
-                 format_node_id(node_id()), report.round, report.train_loss,
-                 report.partner ? format_node_id(*report.partner) : std::string("none"), report.bytes_sent,
-                 report.bytes_received, report.pair_seconds, report.exchange_seconds,
-                 report.failure.empty() ? "" : " | solo: " + report.failure);
-    return report;
 }
 
 bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {

@@ -129,8 +129,10 @@ private:
     // The round's message(s) with the partner, decoded into received_ (and received_phi_);
     // adds bytes and failures to the report, and returns whether everything arrived.
     bool exchange_with(uint64_t partner, SwarmRound& report);
-    // DiLoCo's all-gather and outer step for the round.
+    // The outer step of the round after its inner phase, by method.
+    void noloco_step(SwarmRound& report);
     void diloco_step(SwarmRound& report);
+    void log_round(const SwarmRound& report) const;
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
     SwarmCounters adopt(std::span<const std::byte> bytes);
     void set_phase(RoundPhase phase) {
