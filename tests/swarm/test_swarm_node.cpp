@@ -99,6 +99,26 @@ struct ReferenceReplica {
 
 std::vector<float> copy_of(std::span<const float> x) { return {x.begin(), x.end()}; }
 
+// A reference replica per node, built from the same config and node id.
+std::vector<std::unique_ptr<ReferenceReplica>> references_of(const std::vector<std::unique_ptr<SwarmNode>>& nodes,
+                                                             const SwarmConfig& config) {
+    set_cpu_threads(config.train.threads);
+    std::vector<std::unique_ptr<ReferenceReplica>> refs;
+    for (const auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    return refs;
+}
+
+// One round on both nodes of a pair, which must have paired with each other.
+std::vector<std::vector<SwarmRound>> run_paired_round(std::vector<std::unique_ptr<SwarmNode>>& nodes) {
+    const auto reports = run_rounds(nodes, 1);
+    for (size_t i = 0; i < 2; i++) {
+        INFO(reports[i][0].failure);
+        REQUIRE(reports[i][0].partner == nodes[1 - i]->node_id());
+        REQUIRE_FALSE(reports[i][0].solo);
+    }
+    return reports;
+}
+
 }  // namespace
 
 TEST_CASE("swarm: four nodes pair mutually, exchange BF16 theta of the planned size, and learn") {
@@ -147,18 +167,11 @@ TEST_CASE("swarm: four nodes pair mutually, exchange BF16 theta of the planned s
 TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' thetas (F32 messages)") {
     const SwarmConfig config = pico_swarm(2, codec::Codec::F32);
     auto nodes = start_swarm(2, config);
-    set_cpu_threads(config.train.threads);
-    std::vector<std::unique_ptr<ReferenceReplica>> refs;
-    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    auto refs = references_of(nodes, config);
 
     for (int round = 0; round < 2; round++) {
         INFO("round " << round);
-        const auto reports = run_rounds(nodes, 1);
-        for (size_t i = 0; i < 2; i++) {
-            INFO(reports[i][0].failure);
-            REQUIRE(reports[i][0].partner == nodes[1 - i]->node_id());
-            REQUIRE_FALSE(reports[i][0].solo);
-        }
+        run_paired_round(nodes);
         // The same inner phases, alone: theta of each node.
         std::vector<std::vector<float>> thetas, phis, momenta;
         for (auto& ref : refs) {
@@ -205,18 +218,13 @@ TEST_CASE("swarm: split messages (D and phi at once) give NoLoCo's split step, w
     config.exchange.error_feedback = false;
     config.outer.pull = 0.3f;  // fused messages could not carry this: it needs the partner's phi
     auto nodes = start_swarm(2, config);
-    set_cpu_threads(config.train.threads);
-    std::vector<std::unique_ptr<ReferenceReplica>> refs;
-    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    auto refs = references_of(nodes, config);
     const uint64_t both_messages = 2 * message_bytes(nodes[0]->message_plan());
 
     for (int round = 0; round < 2; round++) {
         INFO("round " << round);
-        const auto reports = run_rounds(nodes, 1);
+        const auto reports = run_paired_round(nodes);
         for (size_t i = 0; i < 2; i++) {
-            INFO(reports[i][0].failure);
-            REQUIRE(reports[i][0].partner == nodes[1 - i]->node_id());
-            REQUIRE_FALSE(reports[i][0].solo);
             CHECK(reports[i][0].bytes_sent == both_messages);
             CHECK(reports[i][0].bytes_received == both_messages);
         }
@@ -262,9 +270,7 @@ TEST_CASE("swarm: DiLoCo's all-gather: three nodes take the same step, the optim
     config.exchange.delta_codec = codec::Codec::F32;
     config.exchange.error_feedback = false;
     auto nodes = start_swarm(3, config);
-    set_cpu_threads(config.train.threads);
-    std::vector<std::unique_ptr<ReferenceReplica>> refs;
-    for (auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    auto refs = references_of(nodes, config);
     std::sort(refs.begin(), refs.end(), [](const auto& a, const auto& b) {
         return a->replica->node_id() < b->replica->node_id();
     });
