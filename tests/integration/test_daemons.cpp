@@ -80,14 +80,17 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     const CommandResult table = a.cli({"status"});
     CHECK(table.status == 0);
     INFO(table.output);
-    CHECK(std::regex_search(table.output, std::regex(R"(peers +2 alive)")));
+    CHECK(table.output.find(a.status()["node_id"].get<std::string>()) != std::string::npos);
+    CHECK(std::regex_search(table.output, std::regex(R"(peers +\d+ alive, \d+ suspect)")));
     CHECK(std::regex_search(table.output, std::regex(R"(phase +(training|exchanging|waiting))")));
-    const json peers = a.peers();
-    REQUIRE(peers["peers"].size() == 2);
-    for (const json& p : peers["peers"]) {
-        CHECK(p["state"] == "alive");
-        CHECK(p["compatible"] == true);
-    }
+    // A busy machine can make a probe late and a peer briefly suspect: the listing settles.
+    eventually("a lists b and c, alive and compatible", 10s, [&] {
+        const json peers = a.peers();
+        if (peers["peers"].size() != 2) return false;
+        for (const json& p : peers["peers"])
+            if (p["state"] != "alive" || p["compatible"] != true) return false;
+        return true;
+    });
     const std::string metrics = http_get(a.metrics_port(), "/metrics");
     std::smatch m;
     REQUIRE(std::regex_search(metrics, m, std::regex(R"(starling_rounds_total\{outcome="paired"\} (\d+))")));
