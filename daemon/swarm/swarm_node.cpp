@@ -320,11 +320,18 @@ void SwarmNode::diloco_step(SwarmRound& report) {
 }
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {
+    std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
+    pack_snapshot(bytes);
+    return bytes;
+}
+
+void SwarmNode::pack_snapshot(std::span<std::byte> out) const {
     AdamW<float>& adamw = replica_->adamw();
     const size_t n = replica_->size();
-    const SwarmCounters counters{round_, static_cast<uint64_t>(replica_->inner_step()),
-                                 static_cast<uint64_t>(adamw.steps_taken())};
-    return pack_swarm_snapshot(counters, replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
+    pack_swarm_snapshot_into(out,
+                             {round_, static_cast<uint64_t>(replica_->inner_step()),
+                              static_cast<uint64_t>(adamw.steps_taken())},
+                             replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
 }
 
 void SwarmNode::publish_snapshot() {
@@ -341,12 +348,7 @@ void SwarmNode::publish_snapshot() {
         buffer = std::make_shared<std::vector<std::byte>>(swarm_snapshot_bytes(replica_->size()));
         snapshot_buffers_.push_back(buffer);
     }
-    AdamW<float>& adamw = replica_->adamw();
-    const size_t n = replica_->size();
-    pack_swarm_snapshot_into(*buffer,
-                             {round_, static_cast<uint64_t>(replica_->inner_step()),
-                              static_cast<uint64_t>(adamw.steps_taken())},
-                             replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
+    pack_snapshot(*buffer);
     round_start_.snapshot = std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
                                                              std::shared_ptr<const std::vector<std::byte>>(buffer));
     round_start_.data = replica_->data().state();

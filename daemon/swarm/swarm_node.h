@@ -126,6 +126,7 @@ public:
 
 private:
     void publish_snapshot();
+    void pack_snapshot(std::span<std::byte> out) const;  // the current state, swarm_snapshot_bytes(n) bytes
     // The round's message(s) with the partner, decoded into received_ (and received_phi_);
     // adds bytes and failures to the report, and returns whether everything arrived.
     bool exchange_with(uint64_t partner, SwarmRound& report);
