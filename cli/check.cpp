@@ -14,11 +14,9 @@
 #include "cli/status_format.h"
 #include "common/error.h"
 #include "data/shard.h"
+#include "kernels/backend.h"
 #include "peer/tls.h"
 
-#ifdef STARLING_HAVE_CUDA
-#include "kernels/cuda/codec.cuh"
-#endif
 
 namespace starling::cli {
 
@@ -38,14 +36,8 @@ const char* level_word(CheckLevel level) {
     return "?";
 }
 
-std::string gpu_summary() {
-#ifdef STARLING_HAVE_CUDA
-    std::string reason;
-    const int devices = cuda::cuda_device_count(&reason);  // 0, never a throw, without a driver
+std::string gpu_summary(int devices, const std::string& reason) {
     return devices > 0 ? fmt::format("{} CUDA device(s) usable", devices) : "no usable GPU (" + reason + ")";
-#else
-    return "this build has no CUDA support";
-#endif
 }
 
 // The tokens in the dir's shards of one split; opening a shard validates its header and size.
@@ -91,7 +83,19 @@ CheckResult check_device(const NodeConfig& config) {
     const std::string cpu = fmt::format("the CPU, {} core(s), [train].threads = {}",
                                         std::thread::hardware_concurrency(), threads);
     if (train.device == "cpu") return {CheckLevel::Ok, "device", "cpu: " + cpu, ""};
-    return {CheckLevel::Ok, "device", fmt::format("{}: {}; {}", train.device, cpu, gpu_summary()), ""};
+    std::string reason;
+    const int devices = usable_cuda_devices(&reason);  // 0, never a throw, without a driver
+    const DeviceChoice choice = parse_device(train.device);
+    if (choice.kind == DeviceChoice::Kind::Cuda && choice.index >= devices) {
+        return {CheckLevel::Fail, "device",
+                fmt::format("{}: not available, {}", train.device, gpu_summary(devices, reason)),
+                "set [train].device to \"auto\" (a GPU when there is one, else the CPU) or \"cpu\""};
+    }
+    const std::string runs_on = choice.kind == DeviceChoice::Kind::Cuda ? "trains on that GPU"
+                                : devices > 0                          ? "trains on GPU 0"
+                                                                       : "trains on " + cpu;
+    return {CheckLevel::Ok, "device",
+            fmt::format("{}: {}; {}", train.device, runs_on, gpu_summary(devices, reason)), ""};
 }
 
 CheckResult check_data(const NodeConfig& config) {

@@ -23,6 +23,8 @@ struct TrainFlags {
     std::string config_path;
     std::optional<int64_t> steps;
     std::optional<int> threads;
+    std::optional<std::string> device;
+    std::optional<std::string> matmul;
     std::optional<std::string> run_dir;
     std::optional<std::string> data_dir;
     std::optional<uint64_t> seed;
@@ -34,6 +36,8 @@ int run_train(const TrainFlags& flags) {
     starling::TrainConfig config = starling::load_train_config(flags.config_path);
     if (flags.steps) config.steps = *flags.steps;
     if (flags.threads) config.threads = *flags.threads;
+    if (flags.device) config.device = *flags.device;
+    if (flags.matmul) config.matmul = *flags.matmul;
     if (flags.run_dir) config.run_dir = *flags.run_dir;
     if (flags.data_dir) config.data.dir = *flags.data_dir;
     if (flags.seed) config.seed = *flags.seed;
@@ -199,6 +203,8 @@ int main(int argc, char** argv) {
     train_cmd->add_option("-c,--config", train.config_path, "TOML config (see configs/)")->required();
     train_cmd->add_option("--steps", train.steps, "total optimizer steps");
     train_cmd->add_option("--threads", train.threads, "CPU threads (0 = all cores)");
+    train_cmd->add_option("--device", train.device, "[train].device: auto, cpu, cuda or cuda:N");
+    train_cmd->add_option("--matmul", train.matmul, "[train].matmul on a GPU: fp32, tf32 or bf16");
     train_cmd->add_option("--run-dir", train.run_dir, "checkpoint directory");
     train_cmd->add_option("--data-dir", train.data_dir, "directory of prepared shards");
     train_cmd->add_option("--seed", train.seed, "initialisation seed");

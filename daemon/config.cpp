@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 
 #include "daemon/config_reader.h"
+#include "kernels/backend.h"
 
 namespace starling {
 
@@ -14,8 +15,12 @@ void TrainConfig::validate() const {
          "[train].seq_len must be in [0, model context " + std::to_string(model.context) + "]");
     need(steps >= 1, "[train].steps must be at least 1");
     need(threads >= 0, "[train].threads must not be negative");
-    need(device == "auto" || device == "cpu",
-         "[train].device \"" + device + "\" is not available in this build (use \"auto\" or \"cpu\")");
+    try {
+        parse_device(device);
+        check_matmul_precision(matmul);
+    } catch (const Error& e) {
+        need(false, "[train]." + std::string(e.what()));
+    }
     lr_schedule().validate();
     adamw.validate();
     need(!data.dir.empty(), "[data].dir must not be empty");
@@ -76,6 +81,7 @@ void read_train_section(TableReader& t, TrainConfig& c) {
     t.read("seed", c.seed);
     t.read("threads", c.threads);
     t.read("device", c.device);
+    t.read("matmul", c.matmul);
     t.reject_unknown();
 }
 

@@ -6,7 +6,7 @@
 
 #include "daemon/train_checkpoint.h"
 #include "data/shard.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/backend.h"
 #include "common/error.h"
 
 namespace starling {
@@ -14,17 +14,6 @@ namespace starling {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::unique_ptr<Ops<float>> make_backend(const TrainConfig& config) {
-    set_cpu_threads(config.threads);
-    if (config.device == "auto") {
-        spdlog::info("device auto: no GPU backend in this build, training on the CPU ({} threads)",
-                     cpu_threads());
-    } else {
-        spdlog::info("device cpu: {} threads", cpu_threads());
-    }
-    return std::make_unique<CpuOps<float>>();
-}
 
 std::string format_duration(double seconds) {
     const long s = std::lround(seconds);
@@ -40,7 +29,9 @@ Trainer::Trainer(const TrainConfig& config)
       checkpoints_(config.run_dir, static_cast<size_t>(config.keep_checkpoints)),
       schedule_(config.lr_schedule()) {
     config_.validate();
-    ops_ = make_backend(config_);
+    Backend backend = make_backend({config_.device, config_.threads, config_.matmul});
+    spdlog::info("device {}: {}", config_.device, backend.description);
+    ops_ = std::move(backend.ops);
     const int B = config_.batch_size, T = config_.effective_seq_len();
     model_ = std::make_unique<Model<float>>(config_.model, *ops_, B, T);
     adamw_ = std::make_unique<AdamW<float>>(*ops_, model_->manifest(), config_.adamw);
@@ -79,6 +70,10 @@ Trainer::Trainer(const TrainConfig& config)
     spdlog::info("batch {} x {} tokens, activations {:.1f} MiB, {} training sequences",
                  B, T, model_->activation_bytes() / 1048576.0,
                  train_data_->sequences_per_epoch());
+    if (const size_t device_bytes = backend_device_bytes_in_use(*ops_)) {
+        spdlog::info("device memory: {:.1f} MiB allocated (parameters, gradients, AdamW moments "
+                     "and activations)", device_bytes / 1048576.0);
+    }
 }
 
 Trainer::~Trainer() = default;
@@ -188,6 +183,9 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
     }
     if (train_seconds > 0.0) {
         summary.tokens_per_second = tokens_per_step * summary.steps.size() / train_seconds;
+    }
+    if (const size_t peak = backend_device_peak_bytes(*ops_)) {
+        spdlog::info("peak device memory {:.1f} MiB", peak / 1048576.0);
     }
     return summary;
 }

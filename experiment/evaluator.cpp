@@ -31,7 +31,7 @@ double Evaluator::loss(std::span<const float> weights) {
         throw Error("evaluator: weights of " + std::to_string(weights.size()) +
                     " values for a model of " + std::to_string(model_->num_params()));
     }
-    std::copy(weights.begin(), weights.end(), model_->params());
+    model_->ops().from_host(model_->params(), weights.data(), weights.size());
     double total = 0.0;
     for (size_t i = 0; i < inputs_.size(); i++) {
         total += model_->forward(inputs_[i].data(), targets_[i].data());

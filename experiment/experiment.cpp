@@ -15,6 +15,7 @@
 #include "experiment/evaluator.h"
 #include "experiment/replica.h"
 #include "experiment/transmit.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
 #include "optimizer/partners.h"
@@ -78,8 +79,9 @@ private:
 ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     : config_(config), schedule_(config.train.lr_schedule()) {
     config_.validate();
-    set_cpu_threads(config_.train.threads);
-    ops_ = std::make_unique<CpuOps<float>>();
+    Backend backend = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
+    spdlog::info("device {}: {}", config_.train.device, backend.description);
+    ops_ = std::move(backend.ops);
     // Data-parallel training keeps one model, fed by every replica's stream each step.
     const int models = config_.method == Method::Ddp ? 1 : config_.replicas;
     for (int i = 0; i < config_.replicas; i++) {

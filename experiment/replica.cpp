@@ -28,7 +28,11 @@ Replica::Replica(const ExperimentConfig& config, Ops<float>& ops, int index, uin
     targets_.resize(inputs_.size());
     model_->init_weights(config.train.seed);
     const size_t n = model_->num_params();
-    phi_.assign(model_->params(), model_->params() + n);
+    if (!ops.host_memory()) {
+        theta_mirror_.resize(n);
+        refresh_theta_mirror();
+    }
+    phi_.assign(theta().begin(), theta().end());
     momentum_.assign(n, 0.0f);
     residual_.assign(n, 0.0f);
     displacement_.assign(n, 0.0f);
@@ -44,6 +48,7 @@ double Replica::inner_phase(int steps, const LrSchedule& schedule) {
         adamw_->step(model_->params(), model_->grads(), schedule.lr_at(inner_step_));
         inner_step_++;
     }
+    refresh_theta_mirror();
     return total / steps;
 }
 
@@ -61,27 +66,59 @@ double Replica::averaged_gradient_phase(int steps, const LrSchedule& schedule,
         adamw_->step(model_->params(), model_->grads(), schedule.lr_at(inner_step_));
         inner_step_++;
     }
+    refresh_theta_mirror();
     return total / (static_cast<double>(steps) * static_cast<double>(streams.size()));
 }
 
+std::span<const float> Replica::theta() const {
+    if (model_->ops().host_memory()) return {model_->params(), size()};
+    return theta_mirror_;
+}
+
+void Replica::refresh_theta_mirror() {
+    if (!theta_mirror_.empty()) model_->ops().to_host(theta_mirror_.data(), model_->params(), size());
+}
+
+std::span<const float> Replica::host_view(const float* arena, std::vector<float>& mirror) {
+    if (model_->ops().host_memory()) return {arena, size()};
+    mirror.resize(size());
+    model_->ops().to_host(mirror.data(), arena, size());
+    return mirror;
+}
+
+std::span<const float> Replica::adamw_m_host() {
+    return host_view(adamw_->m(), adamw_m_mirror_);
+}
+
+std::span<const float> Replica::adamw_v_host() {
+    return host_view(adamw_->v(), adamw_v_mirror_);
+}
+
+void Replica::set_adamw_moments(std::span<const float> m, std::span<const float> v) {
+    model_->ops().from_host(adamw_->m(), m.data(), size());
+    model_->ops().from_host(adamw_->v(), v.data(), size());
+}
+
 void Replica::compute_displacement() {
-    const float* theta = model_->params();
-    for (size_t i = 0; i < phi_.size(); i++) displacement_[i] = theta[i] - phi_[i];
+    const std::span<const float> t = theta();
+    for (size_t i = 0; i < phi_.size(); i++) displacement_[i] = t[i] - phi_[i];
 }
 
 void Replica::restart_from_phi() {
-    std::copy(phi_.begin(), phi_.end(), model_->params());
+    model_->ops().from_host(model_->params(), phi_.data(), size());
+    if (!theta_mirror_.empty()) theta_mirror_ = phi_;
 }
 
 void Replica::adopt_theta() {
-    std::copy(model_->params(), model_->params() + size(), phi_.begin());
+    const std::span<const float> t = theta();
+    std::copy(t.begin(), t.end(), phi_.begin());
 }
 
 void Replica::rejoin_from(const Replica& sponsor, uint64_t new_node_id) {
     phi_ = sponsor.phi_;
     momentum_ = sponsor.momentum_;
-    std::copy(sponsor.adamw_->m(), sponsor.adamw_->m() + size(), adamw_->m());
-    std::copy(sponsor.adamw_->v(), sponsor.adamw_->v() + size(), adamw_->v());
+    model_->ops().copy(adamw_->m(), sponsor.adamw_->m(), size());
+    model_->ops().copy(adamw_->v(), sponsor.adamw_->v(), size());
     adamw_->set_steps_taken(sponsor.adamw_->steps_taken());
     inner_step_ = sponsor.inner_step_;
     std::fill(residual_.begin(), residual_.end(), 0.0f);

@@ -49,10 +49,11 @@ public:
     int64_t inner_step() const { return inner_step_; }
     // A node adopting a snapshot continues the learning-rate schedule where its donor was.
     void set_inner_step(int64_t step) { inner_step_ = step; }
-    size_t size() const { return phi_.size(); }
+    size_t size() const { return model_->num_params(); }
 
-    std::span<float> theta() { return {model_->params(), size()}; }
-    std::span<const float> theta() const { return {model_->params(), size()}; }
+    // theta on the host: the parameter arena itself on the CPU backend; on a GPU, a copy taken
+    // at the end of every inner phase and whenever theta is set.
+    std::span<const float> theta() const;
     std::span<float> phi() { return phi_; }
     std::span<const float> phi() const { return phi_; }
     std::span<float> momentum() { return momentum_; }
@@ -60,12 +61,20 @@ public:
     std::span<float> displacement() { return displacement_; }
     const ParameterManifest& manifest() const { return model_->manifest(); }
     AdamW<float>& adamw() { return *adamw_; }
+    // AdamW's moments on the host (the arenas themselves on the CPU backend, a fresh copy on a
+    // GPU), and setting them from host values.
+    std::span<const float> adamw_m_host();
+    std::span<const float> adamw_v_host();
+    void set_adamw_moments(std::span<const float> m, std::span<const float> v);
     PartnerChecks& partner_checks() { return checks_; }
     DataLoader& data() { return *data_; }  // its position goes into a node's checkpoint
 
     bool live = true;
 
 private:
+    void refresh_theta_mirror();
+    std::span<const float> host_view(const float* arena, std::vector<float>& mirror);
+
     const ExperimentConfig& config_;
     int index_;
     uint64_t node_id_;
@@ -73,6 +82,8 @@ private:
     std::unique_ptr<AdamW<float>> adamw_;
     std::unique_ptr<DataLoader> data_;
     std::vector<int32_t> inputs_, targets_;
+    // Copies of backend arenas where backend memory is not host memory (empty otherwise).
+    std::vector<float> theta_mirror_, adamw_m_mirror_, adamw_v_mirror_;
     std::vector<float> phi_, momentum_, residual_, displacement_;
     PartnerChecks checks_;
     int64_t inner_step_ = 0;

@@ -23,6 +23,9 @@ class Ops {
 public:
     virtual ~Ops() = default;
     virtual std::string name() const = 0;
+    // True when backend memory is ordinary host memory (the CPU backend), so host code may read
+    // and write arenas in place instead of through to_host / from_host.
+    virtual bool host_memory() const { return false; }
 
     // Memory.
     virtual T* alloc(size_t n) = 0;  // zero-filled

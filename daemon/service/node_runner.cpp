@@ -22,7 +22,7 @@ v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std:
     s.set_version(version);
     s.set_method(std::string(swarm_method_name(config.swarm.method)));
     s.set_model_fingerprint(node.replica().manifest().fingerprint());
-    s.set_device(fmt::format("cpu ({} threads)", cpu_threads()));
+    s.set_device(node.device());
     s.set_total_steps(static_cast<uint64_t>(config.swarm.train.steps));
     s.set_round(node.round());
     s.set_inner_step(static_cast<uint64_t>(node.inner_step()));
@@ -37,10 +37,8 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
       seeds_(config.swarm.peer.seeds),
       checkpoint_every_(config.checkpoint_every),
       keep_checkpoints_(config.keep_checkpoints) {
-    if (config_.swarm.train.device != "cpu")
-        spdlog::info("device \"{}\": this build trains on the CPU (the CUDA engine is not built yet)",
-                     config_.swarm.train.device);
     node_ = std::make_unique<SwarmNode>(config_.swarm);
+    spdlog::info("device {}: {}", config_.swarm.train.device, node_->device());
     const std::string fingerprint = node_->replica().manifest().fingerprint();
     if (auto saved = newest_swarm_checkpoint(config_.checkpoint_dir(), fingerprint)) {
         try {

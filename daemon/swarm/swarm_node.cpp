@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "daemon/swarm/swarm_snapshot.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
 #include "optimizer/outer_round.h"
@@ -70,8 +71,9 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     engine_.inner_steps = config_.inner_steps;
     engine_.outer = config_.outer;
     engine_.exchange = config_.exchange;
-    set_cpu_threads(config_.train.threads);
-    ops_ = std::make_unique<CpuOps<float>>();
+    Backend backend = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
+    device_ = backend.description;
+    ops_ = std::move(backend.ops);
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(engine_, *ops_, 0, peer_->node_id());
@@ -101,8 +103,7 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
     Replica& r = *replica_;
     std::copy(phi.begin(), phi.end(), r.phi().begin());
     std::copy(momentum.begin(), momentum.end(), r.momentum().begin());
-    std::copy(adamw_m.begin(), adamw_m.end(), r.adamw().m());
-    std::copy(adamw_v.begin(), adamw_v.end(), r.adamw().v());
+    r.set_adamw_moments(adamw_m, adamw_v);
     r.adamw().set_steps_taken(static_cast<int64_t>(counters.adamw_steps));
     r.set_inner_step(static_cast<int64_t>(counters.inner_step));
     std::fill(r.residual().begin(), r.residual().end(), 0.0f);
@@ -326,12 +327,11 @@ std::vector<std::byte> SwarmNode::snapshot_bytes() const {
 }
 
 void SwarmNode::pack_snapshot(std::span<std::byte> out) const {
-    AdamW<float>& adamw = replica_->adamw();
-    const size_t n = replica_->size();
     pack_swarm_snapshot_into(out,
                              {round_, static_cast<uint64_t>(replica_->inner_step()),
-                              static_cast<uint64_t>(adamw.steps_taken())},
-                             replica_->phi(), replica_->momentum(), {adamw.m(), n}, {adamw.v(), n});
+                              static_cast<uint64_t>(replica_->adamw().steps_taken())},
+                             replica_->phi(), replica_->momentum(), replica_->adamw_m_host(),
+                             replica_->adamw_v_host());
 }
 
 void SwarmNode::publish_snapshot() {

@@ -118,6 +118,8 @@ public:
     bool schedule_done() const { return replica_->inner_step() >= config_.train.steps; }
     const RoundStart& round_start() const { return round_start_; }
     PeerNode& peer() { return *peer_; }
+    // The backend that trains, for status and logs: "cuda:0 (...)" or "cpu (N threads)...".
+    const std::string& device() const { return device_; }
     Replica& replica() { return *replica_; }
     // The plan of the round's first message: theta (fused) or D (split).
     const codec::MessagePlan& message_plan() const { return plan_; }
@@ -143,6 +145,7 @@ private:
     SwarmConfig config_;
     ExperimentConfig engine_;  // the replica's view of the config: one partition, this node alone
     std::unique_ptr<Ops<float>> ops_;
+    std::string device_;
     std::unique_ptr<PeerNode> peer_;
     std::unique_ptr<Replica> replica_;
     LrSchedule schedule_;

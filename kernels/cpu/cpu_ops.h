@@ -10,6 +10,7 @@ template <typename T>
 class CpuOps final : public Ops<T> {
 public:
     std::string name() const override { return "cpu"; }
+    bool host_memory() const override { return true; }
 
     T* alloc(size_t n) override;
     int32_t* alloc_tokens(size_t n) override;

@@ -9,6 +9,7 @@
 #include "cli/check.h"
 #include "cli/check_network.h"
 #include "data/shard.h"
+#include "kernels/backend.h"
 #include "tests/support/files.h"
 
 using namespace starling;
@@ -216,4 +217,15 @@ TEST_CASE("the credentials check never prints the secret") {
     result = check_credentials(config);
     CHECK(result.level == CheckLevel::Fail);
     CHECK(result.detail.find("/nonexistent/") != std::string::npos);
+}
+
+TEST_CASE("the device check fails for a GPU the machine does not have, and says what to set") {
+    NodeConfig config = local_config();
+    std::string reason;
+    const int devices = usable_cuda_devices(&reason);
+    config.swarm.train.device = "cuda:" + std::to_string(devices);  // one past the last
+    const CheckResult result = check_device(config);
+    CHECK(result.level == CheckLevel::Fail);
+    CHECK(result.detail.find(config.swarm.train.device + ": not available") != std::string::npos);
+    CHECK(result.fix.find("[train].device") != std::string::npos);
 }

@@ -80,6 +80,10 @@ TEST_CASE("config errors name the file and the key") {
         ConfigFile f("[train]\ndevice = \"tpu\"\n");
         CHECK_THROWS_WITH(f.load(), Catch::Contains("[train].device"));
     }
+    SECTION("unknown matmul precision") {
+        ConfigFile f("[train]\nmatmul = \"fp8\"\n");
+        CHECK_THROWS_WITH(f.load(), Catch::Contains("[train].matmul precision \"fp8\""));
+    }
 }
 
 TEST_CASE("a missing config file is an error naming it") {

@@ -1,0 +1,55 @@
+// Choosing the backend the engine runs on, from the `device` setting of a config or flag:
+//   "cpu"               the CPU backend;
+//   "cuda" or "cuda:N"  GPU N (0 when omitted); an error naming the device when it is unusable;
+//   "auto"              GPU 0 when a working driver and device exist, else the CPU.
+// A build without nvcc knows only "cpu" and "auto" (which then means the CPU). The device count
+// of a machine with the toolkit but no driver is never trusted: cuda_device_count() returns 0.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace starling {
+
+struct DeviceChoice {
+    enum class Kind { Auto, Cpu, Cuda };
+    Kind kind = Kind::Auto;
+    int index = 0;  // the GPU, for Kind::Cuda
+};
+
+// Throws starling::Error naming the setting and what is accepted.
+DeviceChoice parse_device(const std::string& device);
+// Checks a matmul precision name ("fp32", "tf32" or "bf16"); throws starling::Error naming it.
+void check_matmul_precision(const std::string& matmul);
+
+// True when this build has the CUDA backend.
+bool cuda_backend_built();
+
+// Usable CUDA devices: 0 where the build has no CUDA backend or the machine no working driver or
+// device, and then *reason (when given) says which.
+int usable_cuda_devices(std::string* reason = nullptr);
+
+struct Backend {
+    std::unique_ptr<Ops<float>> ops;
+    bool gpu = false;
+    // What runs, for one log line: "cuda:0 (NVIDIA H100 80GB HBM3)", or "cpu (16 threads)"
+    // followed, when "auto" found no GPU, by the reason ("; no usable GPU: ...").
+    std::string description;
+};
+
+struct BackendOptions {
+    std::string device = "auto";
+    int cpu_threads = 0;  // 0: all cores; also the threads of the CPU work next to a GPU
+    std::string matmul = "fp32";  // on a GPU: "fp32", "tf32" or "bf16" (cuda::MatmulMath)
+};
+
+Backend make_backend(const BackendOptions& options);
+
+// Device memory the backend holds now and at most so far; 0 for the CPU backend.
+size_t backend_device_bytes_in_use(const Ops<float>& ops);
+size_t backend_device_peak_bytes(const Ops<float>& ops);
+
+}  // namespace starling
