@@ -12,6 +12,8 @@ namespace starling::cuda::detail {
 
 inline void check(cudaError_t status, const char* call, const char* file, int line) {
     if (status != cudaSuccess) {
+        // Clear it: a non-sticky error would otherwise be reported again by the next launch check.
+        (void)cudaGetLastError();
         throw Error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                     cudaGetErrorString(status));
     }

@@ -57,6 +57,7 @@ struct CudaOps::Impl {
         const size_t rounded = std::max<size_t>(bytes, 1);
         const cudaError_t status = cudaMalloc(&p, rounded);
         if (status != cudaSuccess) {
+            (void)cudaGetLastError();  // not sticky: clear it, or the next launch check reports it
             throw Error("cuda:" + std::to_string(info.index) + ": out of device memory for " +
                         std::to_string(bytes) + " bytes (" + std::to_string(in_use) +
                         " bytes in use): " + cudaGetErrorString(status));
@@ -84,6 +85,7 @@ struct CudaOps::Impl {
         if (s.bytes < bytes) {
             free(s.ptr);
             s.ptr = nullptr;
+            s.bytes = 0;  // if allocate throws, a later smaller request must not get the null ptr
             s.ptr = allocate(bytes);
             s.bytes = bytes;
         }
@@ -111,6 +113,9 @@ struct CudaOps::Impl {
               int lda, size_t a_count, const float* B, int ldb, size_t b_count, float beta,
               float* C, int ldc) {
         const float one = 1.0f;
+        // cuBLAS refuses a leading dimension of 0 even where k = 0 makes the product empty.
+        lda = std::max(lda, 1);
+        ldb = std::max(ldb, 1);
         if (math != MatmulMath::Bf16) {
             STARLING_CUBLAS_CHECK(
                 cublasSgemm(cublas, op_a, op_b, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));

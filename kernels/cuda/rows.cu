@@ -158,6 +158,10 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                                                                             weight, rstd, N, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
     const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
+    if (chunks > 65535) {  // grid.y
+        throw Error("rmsnorm_backward: " + std::to_string(N) + " rows exceed " +
+                    std::to_string(65535 * kRowsPerChunk));
+    }
     const unsigned channel_tiles = unsigned((C + kThreads - 1) / kThreads);
     rmsnorm_dweight_partials_kernel<<<dim3(channel_tiles, unsigned(chunks)), kThreads, 0,
                                       stream>>>(partials, dout, inp, rstd, N, C);
