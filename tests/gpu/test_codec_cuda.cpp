@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/codec.cuh"
+#include "tests/gpu/cuda_skip.h"
 #include "optimizer/codec/codec.h"
 #include "tests/support/random.h"
 
@@ -24,16 +25,6 @@ using starling::codec::Codec;
 using starling::test::random_vector;
 
 namespace {
-
-// Returns early from the test case, with a warning saying why, where there is no device.
-#define STARLING_SKIP_WITHOUT_CUDA()                                            \
-    do {                                                                        \
-        std::string skip_reason_;                                               \
-        if (starling::cuda::cuda_device_count(&skip_reason_) == 0) {            \
-            WARN("no CUDA device: " << skip_reason_ << " (test case skipped)"); \
-            return;                                                             \
-        }                                                                       \
-    } while (0)
 
 void cuda_ok(cudaError_t status, const char* what) {
     if (status != cudaSuccess) {

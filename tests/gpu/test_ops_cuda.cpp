@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/codec.cuh"
+#include "tests/gpu/cuda_skip.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -41,16 +42,6 @@ using starling::test::as_double;
 using starling::test::random_vector;
 
 namespace {
-
-// Returns early from the test case, with a warning saying why, where there is no device.
-#define STARLING_SKIP_WITHOUT_CUDA()                                            \
-    do {                                                                        \
-        std::string skip_reason_;                                               \
-        if (starling::cuda::cuda_device_count(&skip_reason_) == 0) {            \
-            WARN("no CUDA device: " << skip_reason_ << " (test case skipped)"); \
-            return;                                                             \
-        }                                                                       \
-    } while (0)
 
 // Tolerances on normalized_error against the double reference; fp32 rounds at 2^-24 = 6e-8. The
 // figures "measured" are CpuOps<float> against the same reference on the same inputs: another fp32
