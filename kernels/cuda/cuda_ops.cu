@@ -281,7 +281,12 @@ void CudaOps::rope_backward(float* dqkv, int B, int T_, int C, int NH, float the
 void CudaOps::attention_forward(float* out, float* lse, const float* qkv, int B, int T_, int C,
                                 int NH) {
     impl_->bind();
-    cuda::attention_forward(out, lse, qkv, B, T_, C, NH, impl_->stream);
+    // In bf16 mode attention's products run on tensor cores too, as every matmul does.
+    if (impl_->math == MatmulMath::Bf16) {
+        attention_forward_bf16(out, lse, qkv, B, T_, C, NH, impl_->stream);
+    } else {
+        cuda::attention_forward(out, lse, qkv, B, T_, C, NH, impl_->stream);
+    }
 }
 
 void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
@@ -289,7 +294,11 @@ void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qk
                                  int NH) {
     impl_->bind();
     float* d = impl_->scratch<float>(impl_->attention_d, std::max<size_t>(size_t(B) * NH * T_, 1));
-    cuda::attention_backward(dqkv, dout, qkv, out, lse, d, B, T_, C, NH, impl_->stream);
+    if (impl_->math == MatmulMath::Bf16) {
+        attention_backward_bf16(dqkv, dout, qkv, out, lse, d, B, T_, C, NH, impl_->stream);
+    } else {
+        cuda::attention_backward(dqkv, dout, qkv, out, lse, d, B, T_, C, NH, impl_->stream);
+    }
 }
 
 void CudaOps::swiglu_forward(float* out, const float* gu, int N, int F) {

@@ -72,5 +72,14 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, float* scratch, int B, int T, int C, int NH,
                         cudaStream_t stream);
+// The same two ops with the same semantics and buffers (attention_tc.cu), for the bf16 matmul
+// mode: the matrix products run on bf16 tensor cores (operands, P and dS rounded to bf16, fp32
+// accumulation), softmax statistics, lse and D stay fp32. Head sizes 16, 32, 64 and 128 only;
+// any other shape falls back to the fp32 kernels above.
+void attention_forward_bf16(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            cudaStream_t stream);
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, float* scratch, int B, int T, int C, int NH,
+                             cudaStream_t stream);
 
 }  // namespace starling::cuda
