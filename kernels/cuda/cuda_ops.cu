@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/codec.cuh"
+#include "kernels/cuda/cublas_library.cuh"
 #include "kernels/cuda/kernels.cuh"
 
 namespace starling::cuda {
@@ -23,7 +24,7 @@ namespace {
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
     if (status != CUBLAS_STATUS_SUCCESS) {
         throw Error(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                    cublasGetStatusString(status));
+                    CublasLibrary::get().status_string(status));
     }
 }
 
@@ -40,6 +41,7 @@ struct CudaOps::Impl {
 
     CudaDeviceInfo info;
     MatmulMath math = MatmulMath::Fp32;
+    const CublasLibrary* blas = nullptr;  // opened once the device is known to be usable
     cudaStream_t stream = nullptr;
     cublasHandle_t cublas = nullptr;
     std::unordered_map<void*, size_t> sizes;
@@ -118,16 +120,16 @@ struct CudaOps::Impl {
         ldb = std::max(ldb, 1);
         if (math != MatmulMath::Bf16) {
             STARLING_CUBLAS_CHECK(
-                cublasSgemm(cublas, op_a, op_b, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+                blas->sgemm(cublas, op_a, op_b, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
             return;
         }
         uint16_t* a16 = scratch<uint16_t>(bf16_a, std::max<size_t>(a_count, 1));
         uint16_t* b16 = scratch<uint16_t>(bf16_b, std::max<size_t>(b_count, 1));
         to_bf16_sr(a16, A, a_count, stream);
         to_bf16_sr(b16, B, b_count, stream);
-        STARLING_CUBLAS_CHECK(cublasGemmEx(cublas, op_a, op_b, m, n, k, &one, a16, CUDA_R_16BF, lda,
-                                           b16, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        STARLING_CUBLAS_CHECK(blas->gemm_ex(cublas, op_a, op_b, m, n, k, &one, a16, CUDA_R_16BF,
+                                            lda, b16, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
 
     double reduce(const float* x, size_t n, bool squares) {
@@ -161,11 +163,12 @@ CudaOps::CudaOps(int device, MatmulMath math) : impl_(std::make_unique<Impl>()) 
     d.info.sm_major = prop.major;
     d.info.sm_minor = prop.minor;
     d.info.total_bytes = prop.totalGlobalMem;
+    d.blas = &CublasLibrary::get();
     STARLING_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
-    STARLING_CUBLAS_CHECK(cublasCreate(&d.cublas));
-    STARLING_CUBLAS_CHECK(cublasSetStream(d.cublas, d.stream));
+    STARLING_CUBLAS_CHECK(d.blas->create(&d.cublas));
+    STARLING_CUBLAS_CHECK(d.blas->set_stream(d.cublas, d.stream));
     // Bf16 needs no math mode: cublasGemmEx on bf16 operands uses the tensor cores by itself.
-    STARLING_CUBLAS_CHECK(cublasSetMathMode(
+    STARLING_CUBLAS_CHECK(d.blas->set_math_mode(
         d.cublas, math == MatmulMath::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 }
 
@@ -174,7 +177,7 @@ CudaOps::~CudaOps() {
     (void)cudaSetDevice(d.info.index);
     (void)cudaStreamSynchronize(d.stream);
     for (const auto& [p, bytes] : d.sizes) (void)cudaFree(p);
-    if (d.cublas) (void)cublasDestroy(d.cublas);
+    if (d.cublas) (void)d.blas->destroy(d.cublas);
     if (d.stream) (void)cudaStreamDestroy(d.stream);
 }
 
