@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <prometheus/text_serializer.h>
+
 #include "common/error.h"
 
 namespace starling {
@@ -28,11 +30,6 @@ prometheus::Histogram* seconds_histogram(prometheus::Registry& registry, const s
 }  // namespace
 
 NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared<prometheus::Registry>()) {
-    try {
-        exposer_ = std::make_unique<prometheus::Exposer>(listen);
-    } catch (const std::exception& e) {
-        throw Error("[metrics].listen: cannot serve /metrics on " + listen + " (" + e.what() + ")");
-    }
     prometheus::Registry& r = *registry_;
     round_ = gauge(r, "starling_round", "The outer round in progress");
     inner_step_ = gauge(r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
@@ -63,7 +60,9 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     suspect_ = &peers.Add({{"state", "suspect"}});
     dead_ = &peers.Add({{"state", "dead"}});
     left_ = &peers.Add({{"state", "left"}});
-    exposer_->RegisterCollectable(registry_);
+    // Last, once every metric exists: scrapes start as soon as the server listens.
+    server_ = std::make_unique<MetricsHttpServer>(
+        listen, [registry = registry_] { return prometheus::TextSerializer().Serialize(registry->Collect()); });
 }
 
 NodeMetrics::~NodeMetrics() = default;

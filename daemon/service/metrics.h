@@ -1,4 +1,4 @@
-// Prometheus /metrics for starlingd (prometheus-cpp's pull exposer on [metrics].listen): rounds,
+// Prometheus /metrics for starlingd (prometheus-cpp's registry, served on [metrics].listen): rounds,
 // loss, tokens/s, exchange bytes and latency, paired and solo rounds, peers by state, compression
 // ratio and the distance to partners. docs/operator.md lists them with what to watch.
 #pragma once
@@ -8,11 +8,11 @@
 #include <vector>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "daemon/service/metrics_http.h"
 #include "daemon/swarm/swarm_node.h"
 
 namespace starling {
@@ -28,11 +28,11 @@ public:
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
     void record_peers(const std::vector<Member>& members, uint64_t self);
-    std::vector<int> ports() const { return exposer_->GetListeningPorts(); }
+    uint16_t port() const { return server_->port(); }
 
 private:
     std::shared_ptr<prometheus::Registry> registry_;
-    std::unique_ptr<prometheus::Exposer> exposer_;
+    std::unique_ptr<MetricsHttpServer> server_;
     prometheus::Gauge *round_, *inner_step_, *train_loss_, *val_loss_, *tokens_per_second_, *compression_ratio_,
         *partner_distance_, *checkpoint_round_, *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_;
