@@ -23,6 +23,7 @@
 #include "bench/exchange_message.h"
 #include "bench/iperf.h"
 #include "bench/median.h"
+#include "common/allocator.h"
 #include "common/error.h"
 #include "daemon/config.h"
 #include "peer/address.h"
@@ -307,6 +308,7 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (!keep_freed_buffers_for_reuse()) std::fprintf(stderr, "bench_exchange: malloc refused starlingd's settings\n");
     CLI::App app{"bench_exchange: the peer layer's exchange goodput against raw TCP"};
     app.require_subcommand(1);
     std::string config_path = "configs/124m.toml";

@@ -20,19 +20,22 @@ RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t pa
       encoder_(model.plan, {self, round, 0}, model.delta.data(), nullptr, false),
       encoding_(encoding),
       decoder_(model.manifest.fingerprint(), model.manifest, received.data(), received.size()) {
-    if (encoding == Encoding::Beforehand)
-        encoded_ = codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
+    if (encoding == Encoding::Beforehand) {
+        auto parts = codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
+        header_ = std::move(parts.front());
+        for (size_t i = 1; i < parts.size(); ++i)
+            chunks_.push_back(std::make_shared<std::vector<std::byte>>(std::move(parts[i])));
+    }
 }
 
 ExchangeSlot RoundMessages::slot() {
     if (encoding_ == Encoding::WhileSending) return {round_, partner_, outgoing_message(encoder_), decoder_, {}, 0};
-    OutgoingMessage copied{encoded_.front(), [this](std::vector<std::byte>& out) {
-                               if (next_part_ == encoded_.size()) return false;
-                               const auto& chunk = encoded_[next_part_++];
-                               out.assign(chunk.begin(), chunk.end());
-                               return true;
-                           }};
-    return {round_, partner_, std::move(copied), decoder_, {}, 0};
+    OutgoingMessage handed_over{header_, [this](ChunkBuffer& out) {
+                                    if (next_chunk_ == chunks_.size()) return false;
+                                    out = chunks_[next_chunk_++];
+                                    return true;
+                                }};
+    return {round_, partner_, std::move(handed_over), decoder_, {}, 0};
 }
 
 }  // namespace starling::bench

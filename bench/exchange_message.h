@@ -22,7 +22,7 @@ struct DeltaModel {
 
 enum class Encoding {
     WhileSending,  // end to end: the encoder produces each chunk as the stream asks for it
-    Beforehand,    // transport only: chunks encoded before the clock starts, copied out one by one
+    Beforehand,    // transport only: chunks encoded before the clock starts, handed over one by one
 };
 
 const char* encoding_name(Encoding encoding);  // "end to end", "transport only"
@@ -43,8 +43,9 @@ private:
     uint64_t partner_;
     uint64_t round_;
     codec::MessageEncoder encoder_;
-    std::vector<std::vector<std::byte>> encoded_;  // Beforehand: header, then chunks
-    size_t next_part_ = 1;
+    std::vector<std::byte> header_;  // Beforehand: the message, handed to the stream chunk by chunk
+    std::vector<ChunkBuffer> chunks_;
+    size_t next_chunk_ = 0;
     Encoding encoding_;
     codec::MessageDecoder decoder_;
 };

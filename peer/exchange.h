@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "optimizer/codec/message.h"
+#include "peer/exchange_frame.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -38,11 +39,13 @@ namespace starling {
 // The largest frame on the wire: one chunk with its header, and room for the frame's own fields.
 inline constexpr size_t kMaxExchangeFrameBytes = codec::kMaxChunkBytes + (64u << 10);
 
-// Our message, frame by frame: the header, then chunks until next_chunk returns false.
-// next_chunk may throw starling::Error (an encoder refusing a NaN): the message is then aborted.
+// Our message, frame by frame: the header, then chunks until next_chunk returns false. next_chunk
+// gets a free buffer and either fills it or points it at a buffer of its own holding the chunk
+// (already encoded messages go out without a copy). It may throw starling::Error (an encoder
+// refusing a NaN): the message is then aborted.
 struct OutgoingMessage {
     std::vector<std::byte> header;
-    std::function<bool(std::vector<std::byte>&)> next_chunk;
+    std::function<bool(ChunkBuffer&)> next_chunk;
 };
 
 // An encoder's message; the encoder must outlive the exchange.
@@ -73,9 +76,10 @@ struct ExchangeResult {
 // A result that failed before any byte moved.
 ExchangeResult exchange_failed(std::string error);
 
-// The opening side: runs the exchange on a stream over `stub`. The context carries the deadline
+// The opening side: runs the exchange on a stream over `channel`. The context carries the deadline
 // and the caller's authentication.
-ExchangeResult open_exchange(v1::Peer::Stub& stub, grpc::ClientContext& context, ExchangeSlot& slot);
+ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context,
+                             ExchangeSlot& slot);
 
 // Slots this node has posted for the partner to stream into, and the client streams it has open,
 // so that stop() can end them all at once.
@@ -89,8 +93,8 @@ public:
     // The handler's side of Peer.Exchange: waits (until `limit`) for the slot of the first
     // frame's round and part, checks the caller is that slot's partner, and runs the exchange until the
     // slot's deadline. The returned status is the stream's.
-    grpc::Status answer(grpc::ServerContext& context, grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
-                        uint64_t caller, const v1::ExchangeFrame& first, SteadyClock::time_point limit);
+    grpc::Status answer(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller,
+                        const ExchangeWireFrame& first, SteadyClock::time_point limit);
 
     // Client streams in flight; false (not tracked) once stopped.
     bool track(grpc::ClientContext& context);

@@ -5,6 +5,7 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/support/method_handler.h>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
@@ -81,7 +82,15 @@ void fill_members(const MemberTable& table, Response* response) {
 
 class PeerNode::Service final : public v1::Peer::Service {
 public:
-    explicit Service(PeerNode& node) : node_(node) {}
+    // Exchange streams carry wire frames (peer/exchange_frame.h), not protobuf messages.
+    explicit Service(PeerNode& node) : node_(node) {
+        MarkMethodStreamed(exchange_method_index(),
+                           new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
+                               [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
+                                   return service->exchange(context, stream);
+                               },
+                               this));
+    }
 
     // Proof of membership, then the size cap of membership requests.
     grpc::Status admit(grpc::ServerContext* context, const char* method, const google::protobuf::Message& request,
@@ -168,8 +177,7 @@ public:
                                    SteadyClock::now() + node_.config_.exchange_timeout, *writer);
     }
 
-    grpc::Status Exchange(grpc::ServerContext* context,
-                          grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>* stream) override {
+    grpc::Status exchange(grpc::ServerContext* context, ExchangeServerStream* stream) {
         uint64_t caller = 0;
         if (auto status = node_.auth_.verify(*context, "Exchange", &caller); !status.ok()) return status;
         return node_.answer_exchange(*context, *stream, caller);
@@ -637,11 +645,10 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
 }
 
 grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
-                                       grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream,
-                                       uint64_t caller) {
-    v1::ExchangeFrame first;
+                                       ExchangeServerStream& stream, uint64_t caller) {
+    ExchangeWireFrame first;
     if (!stream.Read(&first)) return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
-    const uint64_t round = first.round();
+    const uint64_t round = first.fields.round();
     const uint64_t our_round = table_->self().round;
     const auto partner = pairing_->partner(round);
     // With no pairing recorded yet, a round this node could still pair for waits for its slot.
@@ -671,7 +678,7 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
         auth_.attach(context, "Exchange");
         if (!exchanges_->track(context)) return exchange_failed("this node is stopping");
-        auto opened = open_exchange(*v1::Peer::NewStub(channel(partner->address, ChannelUse::Exchange)), context, slot);
+        auto opened = open_exchange(channel(partner->address, ChannelUse::Exchange), context, slot);
         exchanges_->untrack(context);
         return opened;
     }();

@@ -138,8 +138,7 @@ private:
     std::optional<uint64_t> propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
                                     SteadyClock::time_point deadline);
     grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response);
-    grpc::Status answer_exchange(grpc::ServerContext& context,
-                                 grpc::ServerReaderWriter<v1::ExchangeFrame, v1::ExchangeFrame>& stream, uint64_t caller);
+    grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller);
 
     PeerConfig config_;
     NodeIdentity identity_;

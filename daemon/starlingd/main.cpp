@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "daemon/service/control_service.h"
 #include "daemon/service/metrics.h"
+#include "common/allocator.h"
 #include "daemon/service/node_runner.h"
 #include "daemon/service/systemd_notify.h"
 #include "daemon/swarm/node_config.h"
@@ -126,7 +127,9 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
+    const bool buffers_kept = keep_freed_buffers_for_reuse();
     spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] %^%l%$ %v");
+    if (!buffers_kept) spdlog::warn("malloc refused to keep freed buffers for reuse; exchanges will run slower");
     CLI::App app{"starlingd: one node of a Starling swarm, run as a service"};
     std::string config_path;
     NodeFlags flags;

@@ -228,10 +228,10 @@ TEST_CASE("a partner killed during the exchange: the survivor's exchange fails w
     // The victim's chunks come slowly, so the kill lands with its message partly sent.
     std::atomic<bool> streaming{false};
     OutgoingMessage slow = outgoing_message(victim_side.encoder);
-    slow.next_chunk = [&](Bytes& chunk) {
+    slow.next_chunk = [&](ChunkBuffer& chunk) {
         streaming = true;
         std::this_thread::sleep_for(150ms);
-        return victim_side.encoder.next_chunk(chunk);
+        return victim_side.encoder.next_chunk(*chunk);
     };
     std::thread killer([&] {
         while (!streaming) std::this_thread::sleep_for(5ms);
@@ -258,9 +258,9 @@ TEST_CASE("a corrupt chunk: the receiver names the checksum error, the sender is
     Side bad(one_chunk_model(), codec::Codec::Q8, sender.node_id(), 1, 6);
     Side good(one_chunk_model(), codec::Codec::Q8, receiver.node_id(), 1, 7);
     OutgoingMessage flipped = outgoing_message(bad.encoder);
-    flipped.next_chunk = [&](Bytes& chunk) {
-        const bool more = bad.encoder.next_chunk(chunk);
-        if (more) chunk.back() ^= std::byte{0x01};  // the payload's last byte
+    flipped.next_chunk = [&](ChunkBuffer& chunk) {
+        const bool more = bad.encoder.next_chunk(*chunk);
+        if (more) chunk->back() ^= std::byte{0x01};  // the payload's last byte
         return more;
     };
     const auto [at_sender, at_receiver] = exchange_both(sender, bad.slot(receiver.node_id(), std::move(flipped)),
@@ -287,7 +287,9 @@ TEST_CASE("a message cut short is reported as incomplete, within the deadline") 
     Side cut(four_chunk_model(), codec::Codec::F32, sender.node_id(), 1, 8);
     Side whole(four_chunk_model(), codec::Codec::F32, receiver.node_id(), 1, 9);
     OutgoingMessage one_chunk = outgoing_message(cut.encoder);
-    one_chunk.next_chunk = [&, sent = 0](Bytes& chunk) mutable { return sent++ < 1 && cut.encoder.next_chunk(chunk); };
+    one_chunk.next_chunk = [&, sent = 0](ChunkBuffer& chunk) mutable {
+        return sent++ < 1 && cut.encoder.next_chunk(*chunk);
+    };
     const auto [at_sender, at_receiver] = exchange_both(sender, cut.slot(receiver.node_id(), std::move(one_chunk)),
                                                         receiver, whole.slot(sender.node_id()));
     INFO("sender: " << at_sender.result.error << " | receiver: " << at_receiver.result.error);
