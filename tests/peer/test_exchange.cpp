@@ -4,6 +4,8 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <omp.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -185,7 +187,13 @@ TEST_CASE("four-chunk messages stream both ways at once and arrive whole") {
     Side low(four_chunk_model(), codec::Codec::F32, lower->node_id(), 1, 1);
     Side high(four_chunk_model(), codec::Codec::F32, higher->node_id(), 1, 2);
     REQUIRE(low.encoder.chunk_count() == 4);
+    // The opening side reads on the calling thread, coding with one OpenMP thread meanwhile; the
+    // caller's own setting must be back afterwards.
+    const int threads_before = omp_get_max_threads();
+    omp_set_num_threads(3);
     const auto [at_low, at_high] = exchange_both(*lower, low.slot(higher->node_id()), *higher, high.slot(lower->node_id()));
+    CHECK(omp_get_max_threads() == 3);
+    omp_set_num_threads(threads_before);
     INFO(at_low.result.error << " | " << at_high.result.error);
     for (const Timed* t : {&at_low, &at_high}) {
         CHECK(t->result.delivered);
