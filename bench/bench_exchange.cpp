@@ -44,23 +44,31 @@ struct Rep {
     double cpu_seconds = 0;  // this process's, all threads: on a shared machine, how much it got
     uint64_t bytes_sent = 0;
     uint64_t bytes_received = 0;
+    // Pages the kernel had to map in: fresh buffers where reused ones would do (common/allocator.h).
+    long page_faults = 0;
 };
 
-double process_cpu_seconds() {
+struct ProcessUsage {
+    double cpu_seconds = 0;
+    long page_faults = 0;  // minor: pages mapped and zeroed on first touch
+};
+
+ProcessUsage process_usage() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+    return {seconds(usage.ru_utime) + seconds(usage.ru_stime), usage.ru_minflt};
 }
 
-// Wall and CPU time of run().
+// Wall time of run(), and the CPU time and page faults it cost.
 template <typename Run>
 auto timed(Run&& run) {
     const auto start = Clock::now();
-    const double cpu_start = process_cpu_seconds();
+    const ProcessUsage before = process_usage();
     auto result = run();
+    const ProcessUsage after = process_usage();
     return std::tuple{std::move(result), std::chrono::duration<double>(Clock::now() - start).count(),
-                      process_cpu_seconds() - cpu_start};
+                      ProcessUsage{after.cpu_seconds - before.cpu_seconds, after.page_faults - before.page_faults}};
 }
 
 // Median time of one encoding's reps, and the goodput it gives.
@@ -89,8 +97,8 @@ Summary summarize(const std::vector<Rep>& reps) {
 double gbit(double bps) { return bps / 1e9; }
 
 void print_rep(const char* label, const Rep& rep) {
-    std::printf("  %-8s round %-3llu %7.3f s (cpu %5.2f s)  %6.2f Gbit/s each way  %6.2f Gbit/s both\n", label,
-                static_cast<unsigned long long>(rep.round), rep.seconds, rep.cpu_seconds,
+    std::printf("  %-8s round %-3llu %7.3f s (cpu %5.2f s, %6ld page faults)  %6.2f Gbit/s each way  %6.2f Gbit/s both\n",
+                label, static_cast<unsigned long long>(rep.round), rep.seconds, rep.cpu_seconds, rep.page_faults,
                 gbit(8.0 * rep.bytes_sent / rep.seconds), gbit(8.0 * (rep.bytes_sent + rep.bytes_received) / rep.seconds));
 }
 
@@ -193,7 +201,7 @@ int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) 
             pair_both(a, b, ++round);
             RoundMessages at_a(model, a.node_id(), b.node_id(), round, encoding, received_a);
             RoundMessages at_b(model, b.node_id(), a.node_id(), round, encoding, received_b);
-            const auto [results, seconds, cpu_seconds] = timed([&] {
+            const auto [results, seconds, usage] = timed([&] {
                 ExchangeResult result_b;
                 std::thread other([&] { result_b = b.exchange(at_b.slot()); });
                 ExchangeResult result_a = a.exchange(at_a.slot());
@@ -202,7 +210,8 @@ int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) 
             });
             check(results.first, "node a");
             check(results.second, "node b");
-            return Rep{round, seconds, cpu_seconds, results.first.bytes_sent, results.first.bytes_received};
+            return Rep{round, seconds, usage.cpu_seconds, results.first.bytes_sent, results.first.bytes_received,
+                       usage.page_faults};
         });
         print_summary(summarize(counted), tcp, 0);
     }
@@ -279,9 +288,9 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
         const auto counted = run_reps(encoding, options.reps, [&] {
             RoundMessages messages(model, node.node_id(), partner, ++round, encoding, received);
             pair_with(node, partner, round, wait);
-            const auto [result, seconds, cpu_seconds] = timed([&] { return node.exchange(messages.slot()); });
+            const auto [result, seconds, usage] = timed([&] { return node.exchange(messages.slot()); });
             check(result, "this node");
-            return Rep{round, seconds, cpu_seconds, result.bytes_sent, result.bytes_received};
+            return Rep{round, seconds, usage.cpu_seconds, result.bytes_sent, result.bytes_received, usage.page_faults};
         });
         const Summary summary = summarize(counted);
         print_summary(summary, baseline, options.link_gbit * 1e9);
@@ -290,6 +299,7 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
             reps.push_back({{"round", rep.round},
                             {"seconds", rep.seconds},
                             {"cpu_seconds", rep.cpu_seconds},
+                            {"page_faults", rep.page_faults},
                             {"bytes_sent", rep.bytes_sent},
                             {"bytes_received", rep.bytes_received}});
         report[encoding_name(encoding)] = {{"reps", reps},

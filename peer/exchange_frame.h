@@ -5,7 +5,9 @@
 // chunk twice more on each side, into a fresh string and a fresh slice, and the first touch of those
 // fresh pages cost as much again: on loopback those copies took about as much CPU as TCP itself.
 //
-// Any gRPC client or server of peer.proto talks to this one: only the C++ types differ.
+// Any gRPC client or server of peer.proto talks to this one: only the C++ types differ. The stream
+// is opened and served with the calls gRPC's generated code itself makes
+// (ClientReaderWriterFactory, BidiStreamingHandler), with this type in place of the protobuf one.
 #pragma once
 
 #include <grpcpp/channel.h>
