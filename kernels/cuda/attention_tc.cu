@@ -143,6 +143,18 @@ __device__ __forceinline__ void scale_row(float* buf, int ld, int width, const C
     }
 }
 
+// acc[n] += a times the row-major 16 x 16 block at b + 16 n, for each of a warp's kF accumulators
+// across the head.
+template <int kF>
+__device__ __forceinline__ void mma_across_head(FragAcc (&acc)[kF], const FragA& a, const bf16* b, int ld) {
+#pragma unroll
+    for (int n = 0; n < kF; n++) {
+        FragBRow bf;
+        wmma::load_matrix_sync(bf, b + 16 * n, ld);
+        wmma::mma_sync(acc[n], a, bf, acc[n]);
+    }
+}
+
 // Writes a warp's 16 x HS accumulator rows to dst rows row0 + r < T (rows `ld` floats apart),
 // kW columns at a time through buf (16 x kW floats), each row multiplied by mul[r] when mul is
 // given. Coalesced: consecutive lanes write consecutive columns.
@@ -293,12 +305,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int f = 0; f < nf; f++) {
             FragA pf;
             wmma::load_matrix_sync(pf, probs + 16 * f, kProbLd);
-#pragma unroll
-            for (int n = 0; n < kF; n++) {
-                FragBRow vf;
-                wmma::load_matrix_sync(vf, vs + 16 * f * kLd + 16 * n, kLd);
-                wmma::mma_sync(of[n], pf, vf, of[n]);
-            }
+            mma_across_head(of, pf, vs + 16 * f * kLd, kLd);
         }
         // The next tile writes probs only after the __syncthreads that starts it.
     }
@@ -493,20 +500,10 @@ __global__ void __launch_bounds__(kThreads)
 
             FragA af;
             wmma::load_matrix_sync(af, ds_buf, kChunkLdH);
-#pragma unroll
-            for (int n = 0; n < kF; n++) {
-                FragBRow bf;
-                wmma::load_matrix_sync(bf, uc + 16 * n, kLd);
-                wmma::mma_sync(grad_u[n], af, bf, grad_u[n]);
-            }
+            mma_across_head(grad_u, af, uc, kLd);
             if constexpr (kKeys) {
                 wmma::load_matrix_sync(af, p_buf, kChunkLdH);
-#pragma unroll
-                for (int n = 0; n < kF; n++) {
-                    FragBRow bf;
-                    wmma::load_matrix_sync(bf, wc + 16 * n, kLd);
-                    wmma::mma_sync(grad_w[n], af, bf, grad_w[n]);
-                }
+                mma_across_head(grad_w, af, wc, kLd);
             }
             // The next chunk rewrites p_buf and ds_buf only after its own __syncwarp.
         }
