@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -86,14 +87,24 @@ CheckResult check_device(const NodeConfig& config) {
     std::string reason;
     const int devices = usable_cuda_devices(&reason);  // 0, never a throw, without a driver
     const DeviceChoice choice = parse_device(train.device);
-    if (choice.kind == DeviceChoice::Kind::Cuda && choice.index >= devices) {
+    const std::vector<int> gpus = choice.all_gpus ? std::vector<int>(static_cast<size_t>(devices)) : choice.gpus;
+    const auto missing = std::find_if(gpus.begin(), gpus.end(), [&](int gpu) { return gpu >= devices; });
+    if (choice.kind == DeviceChoice::Kind::Cuda && (gpus.empty() || missing != gpus.end())) {
+        const std::string which = gpus.empty() ? train.device : "cuda:" + std::to_string(*missing);
         return {CheckLevel::Fail, "device",
-                fmt::format("{}: not available, {}", train.device, gpu_summary(devices, reason)),
+                fmt::format("{}: not available, {}", which, gpu_summary(devices, reason)),
                 "set [train].device to \"auto\" (a GPU when there is one, else the CPU) or \"cpu\""};
     }
-    const std::string runs_on = choice.kind == DeviceChoice::Kind::Cuda ? "trains on that GPU"
-                                : devices > 0                          ? "trains on GPU 0"
-                                                                       : "trains on " + cpu;
+    if (gpus.size() > 1 && train.batch_size % static_cast<int>(gpus.size()) != 0) {
+        return {CheckLevel::Fail, "device",
+                fmt::format("{}: [train].batch_size {} does not split evenly over {} GPUs", train.device,
+                            train.batch_size, gpus.size()),
+                fmt::format("make [train].batch_size a multiple of {}", gpus.size())};
+    }
+    const std::string runs_on = gpus.size() > 1 ? fmt::format("trains on {} GPUs, data-parallel", gpus.size())
+                                : choice.kind == DeviceChoice::Kind::Cuda ? "trains on that GPU"
+                                : devices > 0                           ? "trains on GPU 0"
+                                                                        : "trains on " + cpu;
     return {CheckLevel::Ok, "device",
             fmt::format("{}: {}; {}", train.device, runs_on, gpu_summary(devices, reason)), ""};
 }

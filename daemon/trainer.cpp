@@ -29,12 +29,10 @@ Trainer::Trainer(const TrainConfig& config)
       checkpoints_(config.run_dir, static_cast<size_t>(config.keep_checkpoints)),
       schedule_(config.lr_schedule()) {
     config_.validate();
-    Backend backend = make_backend({config_.device, config_.threads, config_.matmul});
-    spdlog::info("device {}: {}", config_.device, backend.description);
-    ops_ = std::move(backend.ops);
+    backend_ = make_backend({config_.device, config_.threads, config_.matmul});
+    spdlog::info("device {}: {}", config_.device, backend_.description);
     const int B = config_.batch_size, T = config_.effective_seq_len();
-    model_ = std::make_unique<Model<float>>(config_.model, *ops_, B, T);
-    adamw_ = std::make_unique<AdamW<float>>(*ops_, model_->manifest(), config_.adamw);
+    group_ = std::make_unique<DeviceGroup>(backend_, config_.model, config_.adamw, B, T);
 
     DataLoaderOptions train;
     train.shard_paths = list_shards(config_.data.dir, "train");
@@ -60,19 +58,21 @@ Trainer::Trainer(const TrainConfig& config)
     if (latest) {
         resume_from(*latest);
     } else {
-        model_->init_weights(config_.seed);
+        group_->init_weights(config_.seed);
     }
+    const Model<float>& model = group_->lead();
     spdlog::info("model: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, {} parameters, "
                  "fingerprint {}",
                  config_.model.n_layer, config_.model.d_model, config_.model.n_head,
-                 config_.model.d_ff, config_.model.vocab_size, model_->num_params(),
-                 model_->manifest().fingerprint());
-    spdlog::info("batch {} x {} tokens, activations {:.1f} MiB, {} training sequences",
-                 B, T, model_->activation_bytes() / 1048576.0,
+                 config_.model.d_ff, config_.model.vocab_size, model.num_params(),
+                 model.manifest().fingerprint());
+    spdlog::info("batch {} x {} tokens, activations {:.1f} MiB per device on {} device(s), {} "
+                 "training sequences",
+                 B, T, model.activation_bytes() / 1048576.0, group_->devices(),
                  train_data_->sequences_per_epoch());
-    if (const size_t device_bytes = backend_device_bytes_in_use(*ops_)) {
-        spdlog::info("device memory: {:.1f} MiB allocated (parameters, gradients, AdamW moments "
-                     "and activations)", device_bytes / 1048576.0);
+    if (const size_t device_bytes = backend_device_bytes_in_use(backend_.lead())) {
+        spdlog::info("device memory: {:.1f} MiB allocated per device (parameters, gradients, "
+                     "AdamW moments and activations)", device_bytes / 1048576.0);
     }
 }
 
@@ -81,17 +81,15 @@ Trainer::~Trainer() = default;
 void Trainer::resume_from(const std::filesystem::path& dir) {
     TrainingArenas arenas;
     const TrainingState state =
-        read_training_checkpoint(dir, config_.model, model_->manifest(), arenas);
+        read_training_checkpoint(dir, config_.model, group_->lead().manifest(), arenas);
     if (state.seed != config_.seed) {
         throw Error(dir.string() + ": the checkpoint was trained with seed " +
                     std::to_string(state.seed) + " but the config says " +
                     std::to_string(config_.seed));
     }
-    const size_t n = model_->num_params();
-    ops_->from_host(model_->params(), arenas.params.data(), n);
-    ops_->from_host(adamw_->m(), arenas.adam_m.data(), n);
-    ops_->from_host(adamw_->v(), arenas.adam_v.data(), n);
-    adamw_->set_steps_taken(state.adamw_steps);
+    group_->set_params(arenas.params.data());
+    group_->set_moments(arenas.adam_m.data(), arenas.adam_v.data());
+    group_->set_steps_taken(state.adamw_steps);
     train_data_->restore(state.data);
     step_ = state.step;
     resumed_ = true;
@@ -99,21 +97,23 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
 }
 
 std::filesystem::path Trainer::save_checkpoint() {
-    const size_t n = model_->num_params();
+    const size_t n = group_->num_params();
+    Model<float>& model = group_->lead();
+    AdamW<float>& adamw = group_->lead_adamw();
     TrainingArenas arenas;
     arenas.params.resize(n);
     arenas.adam_m.resize(n);
     arenas.adam_v.resize(n);
-    ops_->to_host(arenas.params.data(), model_->params(), n);
-    ops_->to_host(arenas.adam_m.data(), adamw_->m(), n);
-    ops_->to_host(arenas.adam_v.data(), adamw_->v(), n);
+    model.ops().to_host(arenas.params.data(), model.params(), n);
+    model.ops().to_host(arenas.adam_m.data(), adamw.m(), n);
+    model.ops().to_host(arenas.adam_v.data(), adamw.v(), n);
     TrainingState state;
     state.step = step_;
-    state.adamw_steps = adamw_->steps_taken();
+    state.adamw_steps = adamw.steps_taken();
     state.data = train_data_->state();
     state.seed = config_.seed;
     return checkpoints_.save(static_cast<uint64_t>(step_), [&](const std::filesystem::path& dir) {
-        write_training_checkpoint(dir, config_.model, model_->manifest(), arenas, state);
+        write_training_checkpoint(dir, config_.model, model.manifest(), arenas, state);
     });
 }
 
@@ -125,7 +125,7 @@ double Trainer::evaluate() {
     double total = 0.0;
     for (int i = 0; i < batches; i++) {
         val_data_->next_batch(inputs_.data(), targets_.data());
-        total += model_->forward(inputs_.data(), targets_.data());
+        total += group_->loss(inputs_.data(), targets_.data());
     }
     return total / batches;
 }
@@ -139,12 +139,9 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
     while (step_ < last) {
         const auto start = Clock::now();
         train_data_->next_batch(inputs_.data(), targets_.data());
-        const double loss = model_->forward(inputs_.data(), targets_.data());
-        model_->zero_grad();
-        model_->backward();
         StepRecord record;
         record.lr = schedule_.lr_at(step_);
-        const AdamWStepStats stats = adamw_->step(model_->params(), model_->grads(), record.lr);
+        const auto [loss, stats] = group_->train_step(inputs_.data(), targets_.data(), record.lr);
         step_++;
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         train_seconds += seconds;
@@ -184,8 +181,8 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
     if (train_seconds > 0.0) {
         summary.tokens_per_second = tokens_per_step * summary.steps.size() / train_seconds;
     }
-    if (const size_t peak = backend_device_peak_bytes(*ops_)) {
-        spdlog::info("peak device memory {:.1f} MiB", peak / 1048576.0);
+    if (const size_t peak = group_->peak_device_bytes()) {
+        spdlog::info("peak device memory {:.1f} MiB (the most on any one device)", peak / 1048576.0);
     }
     return summary;
 }

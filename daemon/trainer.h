@@ -1,5 +1,6 @@
 // Single-node training: the inner loop the swarm's rounds are built on. Owns the backend, the
-// model, AdamW, the data loaders and the checkpoint directory of one run.
+// model and AdamW on each of its devices (optimizer/device_group.h), the data loaders and the
+// checkpoint directory of one run.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,8 @@
 #include "daemon/checkpoint_dir.h"
 #include "daemon/config.h"
 #include "data/loader.h"
-#include "kernels/ops.h"
-#include "model/model.h"
-#include "optimizer/adamw.h"
+#include "kernels/backend.h"
+#include "optimizer/device_group.h"
 
 namespace starling {
 
@@ -45,15 +45,14 @@ public:
 
     int64_t step() const { return step_; }
     bool resumed() const { return resumed_; }
-    Model<float>& model() { return *model_; }
+    Model<float>& model() { return group_->lead(); }  // device 0's
 
 private:
     void resume_from(const std::filesystem::path& dir);
 
     TrainConfig config_;
-    std::unique_ptr<Ops<float>> ops_;
-    std::unique_ptr<Model<float>> model_;
-    std::unique_ptr<AdamW<float>> adamw_;
+    Backend backend_;
+    std::unique_ptr<DeviceGroup> group_;
     std::unique_ptr<DataLoader> train_data_;
     std::unique_ptr<DataLoader> val_data_;
     CheckpointDir checkpoints_;

@@ -8,9 +8,14 @@
 
 namespace starling {
 
-Evaluator::Evaluator(const ExperimentConfig& config, Ops<float>& ops) {
+Evaluator::Evaluator(const ExperimentConfig& config, const Backend& backend)
+    : parts_(static_cast<int>(backend.devices.size())) {
     const int B = config.train.batch_size, T = config.train.effective_seq_len();
-    model_ = std::make_unique<Model<float>>(config.train.model, ops, B, T);
+    if (B % parts_ != 0) {
+        throw Error("batch_size " + std::to_string(B) + " does not split evenly over " +
+                    std::to_string(parts_) + " devices: make it a multiple of " + std::to_string(parts_));
+    }
+    model_ = std::make_unique<Model<float>>(config.train.model, backend.lead(), B / parts_, T);
     DataLoaderOptions options;
     options.shard_paths = list_shards(config.train.data.dir, "val");
     options.B = B;
@@ -32,11 +37,14 @@ double Evaluator::loss(std::span<const float> weights) {
                     " values for a model of " + std::to_string(model_->num_params()));
     }
     model_->ops().from_host(model_->params(), weights.data(), weights.size());
+    const size_t part = static_cast<size_t>(model_->batch_size()) * static_cast<size_t>(model_->seq_len());
     double total = 0.0;
     for (size_t i = 0; i < inputs_.size(); i++) {
-        total += model_->forward(inputs_[i].data(), targets_[i].data());
+        for (size_t p = 0; p < static_cast<size_t>(parts_); p++) {
+            total += model_->forward(inputs_[i].data() + p * part, targets_[i].data() + p * part);
+        }
     }
-    return total / static_cast<double>(inputs_.size());
+    return total / static_cast<double>(inputs_.size() * static_cast<size_t>(parts_));
 }
 
 }  // namespace starling

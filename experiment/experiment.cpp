@@ -59,7 +59,7 @@ private:
     void append_summary_line() const;
 
     const ExperimentConfig& config_;
-    std::unique_ptr<Ops<float>> ops_;
+    Backend backend_;
     std::vector<std::unique_ptr<Replica>> replicas_;
     std::vector<std::unique_ptr<DataLoader>> ddp_streams_;
     std::unique_ptr<Evaluator> evaluator_;
@@ -79,21 +79,20 @@ private:
 ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     : config_(config), schedule_(config.train.lr_schedule()) {
     config_.validate();
-    Backend backend = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
-    spdlog::info("device {}: {}", config_.train.device, backend.description);
-    ops_ = std::move(backend.ops);
+    backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
+    spdlog::info("device {}: {}", config_.train.device, backend_.description);
     // Data-parallel training keeps one model, fed by every replica's stream each step.
     const int models = config_.method == Method::Ddp ? 1 : config_.replicas;
     for (int i = 0; i < config_.replicas; i++) {
         const uint64_t node_id = hash_index(config_.train.seed, static_cast<uint64_t>(i) + 1);
         if (i < models) {
-            replicas_.push_back(std::make_unique<Replica>(config_, *ops_, i, node_id));
+            replicas_.push_back(std::make_unique<Replica>(config_, backend_, i, node_id));
         }
         if (config_.method == Method::Ddp) {
             ddp_streams_.push_back(make_train_loader(config_, i, node_id));
         }
     }
-    evaluator_ = std::make_unique<Evaluator>(config_, *ops_);
+    evaluator_ = std::make_unique<Evaluator>(config_, backend_);
     if (config_.churn.enabled && models > 1) {
         churn_.emplace(config_.churn, models, config_.inner_steps);
     }

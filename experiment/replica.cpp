@@ -1,6 +1,7 @@
 #include "experiment/replica.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "data/shard.h"
 
@@ -18,17 +19,16 @@ std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, in
     return std::make_unique<DataLoader>(options);
 }
 
-Replica::Replica(const ExperimentConfig& config, Ops<float>& ops, int index, uint64_t node_id)
+Replica::Replica(const ExperimentConfig& config, const Backend& backend, int index, uint64_t node_id)
     : config_(config), index_(index), node_id_(node_id) {
     const int B = config.train.batch_size, T = config.train.effective_seq_len();
-    model_ = std::make_unique<Model<float>>(config.train.model, ops, B, T);
-    adamw_ = std::make_unique<AdamW<float>>(ops, model_->manifest(), config.train.adamw);
+    group_ = std::make_unique<DeviceGroup>(backend, config.train.model, config.train.adamw, B, T);
     data_ = make_train_loader(config, index, node_id);
     inputs_.resize(static_cast<size_t>(B) * T);
     targets_.resize(inputs_.size());
-    model_->init_weights(config.train.seed);
-    const size_t n = model_->num_params();
-    if (!ops.host_memory()) {
+    group_->init_weights(config.train.seed);
+    const size_t n = group_->num_params();
+    if (!backend.lead().host_memory()) {
         theta_mirror_.resize(n);
         refresh_theta_mirror();
     }
@@ -42,10 +42,7 @@ double Replica::inner_phase(int steps, const LrSchedule& schedule) {
     double total = 0.0;
     for (int h = 0; h < steps; h++) {
         data_->next_batch(inputs_.data(), targets_.data());
-        total += model_->forward(inputs_.data(), targets_.data());
-        model_->zero_grad();
-        model_->backward();
-        adamw_->step(model_->params(), model_->grads(), schedule.lr_at(inner_step_));
+        total += group_->train_step(inputs_.data(), targets_.data(), schedule.lr_at(inner_step_)).loss;
         inner_step_++;
     }
     refresh_theta_mirror();
@@ -56,14 +53,12 @@ double Replica::averaged_gradient_phase(int steps, const LrSchedule& schedule,
                                         std::span<const std::unique_ptr<DataLoader>> streams) {
     double total = 0.0;
     for (int h = 0; h < steps; h++) {
-        model_->zero_grad();
+        group_->zero_grad();
         for (const auto& stream : streams) {
             stream->next_batch(inputs_.data(), targets_.data());
-            total += model_->forward(inputs_.data(), targets_.data());
-            model_->backward();  // adds into the gradient arena
+            total += group_->accumulate_gradients(inputs_.data(), targets_.data());
         }
-        model_->ops().scale(model_->grads(), 1.0f / static_cast<float>(streams.size()), size());
-        adamw_->step(model_->params(), model_->grads(), schedule.lr_at(inner_step_));
+        group_->step(schedule.lr_at(inner_step_), 1.0f / static_cast<float>(streams.size()));
         inner_step_++;
     }
     refresh_theta_mirror();
@@ -71,32 +66,34 @@ double Replica::averaged_gradient_phase(int steps, const LrSchedule& schedule,
 }
 
 std::span<const float> Replica::theta() const {
-    if (model_->ops().host_memory()) return {model_->params(), size()};
+    // The mirror exists exactly where the backend's memory is not host memory.
+    if (theta_mirror_.empty()) return {std::as_const(*group_).lead().params(), size()};
     return theta_mirror_;
 }
 
 void Replica::refresh_theta_mirror() {
-    if (!theta_mirror_.empty()) model_->ops().to_host(theta_mirror_.data(), model_->params(), size());
+    Model<float>& lead = group_->lead();
+    if (!theta_mirror_.empty()) lead.ops().to_host(theta_mirror_.data(), lead.params(), size());
 }
 
 std::span<const float> Replica::host_view(const float* arena, std::vector<float>& mirror) {
-    if (model_->ops().host_memory()) return {arena, size()};
+    Ops<float>& ops = group_->lead().ops();
+    if (ops.host_memory()) return {arena, size()};
     mirror.resize(size());
-    model_->ops().to_host(mirror.data(), arena, size());
+    ops.to_host(mirror.data(), arena, size());
     return mirror;
 }
 
 std::span<const float> Replica::adamw_m_host() {
-    return host_view(adamw_->m(), adamw_m_mirror_);
+    return host_view(group_->lead_adamw().m(), adamw_m_mirror_);
 }
 
 std::span<const float> Replica::adamw_v_host() {
-    return host_view(adamw_->v(), adamw_v_mirror_);
+    return host_view(group_->lead_adamw().v(), adamw_v_mirror_);
 }
 
 void Replica::set_adamw_moments(std::span<const float> m, std::span<const float> v) {
-    model_->ops().from_host(adamw_->m(), m.data(), size());
-    model_->ops().from_host(adamw_->v(), v.data(), size());
+    group_->set_moments(m.data(), v.data());
 }
 
 void Replica::compute_displacement() {
@@ -105,7 +102,7 @@ void Replica::compute_displacement() {
 }
 
 void Replica::restart_from_phi() {
-    model_->ops().from_host(model_->params(), phi_.data(), size());
+    group_->set_params(phi_.data());
     if (!theta_mirror_.empty()) theta_mirror_ = phi_;
 }
 
@@ -117,9 +114,7 @@ void Replica::adopt_theta() {
 void Replica::rejoin_from(const Replica& sponsor, uint64_t new_node_id) {
     phi_ = sponsor.phi_;
     momentum_ = sponsor.momentum_;
-    model_->ops().copy(adamw_->m(), sponsor.adamw_->m(), size());
-    model_->ops().copy(adamw_->v(), sponsor.adamw_->v(), size());
-    adamw_->set_steps_taken(sponsor.adamw_->steps_taken());
+    group_->copy_optimizer_state_from(*sponsor.group_);
     inner_step_ = sponsor.inner_step_;
     std::fill(residual_.begin(), residual_.end(), 0.0f);
     restart_from_phi();

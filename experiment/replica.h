@@ -1,6 +1,8 @@
-// One simulated node of an experiment: its engine (theta is the model's parameter arena, trained by
-// AdamW), its own disjoint stream of the training data, and the outer state of
-// research/algorithms.md section 7.1: phi, the outer momentum and the error-feedback residual.
+// One node's replica: its engine (theta is the model's parameter arena, trained by AdamW on one
+// device or, data-parallel, on several GPUs of one box: optimizer/device_group.h), its own
+// disjoint stream of the training data, and the outer state of research/algorithms.md section
+// 7.1: phi, the outer momentum and the error-feedback residual. The experiment runs many in one
+// process; a swarm node runs one.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +12,8 @@
 
 #include "data/loader.h"
 #include "experiment/experiment_config.h"
-#include "kernels/ops.h"
-#include "model/model.h"
-#include "optimizer/adamw.h"
+#include "kernels/backend.h"
+#include "optimizer/device_group.h"
 #include "optimizer/outer_round.h"
 
 namespace starling {
@@ -24,7 +25,7 @@ std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, in
 class Replica {
 public:
     // theta = phi = the weights initialised from config.train.seed (every replica starts equal).
-    Replica(const ExperimentConfig& config, Ops<float>& ops, int index, uint64_t node_id);
+    Replica(const ExperimentConfig& config, const Backend& backend, int index, uint64_t node_id);
 
     // `steps` inner AdamW steps from theta; returns the mean training loss.
     double inner_phase(int steps, const LrSchedule& schedule);
@@ -49,7 +50,7 @@ public:
     int64_t inner_step() const { return inner_step_; }
     // A node adopting a snapshot continues the learning-rate schedule where its donor was.
     void set_inner_step(int64_t step) { inner_step_ = step; }
-    size_t size() const { return model_->num_params(); }
+    size_t size() const { return group_->num_params(); }
 
     // theta on the host: the parameter arena itself on the CPU backend; on a GPU, a copy taken
     // at the end of every inner phase and whenever theta is set.
@@ -59,8 +60,10 @@ public:
     std::span<float> momentum() { return momentum_; }
     std::span<float> residual() { return residual_; }
     std::span<float> displacement() { return displacement_; }
-    const ParameterManifest& manifest() const { return model_->manifest(); }
-    AdamW<float>& adamw() { return *adamw_; }
+    const ParameterManifest& manifest() const { return group_->lead().manifest(); }
+    DeviceGroup& device_group() { return *group_; }  // the model and AdamW on each device
+    int64_t adamw_steps() { return group_->lead_adamw().steps_taken(); }
+    void set_adamw_steps(int64_t steps) { group_->set_steps_taken(steps); }
     // AdamW's moments on the host (the arenas themselves on the CPU backend, a fresh copy on a
     // GPU), and setting them from host values.
     std::span<const float> adamw_m_host();
@@ -78,8 +81,7 @@ private:
     const ExperimentConfig& config_;
     int index_;
     uint64_t node_id_;
-    std::unique_ptr<Model<float>> model_;
-    std::unique_ptr<AdamW<float>> adamw_;
+    std::unique_ptr<DeviceGroup> group_;
     std::unique_ptr<DataLoader> data_;
     std::vector<int32_t> inputs_, targets_;
     // Copies of backend arenas where backend memory is not host memory (empty otherwise).

@@ -1,5 +1,6 @@
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "common/error.h"
@@ -8,6 +9,9 @@
 #ifdef STARLING_HAVE_CUDA
 #include "kernels/cuda/codec.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#endif
+#ifdef STARLING_HAVE_NCCL
+#include "kernels/cuda/nccl/nccl_all_reduce.h"
 #endif
 
 namespace starling {
@@ -22,21 +26,37 @@ std::unique_ptr<Ops<float>> cpu_backend(int threads, std::string& description) {
 
 }  // namespace
 
+namespace {
+
+[[noreturn]] void refuse_device(const std::string& device) {
+    throw Error("device \"" + device + "\" is not one of \"auto\", \"cpu\", \"cuda\", \"cuda:N\", "
+                "\"cuda:N,M,...\" or \"cuda:all\"");
+}
+
+}  // namespace
+
 DeviceChoice parse_device(const std::string& device) {
-    if (device == "auto") return {DeviceChoice::Kind::Auto, 0};
-    if (device == "cpu") return {DeviceChoice::Kind::Cpu, 0};
-    if (device == "cuda") return {DeviceChoice::Kind::Cuda, 0};
+    if (device == "auto") return {DeviceChoice::Kind::Auto, {}, false};
+    if (device == "cpu") return {DeviceChoice::Kind::Cpu, {}, false};
+    if (device == "cuda") return {DeviceChoice::Kind::Cuda, {0}, false};
+    if (device == "cuda:all") return {DeviceChoice::Kind::Cuda, {}, true};
     const std::string prefix = "cuda:";
-    if (device.starts_with(prefix)) {
-        const char* first = device.data() + prefix.size();
-        const char* last = device.data() + device.size();
+    if (!device.starts_with(prefix)) refuse_device(device);
+    DeviceChoice choice{DeviceChoice::Kind::Cuda, {}, false};
+    const char* first = device.data() + prefix.size();
+    const char* const last = device.data() + device.size();
+    while (true) {
         int index = -1;
         const auto [end, ec] = std::from_chars(first, last, index);
-        if (ec == std::errc() && end == last && first != last && index >= 0) {
-            return {DeviceChoice::Kind::Cuda, index};
+        if (ec != std::errc() || end == first || index < 0) refuse_device(device);
+        if (std::find(choice.gpus.begin(), choice.gpus.end(), index) != choice.gpus.end()) {
+            throw Error("device \"" + device + "\" names cuda:" + std::to_string(index) + " twice");
         }
+        choice.gpus.push_back(index);
+        if (end == last) return choice;
+        if (*end != ',') refuse_device(device);
+        first = end + 1;
     }
-    throw Error("device \"" + device + "\" is not one of \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"");
 }
 
 void check_matmul_precision(const std::string& matmul) {
@@ -62,29 +82,66 @@ int usable_cuda_devices(std::string* reason) {
 #endif
 }
 
+#ifdef STARLING_HAVE_CUDA
+namespace {
+
+std::vector<int> every_usable_gpu(const std::string& device) {
+    std::string reason;
+    const int count = usable_cuda_devices(&reason);
+    if (count == 0) throw Error("device \"" + device + "\": no usable GPU: " + reason);
+    std::vector<int> gpus(static_cast<size_t>(count));
+    for (int i = 0; i < count; i++) gpus[static_cast<size_t>(i)] = i;
+    return gpus;
+}
+
+Backend gpu_backend(const std::vector<int>& gpus, const BackendOptions& options) {
+    const cuda::MatmulMath math = options.matmul == "bf16"   ? cuda::MatmulMath::Bf16
+                                  : options.matmul == "tf32" ? cuda::MatmulMath::Tf32
+                                                             : cuda::MatmulMath::Fp32;
+    Backend backend;
+    std::vector<cuda::CudaOps*> cuda_devices;
+    for (const int index : gpus) {
+        auto gpu = std::make_unique<cuda::CudaOps>(index, math);
+        cuda_devices.push_back(gpu.get());
+        backend.description += (backend.description.empty() ? "" : ", ") + gpu->name();
+        backend.devices.push_back(std::move(gpu));
+    }
+    backend.description += ", " + options.matmul + " matmuls";
+    backend.gpu = true;
+    if (gpus.size() > 1) {
+#ifdef STARLING_HAVE_NCCL
+        backend.all_reduce = cuda::make_nccl_all_reduce(cuda_devices);
+        backend.description += ", NCCL " + cuda::nccl_version() + " all-reduce";
+#else
+        throw Error("device \"" + options.device +
+                    "\": this build has no NCCL (nccl.h was not found when it was built), so it "
+                    "trains on one GPU only");
+#endif
+    }
+    return backend;
+}
+
+}  // namespace
+#endif
+
 Backend make_backend(const BackendOptions& options) {
     const DeviceChoice choice = parse_device(options.device);
     check_matmul_precision(options.matmul);
     Backend backend;
     if (choice.kind == DeviceChoice::Kind::Cpu) {
-        backend.ops = cpu_backend(options.cpu_threads, backend.description);
+        backend.devices.push_back(cpu_backend(options.cpu_threads, backend.description));
         return backend;
     }
     std::string reason;
 #ifdef STARLING_HAVE_CUDA
     set_cpu_threads(options.cpu_threads);
-    const cuda::MatmulMath math = options.matmul == "bf16"   ? cuda::MatmulMath::Bf16
-                                  : options.matmul == "tf32" ? cuda::MatmulMath::Tf32
-                                                             : cuda::MatmulMath::Fp32;
-    if (choice.kind == DeviceChoice::Kind::Cuda || usable_cuda_devices(&reason) > 0) {
+    if (choice.kind == DeviceChoice::Kind::Cuda) {
+        return gpu_backend(choice.all_gpus ? every_usable_gpu(options.device) : choice.gpus, options);
+    }
+    if (usable_cuda_devices(&reason) > 0) {
         try {
-            auto gpu = std::make_unique<cuda::CudaOps>(choice.index, math);
-            backend.description = gpu->name() + ", " + options.matmul + " matmuls";
-            backend.ops = std::move(gpu);
-            backend.gpu = true;
-            return backend;
+            return gpu_backend({0}, options);
         } catch (const Error& e) {
-            if (choice.kind == DeviceChoice::Kind::Cuda) throw;
             reason = e.what();
         }
     }
@@ -95,7 +152,7 @@ Backend make_backend(const BackendOptions& options) {
     }
     usable_cuda_devices(&reason);
 #endif
-    backend.ops = cpu_backend(options.cpu_threads, backend.description);
+    backend.devices.push_back(cpu_backend(options.cpu_threads, backend.description));
     backend.description += "; no usable GPU: " + reason;
     return backend;
 }

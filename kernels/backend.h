@@ -1,7 +1,10 @@
 // Choosing the backend the engine runs on, from the `device` setting of a config or flag:
-//   "cpu"               the CPU backend;
-//   "cuda" or "cuda:N"  GPU N (0 when omitted); an error naming the device when it is unusable;
-//   "auto"              GPU 0 when a working driver and device exist, else the CPU.
+//   "cpu"                     the CPU backend;
+//   "cuda" or "cuda:N"        GPU N (0 when omitted); an error naming the device when it is unusable;
+//   "cuda:N,M,..." or "cuda:all"
+//                             several GPUs of this box (every usable one for "all"), trained as
+//                             one node by data parallelism with an NCCL all-reduce;
+//   "auto"                    GPU 0 when a working driver and device exist, else the CPU.
 // A build without nvcc knows only "cpu" and "auto" (which then means the CPU). The device count
 // of a machine with the toolkit but no driver is never trusted: cuda_device_count() returns 0.
 #pragma once
@@ -9,7 +12,9 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "kernels/all_reduce.h"
 #include "kernels/ops.h"
 
 namespace starling {
@@ -17,7 +22,8 @@ namespace starling {
 struct DeviceChoice {
     enum class Kind { Auto, Cpu, Cuda };
     Kind kind = Kind::Auto;
-    int index = 0;  // the GPU, for Kind::Cuda
+    std::vector<int> gpus;  // for Kind::Cuda, in order and distinct; empty with all_gpus
+    bool all_gpus = false;  // "cuda:all"
 };
 
 // Throws starling::Error naming the setting and what is accepted.
@@ -33,11 +39,17 @@ bool cuda_backend_built();
 int usable_cuda_devices(std::string* reason = nullptr);
 
 struct Backend {
-    std::unique_ptr<Ops<float>> ops;
+    // One backend per device the node trains on: the CPU, one GPU, or several GPUs of one box.
+    std::vector<std::unique_ptr<Ops<float>>> devices;
+    // Averages the devices' gradients; null where there is one device.
+    std::unique_ptr<AllReduce> all_reduce;
     bool gpu = false;
-    // What runs, for one log line: "cuda:0 (NVIDIA H100 80GB HBM3)", or "cpu (16 threads)"
-    // followed, when "auto" found no GPU, by the reason ("; no usable GPU: ...").
+    // What runs, for one log line: "cuda:0 (NVIDIA H100 80GB HBM3), bf16 matmuls", or
+    // "cpu (16 threads)" followed, when "auto" found no GPU, by the reason
+    // ("; no usable GPU: ...").
     std::string description;
+
+    Ops<float>& lead() const { return *devices.front(); }
 };
 
 struct BackendOptions {

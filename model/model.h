@@ -34,6 +34,7 @@ public:
     size_t activation_bytes() const;
 
     Real* params() { return params_; }
+    const Real* params() const { return params_; }
     Real* grads() { return grads_; }
 
     // Seeded initialisation: matrices N(0, init_std), residual projections (o_proj, down_proj)

@@ -71,12 +71,11 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     engine_.inner_steps = config_.inner_steps;
     engine_.outer = config_.outer;
     engine_.exchange = config_.exchange;
-    Backend backend = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
-    device_ = backend.description;
-    ops_ = std::move(backend.ops);
+    backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
+    device_ = backend_.description;
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     peer_ = std::make_unique<PeerNode>(config_.peer);
-    replica_ = std::make_unique<Replica>(engine_, *ops_, 0, peer_->node_id());
+    replica_ = std::make_unique<Replica>(engine_, backend_, 0, peer_->node_id());
     const bool split = config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;
     plan_ = split || config_.method == SwarmMethod::DiLoCo
                 ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta, config_.exchange.delta_codec)
@@ -104,7 +103,7 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
     std::copy(phi.begin(), phi.end(), r.phi().begin());
     std::copy(momentum.begin(), momentum.end(), r.momentum().begin());
     r.set_adamw_moments(adamw_m, adamw_v);
-    r.adamw().set_steps_taken(static_cast<int64_t>(counters.adamw_steps));
+    r.set_adamw_steps(static_cast<int64_t>(counters.adamw_steps));
     r.set_inner_step(static_cast<int64_t>(counters.inner_step));
     std::fill(r.residual().begin(), r.residual().end(), 0.0f);
     r.restart_from_phi();
@@ -137,7 +136,7 @@ void SwarmNode::resume(std::span<const std::byte> snapshot, const LoaderState& d
 }
 
 double SwarmNode::evaluate() {
-    if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(engine_, *ops_);
+    if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(engine_, backend_);
     return evaluator_->loss(replica_->phi());
 }
 
@@ -329,7 +328,7 @@ std::vector<std::byte> SwarmNode::snapshot_bytes() const {
 void SwarmNode::pack_snapshot(std::span<std::byte> out) const {
     pack_swarm_snapshot_into(out,
                              {round_, static_cast<uint64_t>(replica_->inner_step()),
-                              static_cast<uint64_t>(replica_->adamw().steps_taken())},
+                              static_cast<uint64_t>(replica_->adamw_steps())},
                              replica_->phi(), replica_->momentum(), replica_->adamw_m_host(),
                              replica_->adamw_v_host());
 }

@@ -31,7 +31,7 @@
 #include "experiment/replica.h"
 #include "data/loader.h"
 #include "experiment/evaluator.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "optimizer/codec/message.h"
 #include "peer/peer_node.h"
 
@@ -144,7 +144,7 @@ private:
 
     SwarmConfig config_;
     ExperimentConfig engine_;  // the replica's view of the config: one partition, this node alone
-    std::unique_ptr<Ops<float>> ops_;
+    Backend backend_;
     std::string device_;
     std::unique_ptr<PeerNode> peer_;
     std::unique_ptr<Replica> replica_;

@@ -190,6 +190,8 @@ MatmulMath CudaOps::matmul_math() const { return impl_->math; }
 size_t CudaOps::bytes_in_use() const { return impl_->in_use; }
 size_t CudaOps::peak_bytes() const { return impl_->peak; }
 
+CUstream_st* CudaOps::stream() const { return impl_->stream; }
+
 void CudaOps::synchronize() {
     impl_->bind();
     impl_->wait();

@@ -14,6 +14,8 @@
 
 #include "kernels/ops.h"
 
+struct CUstream_st;  // what cudaStream_t points to, named without the CUDA headers
+
 namespace starling::cuda {
 
 // How the matmuls multiply. Fp32: plain fp32, the reference the checks use. Tf32: tensor cores on
@@ -46,6 +48,8 @@ public:
     size_t peak_bytes() const;
     // Waits for every enqueued op; throws on an asynchronous kernel error.
     void synchronize();
+    // The stream every op runs on, for work queued in order with them (NCCL's all-reduce).
+    CUstream_st* stream() const;
 
     float* alloc(size_t n) override;
     int32_t* alloc_tokens(size_t n) override;

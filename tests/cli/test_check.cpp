@@ -229,3 +229,30 @@ TEST_CASE("the device check fails for a GPU the machine does not have, and says 
     CHECK(result.detail.find(config.swarm.train.device + ": not available") != std::string::npos);
     CHECK(result.fix.find("[train].device") != std::string::npos);
 }
+
+TEST_CASE("the device check names the missing GPU of a list, and a batch that does not split over the GPUs") {
+    NodeConfig config = local_config();
+    const int devices = usable_cuda_devices();
+    const std::string missing = "cuda:" + std::to_string(devices);
+    config.swarm.train.device = missing + "," + std::to_string(devices + 1);
+    CheckResult result = check_device(config);
+    CHECK(result.level == CheckLevel::Fail);
+    CHECK(result.detail.find(missing + ": not available") != std::string::npos);
+
+    config.swarm.train.device = "cuda:all";
+    if (devices == 0) {
+        result = check_device(config);
+        CHECK(result.level == CheckLevel::Fail);
+        CHECK(result.detail.find("cuda:all: not available") != std::string::npos);
+    } else if (devices > 1) {
+        config.swarm.train.batch_size = 2 * devices + 1;
+        result = check_device(config);
+        CHECK(result.level == CheckLevel::Fail);
+        CHECK(result.detail.find("does not split evenly over " + std::to_string(devices) + " GPUs") !=
+              std::string::npos);
+        config.swarm.train.batch_size = 2 * devices;
+        result = check_device(config);
+        CHECK(result.level == CheckLevel::Ok);
+        CHECK(result.detail.find("trains on " + std::to_string(devices) + " GPUs") != std::string::npos);
+    }
+}

@@ -157,10 +157,11 @@ TEST_CASE("experiment: under churn replicas leave, come back from a sponsor and 
 TEST_CASE("experiment: data-parallel steps equal one model trained on the concatenated batch") {
     ExperimentConfig c = small("ddp", Method::Ddp);
     c.replicas = 3;
-    CpuOps<float> ops;
+    const Backend backend = make_backend({"cpu", 0, "fp32"});
+    Ops<float>& ops = backend.lead();
     std::vector<std::unique_ptr<DataLoader>> streams;
     for (int i = 0; i < c.replicas; i++) streams.push_back(make_train_loader(c, i, 100 + i));
-    Replica replica(c, ops, 0, 100);
+    Replica replica(c, backend, 0, 100);
     const LrSchedule schedule = c.train.lr_schedule();
     replica.averaged_gradient_phase(2, schedule, streams);
 

@@ -56,8 +56,8 @@ TEST_CASE("a replica on the GPU follows one on the CPU through its host views", 
     STARLING_SKIP_WITHOUT_CUDA();
     const ExperimentConfig config = one_replica();
     const LrSchedule schedule = config.train.lr_schedule();
-    CpuOps<float> cpu;
-    cuda::CudaOps gpu(0);
+    const Backend cpu = make_backend({"cpu", 0, "fp32"});
+    const Backend gpu = make_backend({"cuda:0", 0, "fp32"});
     Replica want(config, cpu, 0, 7);
     Replica got(config, gpu, 0, 7);
     // Initialisation is a function of (seed, index) computed on the host: the same bits.
