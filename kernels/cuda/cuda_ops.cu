@@ -46,7 +46,7 @@ struct CudaOps::Impl {
     cublasHandle_t cublas = nullptr;
     std::unordered_map<void*, size_t> sizes;
     size_t in_use = 0, peak = 0;
-    Scratch partials, attention_d, buckets, bad_row, bf16_a, bf16_b;
+    Scratch partials, attention_d, buckets, bad_row, bf16_a, bf16_b, bf16_dout;
     std::vector<int32_t> host_tokens, host_buckets;
     std::vector<double> host_partials;
 
@@ -109,24 +109,37 @@ struct CudaOps::Impl {
         wait();
     }
 
-    // C = alpha op(A) op(B) + beta C, column-major, with alpha 1. A holds a_count and B b_count
-    // contiguous elements: in Bf16 mode they are rounded into scratch first.
-    void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* A,
-              int lda, size_t a_count, const float* B, int ldb, size_t b_count, float beta,
-              float* C, int ldc) {
+    // A matmul operand: count contiguous fp32 values and, where the caller rounded them already,
+    // their bf16 copy.
+    struct Operand {
+        const float* values;
+        size_t count;
+        const uint16_t* bf16 = nullptr;
+    };
+
+    // x rounded to bf16 (stochastic rounding keyed by value bits and index, so rounding the same
+    // values twice gives the same bits) into the scratch buffer s.
+    const uint16_t* rounded(Scratch& s, const float* x, size_t count) {
+        uint16_t* x16 = scratch<uint16_t>(s, std::max<size_t>(count, 1));
+        to_bf16_sr(x16, x, count, stream);
+        return x16;
+    }
+
+    // C = alpha op(A) op(B) + beta C, column-major, with alpha 1. In Bf16 mode each operand not
+    // already rounded is rounded into scratch first.
+    void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, Operand A,
+              int lda, Operand B, int ldb, float beta, float* C, int ldc) {
         const float one = 1.0f;
         // cuBLAS refuses a leading dimension of 0 even where k = 0 makes the product empty.
         lda = std::max(lda, 1);
         ldb = std::max(ldb, 1);
         if (math != MatmulMath::Bf16) {
-            STARLING_CUBLAS_CHECK(
-                blas->sgemm(cublas, op_a, op_b, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc));
+            STARLING_CUBLAS_CHECK(blas->sgemm(cublas, op_a, op_b, m, n, k, &one, A.values, lda,
+                                              B.values, ldb, &beta, C, ldc));
             return;
         }
-        uint16_t* a16 = scratch<uint16_t>(bf16_a, std::max<size_t>(a_count, 1));
-        uint16_t* b16 = scratch<uint16_t>(bf16_b, std::max<size_t>(b_count, 1));
-        to_bf16_sr(a16, A, a_count, stream);
-        to_bf16_sr(b16, B, b_count, stream);
+        const uint16_t* a16 = A.bf16 ? A.bf16 : rounded(bf16_a, A.values, A.count);
+        const uint16_t* b16 = B.bf16 ? B.bf16 : rounded(bf16_b, B.values, B.count);
         STARLING_CUBLAS_CHECK(blas->gemm_ex(cublas, op_a, op_b, m, n, k, &one, a16, CUDA_R_16BF,
                                             lda, b16, CUDA_R_16BF, ldb, &beta, C, CUDA_R_32F, ldc,
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -243,20 +256,25 @@ void CudaOps::matmul_forward(float* out, const float* inp, const float* weight, 
                              int OC, bool accumulate) {
     impl_->bind();
     if (N == 0 || OC == 0) return;
-    impl_->gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, size_t(OC) * IC, inp, IC,
-                size_t(N) * IC, accumulate ? 1.0f : 0.0f, out, OC);
+    impl_->gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, {weight, size_t(OC) * IC}, IC,
+                {inp, size_t(N) * IC}, IC, accumulate ? 1.0f : 0.0f, out, OC);
 }
 
 void CudaOps::matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                               const float* weight, int N, int IC, int OC, bool accumulate_dinp) {
     impl_->bind();
     if (IC == 0 || OC == 0) return;
+    Impl& d = *impl_;
+    Impl::Operand d_out{dout, size_t(N) * OC};
+    // dout feeds both products: in Bf16 mode it is rounded once (the same bits either product
+    // would round it to), which saves a pass over (N, OC), the logits' gradient included.
+    if (d.math == MatmulMath::Bf16) d_out.bf16 = d.rounded(d.bf16_dout, dout, d_out.count);
     if (dinp != nullptr && N > 0) {
-        impl_->gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, size_t(OC) * IC, dout, OC,
-                    size_t(N) * OC, accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
+        d.gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, {weight, size_t(OC) * IC}, IC, d_out, OC,
+               accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
     }
-    impl_->gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, size_t(N) * IC, dout, OC,
-                size_t(N) * OC, 1.0f, dweight, IC);
+    d.gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, {inp, size_t(N) * IC}, IC, d_out, OC, 1.0f,
+           dweight, IC);
 }
 
 void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
