@@ -1,8 +1,6 @@
 #include "optimizer/device_group.h"
 
 #include <algorithm>
-#include <exception>
-#include <future>
 #include <string>
 
 #include "common/error.h"
@@ -30,33 +28,19 @@ DeviceGroup::DeviceGroup(const Backend& backend, const ModelConfig& model, const
         d.adamw = std::make_unique<AdamW<float>>(*d.ops, d.model->manifest(), adamw);
         per_device_.push_back(std::move(d));
     }
+    if (count > 1 && !backend.lead().host_memory()) {
+        side_by_side_ = std::make_unique<SideBySide>(per_device_.size());
+    }
 }
 
 DeviceGroup::~DeviceGroup() = default;
 
 void DeviceGroup::for_each_device(const std::function<void(size_t)>& work) {
-    if (per_device_.size() == 1 || per_device_.front().ops->host_memory()) {
-        for (size_t r = 0; r < per_device_.size(); r++) work(r);
+    if (side_by_side_) {
+        side_by_side_->run(work);
         return;
     }
-    std::vector<std::future<void>> others;
-    for (size_t r = 1; r < per_device_.size(); r++) {
-        others.push_back(std::async(std::launch::async, work, r));
-    }
-    std::exception_ptr failure;
-    try {
-        work(0);
-    } catch (...) {
-        failure = std::current_exception();
-    }
-    for (std::future<void>& other : others) {
-        try {
-            other.get();
-        } catch (...) {
-            if (!failure) failure = std::current_exception();
-        }
-    }
-    if (failure) std::rethrow_exception(failure);
+    for (size_t r = 0; r < per_device_.size(); r++) work(r);
 }
 
 void DeviceGroup::zero_grad() {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/side_by_side.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "optimizer/adamw.h"
@@ -80,6 +81,7 @@ private:
     void for_each_device(const std::function<void(size_t)>& work);
 
     std::vector<PerDevice> per_device_;
+    std::unique_ptr<SideBySide> side_by_side_;  // GPUs only: a host thread per device
     AllReduce* all_reduce_;
     int shard_B_, T_;
 };
