@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -16,21 +15,19 @@
 #include "experiment/experiment_config.h"
 #include "experiment/replica.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "tests/support/kjv.h"
+#include "tests/support/compare.h"
+#include "tests/support/experiment_configs.h"
 
 using namespace starling;
+using starling::test::normalized_error;
+using starling::test::same_bits;
 
 namespace {
 
 ExperimentConfig one_node() {
-    ExperimentConfig c =
-        load_experiment_config(std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml");
-    c.train.data.dir = test::kjv_dir();
+    ExperimentConfig c = test::one_node_experiment();
     c.train.threads = 1;
     c.train.batch_size = 4;
-    c.train.steps = 20;
-    c.train.schedule.warmup_steps = 5;
-    c.replicas = 1;
     c.inner_steps = 4;
     return c;
 }
@@ -41,21 +38,6 @@ Backend two_cpu_devices() {
     backend.devices.push_back(std::make_unique<CpuOps<float>>());
     backend.all_reduce = std::make_unique<HostAllReduce>();
     return backend;
-}
-
-double normalized_error(std::span<const float> a, std::span<const float> b) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = 0; i < b.size(); i++) {
-        diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-        scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return diff / std::max(scale, 1e-30);
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-               return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
-           });
 }
 
 // Every device of the replica holds the lead's weights, moments and step count.

@@ -7,7 +7,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -19,9 +18,12 @@
 #include "kernels/cuda/nccl/nccl_library.h"
 #include "optimizer/device_group.h"
 #include "tests/gpu/cuda_skip.h"
+#include "tests/support/compare.h"
 #include "tests/support/model_configs.h"
 
 using namespace starling;
+using starling::test::normalized_error;
+using starling::test::same_bits;
 
 // Returns early from the test case, with a warning saying why, where fewer than two GPUs work.
 #define STARLING_SKIP_WITHOUT_TWO_GPUS()                                                       \
@@ -41,21 +43,6 @@ std::vector<float> to_host(Ops<float>& ops, const float* device, size_t n) {
     std::vector<float> host(n);
     ops.to_host(host.data(), device, n);
     return host;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-               return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
-           });
-}
-
-double normalized_error(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = 0; i < b.size(); i++) {
-        diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-        scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return diff / std::max(scale, 1e-30);
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -16,45 +15,16 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/cuda_skip.h"
-#include "tests/support/kjv.h"
+#include "tests/support/compare.h"
+#include "tests/support/experiment_configs.h"
 
 using namespace starling;
-
-namespace {
-
-ExperimentConfig one_replica() {
-    ExperimentConfig c =
-        load_experiment_config(std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml");
-    c.train.data.dir = test::kjv_dir();
-    c.train.threads = 2;
-    c.train.steps = 20;
-    c.train.schedule.warmup_steps = 5;
-    c.replicas = 1;
-    c.inner_steps = 5;
-    return c;
-}
-
-// max|a - b| / max|b|: both replicas take the same steps in fp32 with other summation orders.
-double normalized_error(std::span<const float> a, std::span<const float> b) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = 0; i < b.size(); i++) {
-        diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-        scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return diff / std::max(scale, 1e-30);
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-               return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
-           });
-}
-
-}  // namespace
+using starling::test::normalized_error;
+using starling::test::same_bits;
 
 TEST_CASE("a replica on the GPU follows one on the CPU through its host views", "[gpu][replica]") {
     STARLING_SKIP_WITHOUT_CUDA();
-    const ExperimentConfig config = one_replica();
+    const ExperimentConfig config = test::one_node_experiment();
     const LrSchedule schedule = config.train.lr_schedule();
     const Backend cpu = make_backend({"cpu", 0, "fp32"});
     const Backend gpu = make_backend({"cuda:0", 0, "fp32"});

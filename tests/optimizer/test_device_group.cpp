@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -17,9 +16,12 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "optimizer/device_group.h"
+#include "tests/support/compare.h"
 #include "tests/support/model_configs.h"
 
 using namespace starling;
+using starling::test::normalized_error;
+using starling::test::same_bits;
 
 namespace {
 
@@ -44,22 +46,6 @@ std::vector<int32_t> random_tokens(uint64_t seed, int vocab) {
 
 // CPU devices hold host memory: arenas are read in place.
 std::span<const float> arena(float* p, const DeviceGroup& group) { return {p, group.num_params()}; }
-
-// max |a - b| / max |b|.
-double normalized_error(std::span<const float> a, std::span<const float> b) {
-    double diff = 0.0, scale = 0.0;
-    for (size_t i = 0; i < b.size(); i++) {
-        diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
-        scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return diff / std::max(scale, 1e-30);
-}
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
-               return std::bit_cast<uint32_t>(x) == std::bit_cast<uint32_t>(y);
-           });
-}
 
 // Weights, AdamW moments and step counts of every device equal the lead's, bit for bit.
 void check_devices_agree(DeviceGroup& group) {

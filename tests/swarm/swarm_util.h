@@ -2,13 +2,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <span>
 #include <string>
 
 #include "daemon/config.h"
 #include "daemon/swarm/swarm_node.h"
 #include "peer/local_cluster.h"
+#include "tests/support/compare.h"
 #include "tests/support/kjv.h"
 
 namespace starling::test {
@@ -31,11 +30,6 @@ inline SwarmConfig pico_swarm(int rounds, codec::Codec state_codec = codec::Code
     c.exchange.zstd = false;  // so the bytes on the wire follow from the plan alone
     c.peer = local_cluster_config();
     return c;
-}
-
-// Equal bit for bit.
-inline bool same_bits(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
 }  // namespace starling::test
