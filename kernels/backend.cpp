@@ -24,10 +24,6 @@ std::unique_ptr<Ops<float>> cpu_backend(int threads, std::string& description) {
     return std::make_unique<CpuOps<float>>();
 }
 
-}  // namespace
-
-namespace {
-
 [[noreturn]] void refuse_device(const std::string& device) {
     throw Error("device \"" + device + "\" is not one of \"auto\", \"cpu\", \"cuda\", \"cuda:N\", "
                 "\"cuda:N,M,...\" or \"cuda:all\"");

@@ -47,17 +47,22 @@ void DeviceGroup::zero_grad() {
     for (PerDevice& d : per_device_) d.model->zero_grad();
 }
 
-double DeviceGroup::accumulate_gradients(const int32_t* inputs, const int32_t* targets) {
+double DeviceGroup::forward_shards(const int32_t* inputs, const int32_t* targets, bool backward) {
     const size_t shard = static_cast<size_t>(shard_B_) * static_cast<size_t>(T_);
     std::vector<double> losses(per_device_.size());
     for_each_device([&](size_t r) {
         Model<float>& model = *per_device_[r].model;
         losses[r] = model.forward(inputs + r * shard, targets + r * shard);
-        model.backward();
+        if (backward) model.backward();
     });
+    // Equal shards: the mean of their mean losses is the batch's mean loss.
     double total = 0.0;
     for (const double loss : losses) total += loss;
     return total / static_cast<double>(losses.size());
+}
+
+double DeviceGroup::accumulate_gradients(const int32_t* inputs, const int32_t* targets) {
+    return forward_shards(inputs, targets, true);
 }
 
 AdamWStepStats DeviceGroup::step(float lr, float grad_scale) {
@@ -86,14 +91,7 @@ DeviceGroup::StepResult DeviceGroup::train_step(const int32_t* inputs, const int
 }
 
 double DeviceGroup::loss(const int32_t* inputs, const int32_t* targets) {
-    const size_t shard = static_cast<size_t>(shard_B_) * static_cast<size_t>(T_);
-    std::vector<double> losses(per_device_.size());
-    for_each_device([&](size_t r) {
-        losses[r] = per_device_[r].model->forward(inputs + r * shard, targets + r * shard);
-    });
-    double total = 0.0;
-    for (const double loss : losses) total += loss;
-    return total / static_cast<double>(losses.size());
+    return forward_shards(inputs, targets, false);
 }
 
 void DeviceGroup::init_weights(uint64_t seed) {

@@ -79,6 +79,9 @@ private:
     // Runs work(r) for every device r: side by side on GPUs, in turn on host-memory backends,
     // whose ops already use every core. Rethrows the first exception once all have finished.
     void for_each_device(const std::function<void(size_t)>& work);
+    // Each device's forward pass on its shard (and backward, adding into its gradients); returns
+    // the batch's mean loss.
+    double forward_shards(const int32_t* inputs, const int32_t* targets, bool backward);
 
     std::vector<PerDevice> per_device_;
     std::unique_ptr<SideBySide> side_by_side_;  // GPUs only: a host thread per device
