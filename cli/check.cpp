@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <numeric>
 #include <thread>
 
 #include "cli/check_network.h"
@@ -87,7 +88,11 @@ CheckResult check_device(const NodeConfig& config) {
     std::string reason;
     const int devices = usable_cuda_devices(&reason);  // 0, never a throw, without a driver
     const DeviceChoice choice = parse_device(train.device);
-    const std::vector<int> gpus = choice.all_gpus ? std::vector<int>(static_cast<size_t>(devices)) : choice.gpus;
+    std::vector<int> gpus = choice.gpus;
+    if (choice.all_gpus) {
+        gpus.resize(static_cast<size_t>(devices));
+        std::iota(gpus.begin(), gpus.end(), 0);
+    }
     const auto missing = std::find_if(gpus.begin(), gpus.end(), [&](int gpu) { return gpu >= devices; });
     if (choice.kind == DeviceChoice::Kind::Cuda && (gpus.empty() || missing != gpus.end())) {
         const std::string which = gpus.empty() ? train.device : "cuda:" + std::to_string(*missing);
