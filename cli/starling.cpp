@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
     train_cmd->add_option("-c,--config", train.config_path, "TOML config (see configs/)")->required();
     train_cmd->add_option("--steps", train.steps, "total optimizer steps");
     train_cmd->add_option("--threads", train.threads, "CPU threads (0 = all cores)");
-    train_cmd->add_option("--device", train.device, "[train].device: auto, cpu, cuda or cuda:N");
+    train_cmd->add_option("--device", train.device, "[train].device: auto, cpu, cuda, cuda:N, cuda:N,M,... or cuda:all");
     train_cmd->add_option("--matmul", train.matmul, "[train].matmul on a GPU: fp32, tf32 or bf16");
     train_cmd->add_option("--run-dir", train.run_dir, "checkpoint directory");
     train_cmd->add_option("--data-dir", train.data_dir, "directory of prepared shards");

@@ -25,7 +25,7 @@ struct TrainConfig {
     int64_t steps = 1000;
     uint64_t seed = 1;
     int threads = 0;  // 0: all cores
-    std::string device = "auto";  // "auto", "cpu", "cuda" or "cuda:N" (kernels/backend.h)
+    std::string device = "auto";  // "auto", "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" (kernels/backend.h)
     std::string matmul = "fp32";   // on a GPU: "fp32", "tf32" or "bf16" (kernels/cuda/cuda_ops.h)
     LrSchedule schedule;  // total_steps is taken from steps, see lr_schedule()
     AdamWConfig adamw;
