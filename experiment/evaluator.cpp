@@ -5,17 +5,14 @@
 #include "common/error.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "optimizer/device_group.h"
 
 namespace starling {
 
 Evaluator::Evaluator(const ExperimentConfig& config, const Backend& backend)
     : parts_(static_cast<int>(backend.devices.size())) {
     const int B = config.train.batch_size, T = config.train.effective_seq_len();
-    if (B % parts_ != 0) {
-        throw Error("batch_size " + std::to_string(B) + " does not split evenly over " +
-                    std::to_string(parts_) + " devices: make it a multiple of " + std::to_string(parts_));
-    }
-    model_ = std::make_unique<Model<float>>(config.train.model, backend.lead(), B / parts_, T);
+    model_ = std::make_unique<Model<float>>(config.train.model, backend.lead(), per_device_batch(B, backend.devices.size()), T);
     DataLoaderOptions options;
     options.shard_paths = list_shards(config.train.data.dir, "val");
     options.B = B;

@@ -1,6 +1,6 @@
 // The gradient all-reduce of data parallelism among the devices of one box: one float array per
 // device, averaged in place, so every array ends holding the element-wise mean of all of them.
-// NCCL does it among GPUs (kernels/cuda/nccl_all_reduce.h); HostAllReduce among backends whose
+// NCCL does it among GPUs (kernels/cuda/nccl/nccl_all_reduce.h); HostAllReduce among backends whose
 // arenas are host memory, where it also serves as the reference the GPU path is checked against.
 #pragma once
 

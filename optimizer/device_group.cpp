@@ -7,20 +7,23 @@
 
 namespace starling {
 
+int per_device_batch(int B, size_t devices) {
+    const int count = static_cast<int>(devices);
+    if (count == 0) throw Error("device group: the backend has no device");
+    if (B % count != 0) {
+        throw Error("batch_size " + std::to_string(B) + " does not split evenly over " +
+                    std::to_string(count) + " devices: make it a multiple of " + std::to_string(count));
+    }
+    return B / count;
+}
+
 DeviceGroup::DeviceGroup(const Backend& backend, const ModelConfig& model, const AdamWConfig& adamw,
                          int B, int T)
-    : all_reduce_(backend.all_reduce.get()), T_(T) {
-    const int count = static_cast<int>(backend.devices.size());
-    if (count == 0) throw Error("device group: the backend has no device");
+    : all_reduce_(backend.all_reduce.get()), shard_B_(per_device_batch(B, backend.devices.size())), T_(T) {
+    const size_t count = backend.devices.size();
     if (count > 1 && all_reduce_ == nullptr) {
         throw Error("device group: " + std::to_string(count) + " devices but no all-reduce");
     }
-    if (B % count != 0) {
-        throw Error("batch_size " + std::to_string(B) + " does not split evenly over " +
-                    std::to_string(count) + " devices: make it a multiple of " +
-                    std::to_string(count));
-    }
-    shard_B_ = B / count;
     for (const auto& ops : backend.devices) {
         PerDevice d;
         d.ops = ops.get();

@@ -21,6 +21,10 @@
 
 namespace starling {
 
+// B / devices: each device's share of a batch of B sequences. Throws starling::Error naming both
+// numbers when B does not split evenly.
+int per_device_batch(int B, size_t devices);
+
 class DeviceGroup {
 public:
     // B sequences of T tokens per step on the node as a whole; throws starling::Error naming the
