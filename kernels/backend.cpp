@@ -105,7 +105,11 @@ Backend gpu_backend(const std::vector<int>& gpus, const BackendOptions& options)
     backend.description += ", " + options.matmul + " matmuls";
     backend.gpu = true;
     if (gpus.size() > 1) {
-#ifdef STARLING_HAVE_NCCL
+#if STARLING_CUDA_EMULATION
+        // Emulated devices hold host memory, which the host all-reduce averages as NCCL would.
+        backend.all_reduce = std::make_unique<HostAllReduce>();
+        backend.description += ", host all-reduce";
+#elif defined(STARLING_HAVE_NCCL)
         backend.all_reduce = cuda::make_nccl_all_reduce(cuda_devices);
         backend.description += ", NCCL " + cuda::nccl_version() + " all-reduce";
 #else
@@ -134,6 +138,11 @@ Backend make_backend(const BackendOptions& options) {
     if (choice.kind == DeviceChoice::Kind::Cuda) {
         return gpu_backend(choice.all_gpus ? every_usable_gpu(options.device) : choice.gpus, options);
     }
+#if STARLING_CUDA_EMULATION
+    // Emulated devices check the kernels; they train far slower than the CPU backend, so only a
+    // device named cuda:N uses them.
+    reason = "this build's CUDA devices are emulated (name cuda:N to use one)";
+#else
     if (usable_cuda_devices(&reason) > 0) {
         try {
             return gpu_backend({0}, options);
@@ -141,6 +150,7 @@ Backend make_backend(const BackendOptions& options) {
             reason = e.what();
         }
     }
+#endif
 #else
     if (choice.kind == DeviceChoice::Kind::Cuda) {
         throw Error("device \"" + options.device +

@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/portable.cuh"
 
 namespace starling::cuda {
 
@@ -172,8 +173,8 @@ template <int HS>
 __global__ void __launch_bounds__(Layout<HS>::kThreads, Layout<HS>::kMinBlocks)
     attention_forward_kernel(float* __restrict__ out, float* __restrict__ lse,
                              const float* __restrict__ qkv, int T, int C, int NH, float scale) {
-    __shared__ __align__(16) float ks[kTileRows][HS];
-    __shared__ __align__(16) float vs[kTileRows][HS];
+    STARLING_SHARED(float, ks, [kTileRows][HS]);
+    STARLING_SHARED(float, vs, [kTileRows][HS]);
     const Place p = place<HS>(NH);
     const int hs = C / NH;
     const size_t ld = 3 * size_t(C);
@@ -270,10 +271,10 @@ __global__ void __launch_bounds__(Layout<HS>::kThreads, Layout<HS>::kMinBlocks)
     attention_backward_dkdv_kernel(float* __restrict__ dqkv, const float* __restrict__ dout,
                                    const float* __restrict__ qkv, const float* __restrict__ lse,
                                    const float* __restrict__ D, int T, int C, int NH, float scale) {
-    __shared__ __align__(16) float qs[kTileRows][HS];
-    __shared__ __align__(16) float dos[kTileRows][HS];
-    __shared__ float lse_s[kTileRows];
-    __shared__ float d_s[kTileRows];
+    STARLING_SHARED(float, qs, [kTileRows][HS]);
+    STARLING_SHARED(float, dos, [kTileRows][HS]);
+    STARLING_SHARED(float, lse_s, [kTileRows]);
+    STARLING_SHARED(float, d_s, [kTileRows]);
     const Place p = place<HS>(NH);
     const int hs = C / NH;
     const size_t ld = 3 * size_t(C);
@@ -332,8 +333,8 @@ __global__ void __launch_bounds__(Layout<HS>::kThreads, Layout<HS>::kMinBlocks)
     attention_backward_dq_kernel(float* __restrict__ dqkv, const float* __restrict__ dout,
                                  const float* __restrict__ qkv, const float* __restrict__ lse,
                                  const float* __restrict__ D, int T, int C, int NH, float scale) {
-    __shared__ __align__(16) float ks[kTileRows][HS];
-    __shared__ __align__(16) float vs[kTileRows][HS];
+    STARLING_SHARED(float, ks, [kTileRows][HS]);
+    STARLING_SHARED(float, vs, [kTileRows][HS]);
     const Place p = place<HS>(NH);
     const int hs = C / NH;
     const size_t ld = 3 * size_t(C);
@@ -433,8 +434,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
     const float scale = softmax_scale(hs);
     with_head_bucket(hs, [&](auto bucket) {
         constexpr int HS = decltype(bucket)::value;
-        attention_forward_kernel<HS>
-            <<<grid, Layout<HS>::kThreads, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        launch<attention_forward_kernel<HS>>(grid, Layout<HS>::kThreads, 0, stream, out, lse, qkv,
+                                             T, C, NH, scale);
         STARLING_CUDA_CHECK(cudaGetLastError());
     });
 }
@@ -448,15 +449,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     }
     const dim3 grid = row_block_grid(B, T, NH);
     const float scale = softmax_scale(hs);
-    attention_row_dot_kernel<<<grid, kDotWarps * 32, 0, stream>>>(scratch, dout, out, T, C, NH);
+    launch<attention_row_dot_kernel>(grid, kDotWarps * 32, 0, stream, scratch, dout, out, T, C, NH);
     STARLING_CUDA_CHECK(cudaGetLastError());
     with_head_bucket(hs, [&](auto bucket) {
         constexpr int HS = decltype(bucket)::value;
-        attention_backward_dkdv_kernel<HS><<<grid, Layout<HS>::kThreads, 0, stream>>>(
-            dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+        launch<attention_backward_dkdv_kernel<HS>>(grid, Layout<HS>::kThreads, 0, stream, dqkv,
+                                                   dout, qkv, lse, scratch, T, C, NH, scale);
         STARLING_CUDA_CHECK(cudaGetLastError());
-        attention_backward_dq_kernel<HS><<<grid, Layout<HS>::kThreads, 0, stream>>>(
-            dqkv, dout, qkv, lse, scratch, T, C, NH, scale);
+        launch<attention_backward_dq_kernel<HS>>(grid, Layout<HS>::kThreads, 0, stream, dqkv, dout,
+                                                 qkv, lse, scratch, T, C, NH, scale);
         STARLING_CUDA_CHECK(cudaGetLastError());
     });
 }

@@ -40,6 +40,7 @@
 #include "common/error.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/portable.cuh"
 
 namespace starling::cuda {
 
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int kLd = kStagedLd<HS>;
     constexpr int kF = HS / 16;                    // fragments across the head
     constexpr int kW = HS < kTile ? HS : kTile;    // O columns per pass through the score buffer
-    extern __shared__ __align__(128) unsigned char smem[];
+    STARLING_DYNAMIC_SHARED(unsigned char, smem);
     const int warp = int(threadIdx.x) / 32;
     Carve carve{smem};
     bf16* ks = carve.take<bf16>(kTile * kLd);
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int kF = HS / 16;
     constexpr bool kOwnInSmem = Backward<HS, kKeys>::kOwnInSmem;
     constexpr int kStream = Backward<HS, kKeys>::kStream;
-    extern __shared__ __align__(128) unsigned char smem[];
+    STARLING_DYNAMIC_SHARED(unsigned char, smem);
     const int warp = int(threadIdx.x) / 32;
     Carve carve{smem};
     bf16* us = carve.take<bf16>(kStream * kLd);
@@ -553,13 +554,12 @@ bool aligned16(const void* p) {
 
 // Dynamic shared memory (up to 67.25 KiB, at head size 128) beyond the default 48 KiB must be
 // allowed per kernel; setting it on every launch keeps this right on any device.
-template <typename... P, typename... A>
-void launch(void (*kernel)(P...), int B, int T, int NH, size_t smem, cudaStream_t stream,
-            A... args) {
-    STARLING_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <auto Kernel, typename... A>
+void launch_tiles(int B, int T, int NH, size_t smem, cudaStream_t stream, A... args) {
+    STARLING_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(smem)));
     const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows));
-    kernel<<<grid, kThreads, smem, stream>>>(args...);
+    launch<Kernel>(grid, kThreads, smem, stream, args...);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -581,8 +581,9 @@ void attention_forward_bf16(float* out, float* lse, const float* qkv, int B, int
     }
     with_head_size(hs, [&](auto size) {
         constexpr int HS = decltype(size)::value;
-        launch(attention_forward_tc_kernel<HS>, B, T, NH, forward_smem<HS>(), stream, out, lse,
-               qkv, T, C, NH, softmax_scale(hs), aligned16(qkv));
+        launch_tiles<attention_forward_tc_kernel<HS>>(B, T, NH, forward_smem<HS>(), stream, out,
+                                                      lse, qkv, T, C, NH, softmax_scale(hs),
+                                                      aligned16(qkv));
     });
 }
 
@@ -601,10 +602,12 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
     with_head_size(hs, [&](auto size) {
         constexpr int HS = decltype(size)::value;
         // The query side first: it writes D (scratch), which the key side reads.
-        launch(attention_backward_tc_kernel<HS, false>, B, T, NH, Backward<HS, false>::kSmem,
-               stream, dqkv, scratch, dout, qkv, out, lse, T, C, NH, softmax_scale(hs), vec);
-        launch(attention_backward_tc_kernel<HS, true>, B, T, NH, Backward<HS, true>::kSmem,
-               stream, dqkv, scratch, dout, qkv, out, lse, T, C, NH, softmax_scale(hs), vec);
+        launch_tiles<attention_backward_tc_kernel<HS, false>>(
+            B, T, NH, Backward<HS, false>::kSmem, stream, dqkv, scratch, dout, qkv, out, lse, T, C,
+            NH, softmax_scale(hs), vec);
+        launch_tiles<attention_backward_tc_kernel<HS, true>>(
+            B, T, NH, Backward<HS, true>::kSmem, stream, dqkv, scratch, dout, qkv, out, lse, T, C,
+            NH, softmax_scale(hs), vec);
     });
 }
 

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/portable.cuh"
 #include "kernels/math.h"
 #include "kernels/rounding.h"
 
@@ -349,9 +350,9 @@ void launch_encode_q(std::byte* out, float* residual, const float* theta, const 
                      size_t n, uint64_t first_index, const PhiloxStream& ps,
                      unsigned long long* first_bad, cudaStream_t stream) {
     const size_t nblocks = num_blocks(n);
-    encode_q_kernel<QMAX, FEEDBACK><<<grid_for_warps(nblocks), kThreads, 0, stream>>>(
-        reinterpret_cast<uint8_t*>(out), residual, theta, phi, n, nblocks, first_index / kBlock, ps,
-        first_bad);
+    launch<encode_q_kernel<QMAX, FEEDBACK>>(grid_for_warps(nblocks), kThreads, 0, stream,
+                                            reinterpret_cast<uint8_t*>(out), residual, theta, phi,
+                                            n, nblocks, first_index / kBlock, ps, first_bad);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -426,11 +427,11 @@ void decode_q(float* out, const std::byte* in, size_t n, int qmax, cudaStream_t 
     const BadBlockFlag flag(stream);
     const auto* bytes = reinterpret_cast<const uint8_t*>(in);
     if (qmax == 127) {
-        decode_q_kernel<127>
-            <<<grid_for_warps(nblocks), kThreads, 0, stream>>>(out, bytes, n, nblocks, flag.get());
+        launch<decode_q_kernel<127>>(grid_for_warps(nblocks), kThreads, 0, stream, out, bytes, n,
+                                     nblocks, flag.get());
     } else {
-        decode_q_kernel<7>
-            <<<grid_for_warps(nblocks), kThreads, 0, stream>>>(out, bytes, n, nblocks, flag.get());
+        launch<decode_q_kernel<7>>(grid_for_warps(nblocks), kThreads, 0, stream, out, bytes, n,
+                                   nblocks, flag.get());
     }
     STARLING_CUDA_CHECK(cudaGetLastError());
     const unsigned long long bad = flag.read();
@@ -445,8 +446,8 @@ void encode_bf16sr(uint16_t* out, const float* x, size_t n, uint64_t first_index
         return;
     }
     const uint64_t groups = (first_index + n - 1) / 8 - first_index / 8 + 1;
-    encode_bf16sr_kernel<<<grid_for_threads(groups), kThreads, 0, stream>>>(
-        out, x, n, first_index, groups, stream_of(node_id, round, stream_id));
+    launch<encode_bf16sr_kernel>(grid_for_threads(groups), kThreads, 0, stream, out, x, n,
+                                 first_index, groups, stream_of(node_id, round, stream_id));
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -454,7 +455,7 @@ void decode_bf16(float* out, const uint16_t* in, size_t n, cudaStream_t stream) 
     if (n == 0) {
         return;
     }
-    decode_bf16_kernel<<<grid_for_threads(n), kThreads, 0, stream>>>(out, in, n);
+    launch<decode_bf16_kernel>(grid_for_threads(n), kThreads, 0, stream, out, in, n);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,6 +8,13 @@ namespace starling::cuda {
 
 namespace {
 
+#if STARLING_CUDA_EMULATION
+// The emulator's cuBLAS (kernels/cuda/emulation/cublas.cpp) is linked in: nothing to open.
+CublasLibrary open_library() {
+    return {cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode,
+            cublasSgemm_v2,  cublasGemmEx,     cublasGetStatusString};
+}
+#else
 CublasLibrary open_library() {
     // The soname of the cuBLAS these headers belong to, e.g. libcublas.so.13.
     const SharedLibrary library("libcublas.so." + std::to_string(CUBLAS_VER_MAJOR));
@@ -21,6 +28,7 @@ CublasLibrary open_library() {
     library.bind("cublasGetStatusString", lib.status_string);
     return lib;
 }
+#endif
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // bit of the transcendental functions.
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/portable.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace starling::cuda {
@@ -99,13 +100,14 @@ __global__ void adamw_kernel(float* params, float* m, float* v, const float* gra
 }  // namespace
 
 void swiglu_forward(float* out, const float* gu, int N, int F, cudaStream_t stream) {
-    swiglu_forward_kernel<<<grid_for(size_t(N) * F), kThreads, 0, stream>>>(out, gu, N, F);
+    launch<swiglu_forward_kernel>(grid_for(size_t(N) * F), kThreads, 0, stream, out, gu, N, F);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F,
                      cudaStream_t stream) {
-    swiglu_backward_kernel<<<grid_for(size_t(N) * F), kThreads, 0, stream>>>(dgu, dout, gu, N, F);
+    launch<swiglu_backward_kernel>(grid_for(size_t(N) * F), kThreads, 0, stream, dgu, dout, gu, N,
+                                   F);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -113,14 +115,15 @@ void rope_rotate_qk(float* qkv, int B, int T, int C, int NH, float theta, int di
                     cudaStream_t stream) {
     const size_t pairs = size_t(B) * T * 2 * NH * (C / NH / 2);
     if (pairs == 0) return;
-    rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(qkv, B * T, T, C, NH, theta, direction);
+    launch<rope_kernel>(grid_for(pairs), kThreads, 0, stream, qkv, B * T, T, C, NH, theta,
+                        direction);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C,
                        cudaStream_t stream) {
-    embedding_forward_kernel<<<grid_for(size_t(N) * C), kThreads, 0, stream>>>(out, tokens, wte, N,
-                                                                               C);
+    launch<embedding_forward_kernel>(grid_for(size_t(N) * C), kThreads, 0, stream, out, tokens, wte,
+                                     N, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -129,27 +132,27 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* unique_to
                         cudaStream_t stream) {
     if (unique_count == 0 || C == 0) return;
     const dim3 grid(unsigned(unique_count), unsigned((C + kThreads - 1) / kThreads));
-    embedding_backward_kernel<<<grid, kThreads, 0, stream>>>(dwte, dout, unique_tokens, row_start,
-                                                             rows, C);
+    launch<embedding_backward_kernel>(grid, kThreads, 0, stream, dwte, dout, unique_tokens,
+                                      row_start, rows, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void scale(float* x, float s, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+    launch<scale_kernel>(grid_for(n), kThreads, 0, stream, x, s, n);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void to_bf16_sr(uint16_t* out, const float* x, size_t n, cudaStream_t stream) {
     if (n == 0) return;
-    to_bf16_sr_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, x, n);
+    launch<to_bf16_sr_kernel>(grid_for(n), kThreads, 0, stream, out, x, n);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void adamw_update(float* params, float* m, float* v, const float* grads, size_t n,
                   const AdamWScalars& s, cudaStream_t stream) {
     if (n == 0) return;
-    adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(params, m, v, grads, n, s);
+    launch<adamw_kernel>(grid_for(n), kThreads, 0, stream, params, m, v, grads, n, s);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/portable.cuh"
 #include "kernels/cuda/launch.cuh"
 
 namespace starling::cuda {
@@ -90,8 +91,8 @@ __device__ RowSoftmax row_softmax(const float* x, int V, float* shared_max, doub
 
 __global__ void crossentropy_forward_kernel(float* losses, const float* logits,
                                             const int32_t* targets, int V, int* bad_row) {
-    __shared__ float shared_max[kWarpsPerBlock];
-    __shared__ double shared_sum[kWarpsPerBlock];
+    STARLING_SHARED(float, shared_max, [kWarpsPerBlock]);
+    STARLING_SHARED(double, shared_sum, [kWarpsPerBlock]);
     const int n = blockIdx.x;
     const int32_t target = targets[n];
     if (target < 0 || target >= V) {
@@ -110,8 +111,8 @@ __global__ void crossentropy_forward_kernel(float* losses, const float* logits,
 // inside row_softmax, and afterwards each thread writes only the elements it reads.
 __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits,
                                              const int32_t* targets, float dloss, int V) {
-    __shared__ float shared_max[kWarpsPerBlock];
-    __shared__ double shared_sum[kWarpsPerBlock];
+    STARLING_SHARED(float, shared_max, [kWarpsPerBlock]);
+    STARLING_SHARED(double, shared_sum, [kWarpsPerBlock]);
     const int n = blockIdx.x;
     const float* x = logits + size_t(n) * V;
     float* dx = dlogits + size_t(n) * V;
@@ -124,7 +125,7 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
 }
 
 __global__ void sum_partials_kernel(double* partials, const float* x, size_t n, bool squares) {
-    __shared__ double shared[kWarpsPerBlock];
+    STARLING_SHARED(double, shared, [kWarpsPerBlock]);
     const size_t first = blockIdx.x * kSumChunk;
     const size_t last = first + kSumChunk < n ? first + kSumChunk : n;
     double acc = 0.0;
@@ -141,8 +142,8 @@ __global__ void sum_partials_kernel(double* partials, const float* x, size_t n, 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                      float eps, cudaStream_t stream) {
     if (N == 0) return;
-    rmsnorm_forward_kernel<<<grid_for_rows(N), kThreads, 0, stream>>>(out, rstd, inp, weight, N, C,
-                                                                      eps);
+    launch<rmsnorm_forward_kernel>(grid_for_rows(N), kThreads, 0, stream, out, rstd, inp, weight, N,
+                                   C, eps);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -154,8 +155,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                       const float* weight, const float* rstd, int N, int C, double* partials,
                       cudaStream_t stream) {
     if (N == 0 || C == 0) return;
-    rmsnorm_backward_dinp_kernel<<<grid_for_rows(N), kThreads, 0, stream>>>(dinp, dout, inp,
-                                                                            weight, rstd, N, C);
+    launch<rmsnorm_backward_dinp_kernel>(grid_for_rows(N), kThreads, 0, stream, dinp, dout, inp,
+                                         weight, rstd, N, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
     const int chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
     if (chunks > 65535) {  // grid.y
@@ -163,27 +164,27 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                     std::to_string(65535 * kRowsPerChunk));
     }
     const unsigned channel_tiles = unsigned((C + kThreads - 1) / kThreads);
-    rmsnorm_dweight_partials_kernel<<<dim3(channel_tiles, unsigned(chunks)), kThreads, 0,
-                                      stream>>>(partials, dout, inp, rstd, N, C);
+    launch<rmsnorm_dweight_partials_kernel>(dim3(channel_tiles, unsigned(chunks)), kThreads, 0,
+                                            stream, partials, dout, inp, rstd, N, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
-    rmsnorm_dweight_total_kernel<<<channel_tiles, kThreads, 0, stream>>>(dweight, partials, chunks,
-                                                                         C);
+    launch<rmsnorm_dweight_total_kernel>(channel_tiles, kThreads, 0, stream, dweight, partials,
+                                         chunks, C);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
                           int* bad_row, cudaStream_t stream) {
     if (N == 0) return;
-    crossentropy_forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(losses, logits, targets, V,
-                                                                      bad_row);
+    launch<crossentropy_forward_kernel>(unsigned(N), kThreads, 0, stream, losses, logits, targets,
+                                        V, bad_row);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss,
                            int N, int V, cudaStream_t stream) {
     if (N == 0) return;
-    crossentropy_backward_kernel<<<unsigned(N), kThreads, 0, stream>>>(dlogits, logits, targets,
-                                                                       dloss, V);
+    launch<crossentropy_backward_kernel>(unsigned(N), kThreads, 0, stream, dlogits, logits, targets,
+                                         dloss, V);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -194,7 +195,7 @@ size_t reduce_partials(size_t n) {
 void sum_partials(double* partials, const float* x, size_t n, bool squares, cudaStream_t stream) {
     const size_t blocks = reduce_partials(n);
     if (blocks == 0) return;
-    sum_partials_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(partials, x, n, squares);
+    launch<sum_partials_kernel>(unsigned(blocks), kThreads, 0, stream, partials, x, n, squares);
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 

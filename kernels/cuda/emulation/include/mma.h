@@ -1,0 +1,4 @@
+// WMMA on the emulator (kernels/cuda/emulation/wmma.h).
+#pragma once
+
+#include "kernels/cuda/emulation/wmma.h"
