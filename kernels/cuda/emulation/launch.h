@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -23,7 +24,7 @@ std::string kernel_name() {
     const std::string_view pretty = __PRETTY_FUNCTION__;
     const std::string_view marker = "Kernel = ";
     std::string_view name = pretty.substr(pretty.find(marker) + marker.size());
-    name = name.substr(0, name.rfind(']'));
+    name = name.substr(0, name.find_first_of(";]"));
     if (name.starts_with('&')) name.remove_prefix(1);
     const size_t template_start = std::min(name.find('<'), name.size());
     const size_t last_scope = name.substr(0, template_start).rfind("::");

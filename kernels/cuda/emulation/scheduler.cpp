@@ -313,8 +313,12 @@ void release_memory(BlockRun& run) {
     }
     for (const SharedVariable& v : run.shared) std::free(v.memory);
     std::free(run.dynamic_shared);
-    run.exchange.clear();
-    run.exchange.shrink_to_fit();
+    // Everything the block's threads touched goes now, where TSan is told to look away.
+    run.exchange = std::vector<unsigned char>();
+    run.lanes = std::vector<Lane>();
+    run.warps = std::vector<Warp>();
+    run.shared = std::vector<SharedVariable>();
+    run.fault = std::string();
 }
 
 void* junk_filled(size_t bytes, size_t alignment) {
@@ -356,7 +360,10 @@ void run_block(BlockRun& run, Order order, std::mt19937_64& random) {
             Lane& lane = run.lanes[size_t(i)];
             if (lane.state != State::Runnable) continue;
             resume(run, lane);
-            if (!run.fault.empty()) throw KernelFault(run.fault);
+            if (!run.fault.empty()) {
+                sanitizer::acquire(run.end_token);  // the faulting thread's message is the host's now
+                throw KernelFault(run.fault);
+            }
         }
         if (std::all_of(run.lanes.begin(), run.lanes.end(),
                         [](const Lane& l) { return l.state == State::Exited; })) {
@@ -422,19 +429,19 @@ void lane_fault(const std::string& problem) {
 
 }  // namespace
 
-const uint3& thread_index() { return current_lane("threadIdx").index; }
+uint3 thread_index() { return current_lane("threadIdx").index; }
 
-const uint3& block_index() {
+uint3 block_index() {
     current_lane("blockIdx");
     return running->block;
 }
 
-const dim3& block_dim() {
+dim3 block_dim() {
     current_lane("blockDim");
     return running->config->block;
 }
 
-const dim3& grid_dim() {
+dim3 grid_dim() {
     current_lane("gridDim");
     return running->config->grid;
 }

@@ -76,11 +76,13 @@ struct LaunchConfig {
 // been validated (see launch.h).
 void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 
-// Device-side services for the running thread (valid only inside run_grid's body).
-const uint3& thread_index();
-const uint3& block_index();
-const dim3& block_dim();
-const dim3& grid_dim();
+// Device-side services for the running thread (valid only inside run_grid's body). The indices
+// are returned by value: the emulator's memory is not the kernel's, and TSan must not see the
+// kernel read it.
+uint3 thread_index();
+uint3 block_index();
+dim3 block_dim();
+dim3 grid_dim();
 int lane_index();  // linear thread index % 32
 
 // The block barrier (__syncthreads) and a warp barrier over the lanes in mask (__syncwarp and the
