@@ -229,3 +229,24 @@ TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
 }
+
+#if STARLING_CUDA_EMULATION
+// The CUDA backend's kernels inside real daemons: three nodes on emulated devices pair and learn.
+TEST_CASE("three starlingd train together on emulated CUDA devices", "[integration][gpu]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
+    const Environment on_gpu{{"STARLING_TRAIN_DEVICE", "cuda:0"}};
+    a.start({}, on_gpu);
+    b.start({a.peer_address()}, on_gpu);
+    c.start({a.peer_address()}, on_gpu);
+    for (TestDaemon* d : {&a, &b, &c}) {
+        eventually(d->name() + " paired 2 rounds", 120s, [&] { return status_u64(*d, "rounds_paired") >= 2; });
+        INFO(d->log());
+        CHECK(d->log().find("emulated device 0") != std::string::npos);
+    }
+    eventually("a reaches round 6", 120s, [&] { return status_u64(a, "round") >= 6; });
+    const std::vector<LoggedRound> rounds = logged_rounds(a.log());
+    REQUIRE(rounds.size() >= 6);
+    CHECK(rounds.back().loss < rounds.front().loss - 0.3);
+}
+#endif

@@ -66,11 +66,11 @@ inline void* create_fiber(const char* name) {
 #endif
 }
 
-inline void destroy_fiber(void* fiber) {
+inline void name_fiber(void* fiber, const char* name) {
 #if STARLING_EMULATION_TSAN_HOOKS
-    if (fiber) __tsan_destroy_fiber(fiber);
+    __tsan_set_fiber_name(fiber, name);
 #else
-    (void)fiber;
+    (void)fiber, (void)name;
 #endif
 }
 

@@ -63,6 +63,7 @@ struct BlockRun {
     const LaunchConfig* config = nullptr;
     const std::function<void()>* body = nullptr;
     uint3 block{};
+    size_t sequence = 0;  // of the block in the launch's run order
     std::vector<Lane> lanes;
     std::vector<Warp> warps;
     std::vector<SharedVariable> shared;
@@ -72,6 +73,7 @@ struct BlockRun {
     unsigned block_generation = 0;
     char block_tokens[2] = {};
     char* start_token = nullptr;  // released by the host before the launch
+    char block_start_token = 0;   // released by the host once the block's memory is set up
     char* end_token = nullptr;    // released by every thread as it ends
     Lane* current = nullptr;
     std::string fault;  // set by the thread that faulted
@@ -142,8 +144,8 @@ std::string describe(const BlockRun& run, const Lane& lane) {
     throw KernelFault(describe(run, lane) + ": " + problem);
 }
 
-// Stacks are reused from block to block, except under TSan, which would take a new thread's use of
-// an old thread's stack for a race: there each block gets fresh ones.
+// Stacks are reused from block to block. (Under TSan each stack stays with one fiber, below: a
+// fiber running on a stack another fiber used would look like a race.)
 class StackPool {
 public:
     char* take() {
@@ -154,12 +156,7 @@ public:
     }
     void give_back(char* stack) {
         sanitizer::unpoison(stack, kStackBytes);
-        if (sanitizer::kThread) {
-            const sanitizer::IgnoreAccesses ignore;
-            std::free(stack);
-        } else {
-            free_.push_back(stack);
-        }
+        free_.push_back(stack);
     }
     ~StackPool() {
         for (char* stack : free_) std::free(stack);
@@ -170,6 +167,31 @@ private:
 };
 
 thread_local StackPool stacks;
+
+// TSan's fibers, reused with their stacks: creating a fiber clears most of a megabyte, and TSan's
+// allocator maps and unmaps every stack. Consecutive blocks take their threads' fibers from
+// alternate sets, so a race between two neighbouring blocks is still one between two fibers (blocks
+// two apart share fibers, which TSan sees as ordered: a race between them alone goes unseen).
+class FiberSets {
+public:
+    struct Fiber {
+        void* fiber;
+        char* stack;
+    };
+    Fiber get(size_t set, size_t index, const std::string& name) {
+        std::vector<Fiber>& fibers = sets_[set % 2];
+        while (fibers.size() <= index) {
+            fibers.push_back({sanitizer::create_fiber(name.c_str()), stacks.take()});
+        }
+        sanitizer::name_fiber(fibers[index].fiber, name.c_str());
+        return fibers[index];
+    }
+
+private:
+    std::vector<Fiber> sets_[2];
+};
+
+thread_local FiberSets fibers;
 
 void switch_to_scheduler(BlockRun& run, Lane& lane, bool ending) {
     sanitizer::switch_to(run.scheduler_fiber);
@@ -185,6 +207,7 @@ void lane_main(fcontext::transfer_t from) {
     run.scheduler = from.fctx;
     sanitizer::finish_switch(nullptr, &run.scheduler_stack_bottom, &run.scheduler_stack_size);
     sanitizer::acquire(run.start_token);
+    sanitizer::acquire(&run.block_start_token);  // a reused fiber did not see the host set up
     try {
         (*run.body)();
     } catch (const LaneFault&) {
@@ -308,8 +331,7 @@ void release_block(BlockRun& run) {
 void release_memory(BlockRun& run) {
     const sanitizer::IgnoreAccesses ignore;
     for (Lane& lane : run.lanes) {
-        if (lane.stack) stacks.give_back(lane.stack);
-        sanitizer::destroy_fiber(lane.fiber);
+        if (lane.stack && !sanitizer::kThread) stacks.give_back(lane.stack);
     }
     for (const SharedVariable& v : run.shared) std::free(v.memory);
     std::free(run.dynamic_shared);
@@ -346,15 +368,19 @@ void run_block(BlockRun& run, Order order, std::mt19937_64& random) {
         Lane& lane = run.lanes[i];
         lane.linear = int(i);
         lane.index = {unsigned(i % b.x), unsigned(i / b.x % b.y), unsigned(i / (size_t(b.x) * b.y))};
-        lane.stack = stacks.take();
-        if (lane.stack == nullptr) throw Error("emulator: out of host memory for thread stacks");
-        lane.context = fcontext::make_fcontext(lane.stack + kStackBytes, kStackBytes, lane_main);
         if (sanitizer::kThread) {
             const std::string name = config.kernel + " block " + format(run.block) + " thread " +
                                      format(lane.index);
-            lane.fiber = sanitizer::create_fiber(name.c_str());
+            const FiberSets::Fiber fiber = fibers.get(run.sequence, i, name);
+            lane.fiber = fiber.fiber;
+            lane.stack = fiber.stack;
+        } else {
+            lane.stack = stacks.take();
         }
+        if (lane.stack == nullptr) throw Error("emulator: out of host memory for thread stacks");
+        lane.context = fcontext::make_fcontext(lane.stack + kStackBytes, kStackBytes, lane_main);
     }
+    sanitizer::release(&run.block_start_token);
     while (true) {
         for (const int i : run_order_of(count, order, random)) {
             Lane& lane = run.lanes[size_t(i)];
@@ -402,6 +428,7 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
         BlockRun run;
         run.config = &config;
         run.body = &body;
+        run.sequence = n;
         run.block = {unsigned(i % g.x), unsigned(i / g.x % g.y), unsigned(i / (size_t(g.x) * g.y))};
         run.start_token = &start_token;
         run.end_token = &end_token;
