@@ -1,15 +1,15 @@
 // The device emulator (kernels/cuda/emulation/) on small kernels written here: that correct kernels
 // give the right result in every run order, and that each misuse a device would punish (a thread
 // skipping __syncthreads, a warp collective with an exited or diverged lane, a bad launch, too much
-// shared memory, a misaligned WMMA tile) ends the launch with an error naming the kernel, the thread
-// and the line. Results are checked against values computed by hand or in double on the host.
-// The races and out-of-bounds accesses that only ThreadSanitizer and AddressSanitizer see are
+// shared memory, a misaligned WMMA tile) ends the launch with an error naming the kernel, the
+// thread and the line. Results are checked against values computed by hand or in double on the
+// host. The races and out-of-bounds accesses that only ThreadSanitizer and AddressSanitizer see are
 // checked by tests/emulation/sanitized_faults.sh on the sanitized builds.
 #include <catch2/catch.hpp>
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cublas_v2.h>
 #include <mma.h>
 
 #include <cmath>
@@ -133,7 +133,8 @@ __global__ void diverged_shuffle_kernel(int* out) {
 __global__ void half_warp_sync_kernel(int* out) {
     // Lanes 0-15 and 16-31 synchronise as two separate groups: legal.
     __syncwarp(threadIdx.x % 32 < 16 ? 0x0000ffffu : 0xffff0000u);
-    out[threadIdx.x] = __any_sync(kFull, threadIdx.x == 7) + __ballot_sync(kFull, threadIdx.x % 32 < 3);
+    out[threadIdx.x] =
+        __any_sync(kFull, threadIdx.x == 7) + __ballot_sync(kFull, threadIdx.x % 32 < 3);
 }
 
 __global__ void wrong_mask_kernel(int* out) {
@@ -159,7 +160,9 @@ __global__ void dynamic_shared_kernel(int* out) {
     out[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
 }
 
-__global__ void atomic_min_kernel(int* out) { atomicMin(out, int(1000 - blockIdx.x * 32 - threadIdx.x)); }
+__global__ void atomic_min_kernel(int* out) {
+    atomicMin(out, int(1000 - blockIdx.x * 32 - threadIdx.x));
+}
 
 __global__ void index_kernel(int* out) {
     const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -171,7 +174,8 @@ namespace wmma = nvcuda::wmma;
 
 // D = A B + C for one 16 x 16 x 16 tile, A row-major, B row- or column-major as the template says.
 template <typename BLayout>
-__global__ void mma_kernel(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b, const float* c) {
+__global__ void mma_kernel(float* d, const __nv_bfloat16* a, const __nv_bfloat16* b,
+                           const float* c) {
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, BLayout> fb;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
@@ -245,14 +249,16 @@ TEST_CASE("two blocks writing one slot leave what the last block to run wrote", 
     CHECK(out.host()[0] == 0);
 }
 
-TEST_CASE("__syncthreads skipped by a thread that returned is an error naming kernel, thread and line",
-          "[emulation]") {
+TEST_CASE(
+    "__syncthreads skipped by a thread that returned is an error naming kernel, thread and line",
+    "[emulation]") {
     const DeviceArray<int> out(64);
-    REQUIRE_THROWS_MATCHES(launch<early_return_kernel>(1, 64, 0, nullptr, out.get()), KernelFault,
-                           Catch::Matchers::Message(
-                               "kernel early_return_kernel, block (0,0,0), thread (0,0,0): "
-                               "__syncthreads at " + site(kEarlyReturnBarrier) +
-                               " is not reached by thread (5,0,0), which exited"));
+    REQUIRE_THROWS_MATCHES(
+        launch<early_return_kernel>(1, 64, 0, nullptr, out.get()), KernelFault,
+        Catch::Matchers::Message("kernel early_return_kernel, block (0,0,0), thread (0,0,0): "
+                                 "__syncthreads at " +
+                                 site(kEarlyReturnBarrier) +
+                                 " is not reached by thread (5,0,0), which exited"));
 }
 
 TEST_CASE("__syncthreads at two call sites is an error naming both lines", "[emulation]") {
@@ -273,9 +279,9 @@ TEST_CASE("a full-mask shuffle with an exited lane is an error", "[emulation]") 
 
 TEST_CASE("lanes waiting at different shuffles have diverged", "[emulation]") {
     const DeviceArray<int> out(32);
-    REQUIRE_THROWS_WITH(launch<diverged_shuffle_kernel>(1, 32, 0, nullptr, out.get()),
-                        Contains("diverged") && Contains(site(kFirstShuffle)) &&
-                            Contains(site(kSecondShuffle)));
+    REQUIRE_THROWS_WITH(
+        launch<diverged_shuffle_kernel>(1, 32, 0, nullptr, out.get()),
+        Contains("diverged") && Contains(site(kFirstShuffle)) && Contains(site(kSecondShuffle)));
 }
 
 TEST_CASE("warp votes and half-warp __syncwarp agree with hand-computed values", "[emulation]") {
@@ -393,7 +399,8 @@ TEST_CASE("cuBLAS rounds operands to TF32 in TF32 mode and takes bf16 exactly", 
                            &zero, c.get(), 1) == CUBLAS_STATUS_SUCCESS);
     CHECK(c.host()[0] == 1.0f + std::ldexp(1.0f, -10));
     // bf16 1.5 (0x3fc0) times bf16 -2 (0xc000), into fp32.
-    const DeviceArray<uint16_t> a16(std::vector<uint16_t>{0x3fc0}), b16(std::vector<uint16_t>{0xc000});
+    const DeviceArray<uint16_t> a16(std::vector<uint16_t>{0x3fc0}),
+        b16(std::vector<uint16_t>{0xc000});
     REQUIRE(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, a16.get(), CUDA_R_16BF, 1,
                          b16.get(), CUDA_R_16BF, 1, &zero, c.get(), CUDA_R_32F, 1,
                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
@@ -408,7 +415,8 @@ TEST_CASE("cuBLAS rounds operands to TF32 in TF32 mode and takes bf16 exactly", 
 TEST_CASE("copies check that their device side lies inside an allocation", "[emulation]") {
     const DeviceArray<float> d(4);
     std::vector<float> host(8, 1.0f);
-    CHECK(cudaMemcpy(d.get(), host.data(), 4 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d.get(), host.data(), 4 * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
     CHECK(cudaMemcpy(d.get(), host.data(), 8 * sizeof(float), cudaMemcpyHostToDevice) ==
           cudaErrorInvalidValue);
     CHECK(cudaMemcpy(host.data(), d.get(), 4 * sizeof(float), cudaMemcpyHostToDevice) ==

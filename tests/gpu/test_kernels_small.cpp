@@ -107,7 +107,8 @@ TEST_CASE("every CUDA kernel at a small shape agrees with the CPU", "[gpu][small
             // Attention on inputs of unit scale, as in a trained model, not on the product above,
             // whose large scores would make bf16's rounding of q and k swing the softmax.
             const auto q = both.random(size_t(N) * 3 * C, 11);
-            on_both([&](Ops<float>& ops, auto at) { ops.rope_forward(at(q), B, T, C, NH, 10000.0f); });
+            on_both(
+                [&](Ops<float>& ops, auto at) { ops.rope_forward(at(q), B, T, C, NH, 10000.0f); });
             both.check("rope_forward", q, 1e-5);
             const auto att = both.zeros(size_t(N) * C), lse = both.zeros(size_t(B) * NH * T);
             on_both([&](Ops<float>& ops, auto at) {
@@ -148,7 +149,8 @@ TEST_CASE("every CUDA kernel at a small shape agrees with the CPU", "[gpu][small
             cpu.tokens_from_host(cpu_tokens, tokens.data(), size_t(N));
             gpu.tokens_from_host(gpu_tokens, tokens.data(), size_t(N));
             const auto wte = both.random(size_t(V) * C, 9), emb = both.zeros(size_t(N) * C),
-                       dwte = both.zeros(size_t(V) * C), logits = both.random(size_t(N) * V, 10, -4, 4),
+                       dwte = both.zeros(size_t(V) * C),
+                       logits = both.random(size_t(N) * V, 10, -4, 4),
                        losses = both.zeros(size_t(N));
             cpu.embedding_forward(emb.cpu, cpu_tokens, wte.cpu, N, C);
             gpu.embedding_forward(emb.gpu, gpu_tokens, wte.gpu, N, C);

@@ -61,8 +61,8 @@ void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     if (m == 0 || n == 0) return;
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, A, lda, B, ldb,
-                beta, C, ldc);
+                tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, A, lda, B, ldb, beta,
+                C, ldc);
 }
 
 }  // namespace
@@ -96,7 +96,8 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               float* C, int ldc) {
     if (!valid(handle, transa, transb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     const Shape s = shape_of(transa, transb, m, n, k);
-    const size_t a_count = extent(s.a_rows, s.a_cols, lda), b_count = extent(s.b_rows, s.b_cols, ldb);
+    const size_t a_count = extent(s.a_rows, s.a_cols, lda),
+                 b_count = extent(s.b_rows, s.b_cols, ldb);
     if (!on_device(A, a_count, 4) || !on_device(B, b_count, 4) ||
         !on_device(C, extent(m, n, ldc), 4)) {
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -125,7 +126,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     const Shape s = shape_of(transa, transb, m, n, k);
-    const size_t a_count = extent(s.a_rows, s.a_cols, lda), b_count = extent(s.b_rows, s.b_cols, ldb);
+    const size_t a_count = extent(s.a_rows, s.a_cols, lda),
+                 b_count = extent(s.b_rows, s.b_cols, ldb);
     if (!on_device(A, a_count, 2) || !on_device(B, b_count, 2) ||
         !on_device(C, extent(m, n, ldc), 4)) {
         return CUBLAS_STATUS_INVALID_VALUE;

@@ -62,7 +62,8 @@ T shuffle_from(unsigned mask, T v, int source, int width, const char* what,
     const int lane = lane_index();
     if (width <= 0 || width > kWarpSize || (width & (width - 1)) != 0) {
         fault(std::string(what) + " with width " + std::to_string(width) +
-                  " (not a power of two up to 32)", where);
+                  " (not a power of two up to 32)",
+              where);
     }
     // Lanes outside this lane's segment of `width` read their own value, as on a device.
     const int segment = lane & ~(width - 1);
@@ -91,7 +92,8 @@ T __shfl_sync(unsigned mask, T v, int source_lane, int width = 32,
               std::source_location where = std::source_location::current()) {
     using namespace ::starling::cuda::emulation;
     const int segment = lane_index() & ~(width - 1);
-    return shuffle_from(mask, v, segment + (source_lane & (width - 1)), width, "__shfl_sync", where);
+    return shuffle_from(mask, v, segment + (source_lane & (width - 1)), width, "__shfl_sync",
+                        where);
 }
 
 inline unsigned __ballot_sync(unsigned mask, int predicate,
@@ -149,9 +151,9 @@ T atomicAdd(T* address, T value) {
 // intrinsics are exact where the host rounds to nearest even by default.
 using std::exp;
 using std::log;
-using std::sqrt;
 using std::max;
 using std::min;
+using std::sqrt;
 inline float expf(float x) { return std::exp(x); }
 inline float logf(float x) { return std::log(x); }
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }

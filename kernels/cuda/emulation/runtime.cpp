@@ -24,7 +24,7 @@ namespace starling::cuda::emulation {
 namespace {
 
 constexpr size_t kDeviceBytes = size_t(16) << 30;  // what each emulated device reports and allows
-constexpr size_t kAllocationAlignment = 256;        // as cudaMalloc guarantees
+constexpr size_t kAllocationAlignment = 256;       // as cudaMalloc guarantees
 constexpr int kMaxDevices = 16;
 
 struct Allocation {
@@ -133,8 +133,8 @@ bool is_live_stream(cudaStream_t stream) {
 bool prepare_launch(LaunchConfig& config, const void* kernel, cudaStream_t stream) {
     const dim3 g = config.grid, b = config.block;
     const size_t threads = size_t(b.x) * b.y * b.z;
-    if (threads == 0 || threads > kMaxThreadsPerBlock || b.z > kMaxBlockZ || g.x == 0 ||
-        g.y == 0 || g.z == 0 || g.x > kMaxGridX || g.y > kMaxGridYZ || g.z > kMaxGridYZ) {
+    if (threads == 0 || threads > kMaxThreadsPerBlock || b.z > kMaxBlockZ || g.x == 0 || g.y == 0 ||
+        g.z == 0 || g.x > kMaxGridX || g.y > kMaxGridYZ || g.z > kMaxGridYZ) {
         record_error(cudaErrorInvalidConfiguration);
         return false;
     }

@@ -1,7 +1,7 @@
 // Blocks run one after another; the threads of a block are fibers (Boost.Context's fcontext: a
 // switch is a few register moves, where ucontext's swapcontext makes a system call) that the
-// scheduler resumes, in the configured order, until each waits at a barrier or ends. When none can run, the
-// waits are checked and released (or the launch faults). See scheduler.h.
+// scheduler resumes, in the configured order, until each waits at a barrier or ends. When none can
+// run, the waits are checked and released (or the launch faults). See scheduler.h.
 #include "kernels/cuda/emulation/scheduler.h"
 
 #include <boost/context/detail/fcontext.hpp>
@@ -76,7 +76,7 @@ struct BlockRun {
     char block_start_token = 0;   // released by the host once the block's memory is set up
     char* end_token = nullptr;    // released by every thread as it ends
     Lane* current = nullptr;
-    std::string fault;  // set by the thread that faulted
+    std::string fault;                         // set by the thread that faulted
     fcontext::fcontext_t scheduler = nullptr;  // where the running thread returns to
     void* scheduler_fiber = nullptr;
     void* scheduler_fake_stack = nullptr;
@@ -253,7 +253,9 @@ std::vector<int> run_order_of(size_t n, Order order, std::mt19937_64& random) {
     return indices;
 }
 
-std::string lane_name(const Lane& lane) { return "lane " + std::to_string(lane.linear % kWarpSize); }
+std::string lane_name(const Lane& lane) {
+    return "lane " + std::to_string(lane.linear % kWarpSize);
+}
 
 // Releases every warp barrier whose lanes have all arrived; faults where one cannot complete.
 // Returns whether any was released.
@@ -277,15 +279,16 @@ bool release_warps(BlockRun& run) {
                     block_fault(run, waiting, at + ": " + lane_name(other) + " of the mask exited");
                 }
                 if (other.state == State::AtBlockBarrier) {
-                    block_fault(run, waiting, at + ": " + lane_name(other) +
-                                                  " of the mask waits at __syncthreads at " +
-                                                  site(other.where) + " (diverged)");
+                    block_fault(run, waiting,
+                                at + ": " + lane_name(other) +
+                                    " of the mask waits at __syncthreads at " + site(other.where) +
+                                    " (diverged)");
                 }
                 if (other.mask != waiting.mask || !same_site(other.where, waiting.where) ||
                     std::strcmp(other.what, waiting.what) != 0) {
-                    block_fault(run, waiting, at + ": " + lane_name(other) + " of the mask waits at " +
-                                                  other.what + " at " + site(other.where) +
-                                                  " (diverged)");
+                    block_fault(run, waiting,
+                                at + ": " + lane_name(other) + " of the mask waits at " +
+                                    other.what + " at " + site(other.where) + " (diverged)");
                 }
             }
             const unsigned mask = waiting.mask;
@@ -315,13 +318,13 @@ void release_block(BlockRun& run) {
     const std::string at = "__syncthreads at " + site(waiting->where);
     for (const Lane& lane : run.lanes) {
         if (lane.state == State::Exited) {
-            block_fault(run, *waiting, at + " is not reached by thread " + format(lane.index) +
-                                           ", which exited");
+            block_fault(run, *waiting,
+                        at + " is not reached by thread " + format(lane.index) + ", which exited");
         }
         if (!same_site(lane.where, waiting->where)) {
-            block_fault(run, *waiting, at + ": thread " + format(lane.index) +
-                                           " waits at __syncthreads at " + site(lane.where) +
-                                           " instead");
+            block_fault(run, *waiting,
+                        at + ": thread " + format(lane.index) + " waits at __syncthreads at " +
+                            site(lane.where) + " instead");
         }
     }
     for (Lane& lane : run.lanes) lane.state = State::Runnable;
@@ -367,10 +370,11 @@ void run_block(BlockRun& run, Order order, std::mt19937_64& random) {
     for (size_t i = 0; i < count; i++) {
         Lane& lane = run.lanes[i];
         lane.linear = int(i);
-        lane.index = {unsigned(i % b.x), unsigned(i / b.x % b.y), unsigned(i / (size_t(b.x) * b.y))};
+        lane.index = {unsigned(i % b.x), unsigned(i / b.x % b.y),
+                      unsigned(i / (size_t(b.x) * b.y))};
         if (sanitizer::kThread) {
-            const std::string name = config.kernel + " block " + format(run.block) + " thread " +
-                                     format(lane.index);
+            const std::string name =
+                config.kernel + " block " + format(run.block) + " thread " + format(lane.index);
             const FiberSets::Fiber fiber = fibers.get(run.sequence, i, name);
             lane.fiber = fiber.fiber;
             lane.stack = fiber.stack;
@@ -387,7 +391,8 @@ void run_block(BlockRun& run, Order order, std::mt19937_64& random) {
             if (lane.state != State::Runnable) continue;
             resume(run, lane);
             if (!run.fault.empty()) {
-                sanitizer::acquire(run.end_token);  // the faulting thread's message is the host's now
+                sanitizer::acquire(
+                    run.end_token);  // the faulting thread's message is the host's now
                 throw KernelFault(run.fault);
             }
         }
@@ -488,11 +493,15 @@ void warp_barrier(unsigned mask, const char* what, std::source_location where) {
     BlockRun& run = *running;
     const int lane_in_warp = lane.linear % kWarpSize;
     if ((mask >> lane_in_warp & 1u) == 0) {
-        fault(std::string(what) + " with mask 0x" + [&] {
-            char hex[9];
-            std::snprintf(hex, sizeof hex, "%08x", mask);
-            return std::string(hex);
-        }() + ", which does not name the calling lane " + std::to_string(lane_in_warp), where);
+        fault(
+            std::string(what) + " with mask 0x" +
+                [&] {
+                    char hex[9];
+                    std::snprintf(hex, sizeof hex, "%08x", mask);
+                    return std::string(hex);
+                }() +
+                ", which does not name the calling lane " + std::to_string(lane_in_warp),
+            where);
     }
     Warp& warp = run.warps[size_t(lane.linear / kWarpSize)];
     lane.state = State::AtWarpBarrier;
@@ -504,7 +513,8 @@ void warp_barrier(unsigned mask, const char* what, std::source_location where) {
 
 void* warp_exchange_area(size_t bytes) {
     Lane& lane = current_lane("warp collective");
-    if (bytes > kExchangeBytes) throw Error("emulator: warp exchange of more than 128 bytes a lane");
+    if (bytes > kExchangeBytes)
+        throw Error("emulator: warp exchange of more than 128 bytes a lane");
     const size_t warp = size_t(lane.linear / kWarpSize);
     const size_t area = warp * 2 + lane.exchanges++ % 2;
     return running->exchange.data() + area * kWarpSize * kExchangeBytes;
@@ -526,8 +536,9 @@ void* shared_memory(const void* site_key, size_t bytes, size_t alignment) {
     // A device takes at most 48 KiB of static shared memory, and 48 KiB in all unless the kernel
     // opted in to more dynamic shared memory.
     const size_t static_bytes = run.static_shared_bytes + bytes;
-    const size_t limit = run.config->dynamic_shared_limit > kDefaultSharedBytes ? kMaxOptInSharedBytes
-                                                                               : kDefaultSharedBytes;
+    const size_t limit = run.config->dynamic_shared_limit > kDefaultSharedBytes
+                             ? kMaxOptInSharedBytes
+                             : kDefaultSharedBytes;
     if (static_bytes > kDefaultSharedBytes ||
         static_bytes + run.config->dynamic_shared_bytes > limit) {
         lane_fault("shared memory of " + std::to_string(static_bytes) + " static and " +

@@ -46,12 +46,14 @@ inline size_t offset(int r, int c, unsigned ldm, bool row_major_memory) {
 template <typename T>
 void check_tile(const T* p, unsigned ldm, const char* what, std::source_location where) {
     if (reinterpret_cast<uintptr_t>(p) % 32 != 0) {
-        ::starling::cuda::emulation::fault(std::string(what) + ": pointer not 32-byte aligned", where);
+        ::starling::cuda::emulation::fault(std::string(what) + ": pointer not 32-byte aligned",
+                                           where);
     }
     if (ldm * sizeof(T) % 16 != 0 || ldm < 16) {
-        ::starling::cuda::emulation::fault(std::string(what) + ": ldm " + std::to_string(ldm) +
-                                               " is not a multiple of 16 bytes of at least 16 elements",
-                                           where);
+        ::starling::cuda::emulation::fault(
+            std::string(what) + ": ldm " + std::to_string(ldm) +
+                " is not a multiple of 16 bytes of at least 16 elements",
+            where);
     }
 }
 
@@ -85,7 +87,8 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, 
     ::starling::cuda::emulation::warp_barrier(detail::kFullMask, "wmma::store_matrix_sync", where);
     detail::check_tile(p, ldm, "wmma::store_matrix_sync", where);
     for (int i = 0; i < 8; i++) {
-        p[detail::offset(detail::row_of(i), detail::col_of(i), ldm, layout == mem_row_major)] = f.x[i];
+        p[detail::offset(detail::row_of(i), detail::col_of(i), ldm, layout == mem_row_major)] =
+            f.x[i];
     }
 }
 

@@ -1,7 +1,7 @@
 // Kernels with one planted bug each, built with the sanitizer of the build
-// (STARLING_CUDA_EMULATION_SANITIZER), for tests/emulation/sanitized_faults.sh: each must be reported
-// by ThreadSanitizer (races) or AddressSanitizer (out-of-bounds accesses), naming the kernel and the
-// line, and the clean kernel must pass without a report.
+// (STARLING_CUDA_EMULATION_SANITIZER), for tests/emulation/sanitized_faults.sh: each must be
+// reported by ThreadSanitizer (races) or AddressSanitizer (out-of-bounds accesses), naming the
+// kernel and the line, and the clean kernel must pass without a report.
 //
 //   emulation_faults missing-barrier | two-blocks-one-slot | global-out-of-bounds |
 //                    shared-out-of-bounds | clean
