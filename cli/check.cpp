@@ -102,14 +102,15 @@ CheckResult check_device(const NodeConfig& config) {
     }
     if (gpus.size() > 1 && train.batch_size % static_cast<int>(gpus.size()) != 0) {
         return {CheckLevel::Fail, "device",
-                fmt::format("{}: [train].batch_size {} does not split evenly over {} GPUs", train.device,
-                            train.batch_size, gpus.size()),
+                fmt::format("{}: [train].batch_size {} does not split evenly over {} GPUs",
+                            train.device, train.batch_size, gpus.size()),
                 fmt::format("make [train].batch_size a multiple of {}", gpus.size())};
     }
-    const std::string runs_on = gpus.size() > 1 ? fmt::format("trains on {} GPUs, data-parallel", gpus.size())
+    const std::string runs_on = gpus.size() > 1
+                                    ? fmt::format("trains on {} GPUs, data-parallel", gpus.size())
                                 : choice.kind == DeviceChoice::Kind::Cuda ? "trains on that GPU"
-                                : devices > 0                           ? "trains on GPU 0"
-                                                                        : "trains on " + cpu;
+                                : devices > 0 && !cuda_devices_emulated() ? "trains on GPU 0"
+                                                                          : "trains on " + cpu;
     return {CheckLevel::Ok, "device",
             fmt::format("{}: {}; {}", train.device, runs_on, gpu_summary(devices, reason)), ""};
 }

@@ -69,6 +69,14 @@ bool cuda_backend_built() {
 #endif
 }
 
+bool cuda_devices_emulated() {
+#if STARLING_CUDA_EMULATION
+    return true;
+#else
+    return false;
+#endif
+}
+
 int usable_cuda_devices(std::string* reason) {
 #ifdef STARLING_HAVE_CUDA
     return cuda::cuda_device_count(reason);

@@ -33,6 +33,9 @@ void check_matmul_precision(const std::string& matmul);
 
 // True when this build has the CUDA backend.
 bool cuda_backend_built();
+// True when that backend runs on emulated devices (STARLING_CUDA_EMULATION): they are used only
+// when named (cuda:N, cuda:all), never by "auto".
+bool cuda_devices_emulated();
 
 // Usable CUDA devices: 0 where the build has no CUDA backend or the machine no working driver or
 // device, and then *reason (when given) says which.

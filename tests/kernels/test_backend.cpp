@@ -53,7 +53,11 @@ TEST_CASE("device auto takes GPU 0 when one is usable, else the CPU with the rea
     const Backend backend = make_backend({"auto", 1, "fp32"});
     REQUIRE(backend.devices.size() == 1);
     CHECK_FALSE(backend.all_reduce);
-    if (devices > 0) {
+    if (devices > 0 && cuda_devices_emulated()) {
+        CHECK_FALSE(backend.gpu);
+        CHECK(backend.lead().name() == "cpu");
+        CHECK(backend.description.find("emulated") != std::string::npos);
+    } else if (devices > 0) {
         CHECK(backend.gpu);
         CHECK(backend.lead().name().starts_with("cuda:0 ("));
         CHECK_FALSE(backend.lead().host_memory());
