@@ -32,11 +32,11 @@ else
 fi
 
 if [ "$sanitizer" = thread ]; then
-    expect missing-barrier "ThreadSanitizer: data race" "rotate_kernel<false>" "emulation_faults.cpp:2"
-    expect two-blocks-one-slot "ThreadSanitizer: data race" "same_slot_kernel block (" "emulation_faults.cpp:30"
+    expect missing-barrier "ThreadSanitizer: data race" "rotate_kernel<false>" "racy_kernels.h:1"
+    expect two-blocks-one-slot "ThreadSanitizer: data race" "same_slot_kernel block (" "racy_kernels.h:23"
 else
-    expect global-out-of-bounds "AddressSanitizer: heap-buffer-overflow" "unguarded_copy_kernel" "emulation_faults.cpp:36"
-    expect shared-out-of-bounds "AddressSanitizer: heap-buffer-overflow" "shared_overrun_kernel" "emulation_faults.cpp:41"
+    expect global-out-of-bounds "AddressSanitizer: heap-buffer-overflow" "unguarded_copy_kernel" "emulation_faults.cpp:26"
+    expect shared-out-of-bounds "AddressSanitizer: heap-buffer-overflow" "shared_overrun_kernel" "emulation_faults.cpp:31"
 fi
 [ "$failures" -eq 0 ] && echo "every planted bug was reported"
 exit $((failures > 0))

@@ -22,11 +22,14 @@
 
 #include "kernels/cuda/emulation/scheduler.h"
 #include "kernels/cuda/portable.cuh"
+#include "tests/emulation/racy_kernels.h"
 
 using namespace starling::cuda;
 using Catch::Matchers::Contains;
 using emulation::KernelFault;
 using emulation::Order;
+using starling::test::rotate_kernel;
+using starling::test::same_slot_kernel;
 
 namespace {
 
@@ -78,21 +81,6 @@ __global__ void block_sum_kernel(int* out, const int* in) {
         for (int w = 0; w < 8; w++) total += partial[w];
         out[blockIdx.x] = total;
     }
-}
-
-// Each thread reads its neighbour's element of shared memory; without the barrier the neighbour
-// may not have written it yet.
-template <bool kBarrier>
-__global__ void rotate_kernel(int* out) {
-    STARLING_SHARED(int, s, [64]);
-    s[threadIdx.x] = int(threadIdx.x);
-    if (kBarrier) __syncthreads();
-    out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
-}
-
-// Every block writes the same slot: the last block to run wins.
-__global__ void same_slot_kernel(int* out) {
-    if (threadIdx.x == 0) out[0] = int(blockIdx.x);
 }
 
 // The lines of the calls the faults below must name.

@@ -57,6 +57,18 @@ bool on_device(const void* p, size_t elements, size_t element_bytes) {
             is_device_pointer(static_cast<const char*>(p) + elements * element_bytes - 1));
 }
 
+// Sets the element counts of A and B that the product reads; false unless A and B (elements of
+// ab_bytes) and C (fp32) lie wholly in device memory.
+bool operands_on_device(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                        const void* A, int lda, const void* B, int ldb, const void* C, int ldc,
+                        size_t ab_bytes, size_t& a_count, size_t& b_count) {
+    const Shape s = shape_of(ta, tb, m, n, k);
+    a_count = extent(s.a_rows, s.a_cols, lda);
+    b_count = extent(s.b_rows, s.b_cols, ldb);
+    return on_device(A, a_count, ab_bytes) && on_device(B, b_count, ab_bytes) &&
+           on_device(C, extent(m, n, ldc), 4);
+}
+
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
           const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     if (m == 0 || n == 0) return;
@@ -95,11 +107,8 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               const float* A, int lda, const float* B, int ldb, const float* beta,
                               float* C, int ldc) {
     if (!valid(handle, transa, transb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
-    const Shape s = shape_of(transa, transb, m, n, k);
-    const size_t a_count = extent(s.a_rows, s.a_cols, lda),
-                 b_count = extent(s.b_rows, s.b_cols, ldb);
-    if (!on_device(A, a_count, 4) || !on_device(B, b_count, 4) ||
-        !on_device(C, extent(m, n, ldc), 4)) {
+    size_t a_count = 0, b_count = 0;
+    if (!operands_on_device(transa, transb, m, n, k, A, lda, B, ldb, C, ldc, 4, a_count, b_count)) {
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (handle->math != CUBLAS_TF32_TENSOR_OP_MATH) {
@@ -125,11 +134,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         computeType != CUBLAS_COMPUTE_32F) {
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    const Shape s = shape_of(transa, transb, m, n, k);
-    const size_t a_count = extent(s.a_rows, s.a_cols, lda),
-                 b_count = extent(s.b_rows, s.b_cols, ldb);
-    if (!on_device(A, a_count, 2) || !on_device(B, b_count, 2) ||
-        !on_device(C, extent(m, n, ldc), 4)) {
+    size_t a_count = 0, b_count = 0;
+    if (!operands_on_device(transa, transb, m, n, k, A, lda, B, ldb, C, ldc, 2, a_count, b_count)) {
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     auto widen = [](const void* p, size_t count) {

@@ -12,23 +12,13 @@
 #include <string>
 
 #include "kernels/cuda/portable.cuh"
+#include "tests/emulation/racy_kernels.h"
 
 using starling::cuda::launch;
+using starling::test::rotate_kernel;
+using starling::test::same_slot_kernel;
 
 namespace {
-
-// Each thread reads its neighbour's slot, with or without the barrier between write and read.
-template <bool kBarrier>
-__global__ void rotate_kernel(int* out) {
-    STARLING_SHARED(int, s, [64]);
-    s[threadIdx.x] = int(threadIdx.x);
-    if (kBarrier) __syncthreads();
-    out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
-}
-
-__global__ void same_slot_kernel(int* out) {
-    if (threadIdx.x == 0) out[0] = int(blockIdx.x);
-}
 
 // Copies n values with one thread too many: the bounds guard is off by one.
 __global__ void unguarded_copy_kernel(float* out, const float* in, int n) {
