@@ -17,7 +17,6 @@
 #include "common/error.h"
 #include "daemon/config.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/codec.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "optimizer/device_group.h"
 

@@ -7,7 +7,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #ifdef STARLING_HAVE_CUDA
-#include "kernels/cuda/codec.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #endif
 #ifdef STARLING_HAVE_NCCL

@@ -13,7 +13,6 @@
 
 #include "common/error.h"
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda/codec.cuh"
 #include "kernels/cuda/cublas_library.cuh"
 #include "kernels/cuda/kernels.cuh"
 
@@ -158,6 +157,21 @@ struct CudaOps::Impl {
         return total;
     }
 };
+
+int cuda_device_count(std::string* reason) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: clear it so a later cudaGetLastError starts clean
+        if (reason != nullptr) *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+        return 0;
+    }
+    if (count <= 0) {
+        if (reason != nullptr) *reason = "no CUDA device";
+        return 0;
+    }
+    return count;
+}
 
 CudaOps::CudaOps(int device, MatmulMath math) : impl_(std::make_unique<Impl>()) {
     std::string reason;

@@ -25,6 +25,11 @@ namespace starling::cuda {
 // AdamW's state stay fp32 (the master copy), so rounding error never accumulates in the weights.
 enum class MatmulMath { Fp32, Tf32, Bf16 };
 
+// Number of usable CUDA devices; 0 (never throws) when cudaGetDeviceCount fails, as it does on a
+// machine without a driver. If reason is given it receives cudaGetErrorString of the failure (or
+// "no CUDA device" when the call succeeds with none).
+int cuda_device_count(std::string* reason = nullptr);
+
 struct CudaDeviceInfo {
     int index = 0;
     std::string name;           // "NVIDIA H100 80GB HBM3"

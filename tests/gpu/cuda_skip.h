@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/cuda/codec.cuh"
+#include "kernels/cuda/cuda_ops.h"
 
 // Returns early from the test case, with a warning saying why, where there is no device.
 #define STARLING_SKIP_WITHOUT_CUDA()                                            \

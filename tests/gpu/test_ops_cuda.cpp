@@ -27,9 +27,8 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/codec.cuh"
-#include "tests/gpu/cuda_skip.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "tests/gpu/cuda_skip.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "optimizer/adamw.h"
@@ -269,6 +268,14 @@ const int kHeadSizes[] = {16, 24, 64, 128};
 const int kSeqLens[] = {1, 7, 64, 100, 257};
 
 }  // namespace
+
+TEST_CASE("cuda_device_count never throws and is never negative", "[gpu]") {
+    std::string reason;
+    int count = -1;
+    REQUIRE_NOTHROW(count = starling::cuda::cuda_device_count(&reason));
+    CHECK(count >= 0);
+    if (count == 0) WARN("no CUDA device: " << reason << " (the device tests below are skipped)");
+}
 
 TEST_CASE("CUDA matmul_forward matches the CPU, overwriting or accumulating, in each precision",
           "[gpu][ops]") {
