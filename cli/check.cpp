@@ -15,6 +15,8 @@
 #include "cli/check_network.h"
 #include "cli/status_format.h"
 #include "common/error.h"
+#include "daemon/config_reader.h"
+#include "daemon/data_dir_lock.h"
 #include "data/shard.h"
 #include "kernels/backend.h"
 #include "peer/tls.h"
@@ -157,6 +159,10 @@ CheckResult check_data_dir(const NodeConfig& config) {
         return {CheckLevel::Warn, "data_dir",
                 fmt::format("cannot read the free space of {}: {}", base.string(), error.message()),
                 "make sure it has room for " + human_bytes(needed)};
+    if (const auto holder = data_dir_lock_holder(dir))
+        return {CheckLevel::Fail, "data_dir",
+                fmt::format("{} is in use by a running starlingd ({} holds its LOCK)", dir.string(), *holder),
+                "stop that daemon first, or give this node a data directory of its own"};
     const std::string where =
         fs::exists(dir, error) ? dir.string() : dir.string() + " (created under " + base.string() + ")";
     const std::string detail = fmt::format("{}: writable, {} free, checkpoints need {} ({} + 1 in flight of {})",
@@ -219,6 +225,12 @@ int run_check(const CheckOptions& options) {
                         config.swarm.train.model.num_parameters(), swarm_method_name(config.swarm.method),
                         config.swarm.peer.swarm_id),
             ""});
+    if (const std::vector<std::string> unknown = unknown_starling_variables(); !unknown.empty()) {
+        std::string names;
+        for (const std::string& name : unknown) names += (names.empty() ? "" : ", ") + name;
+        report({CheckLevel::Warn, "environment", names + ": not Starling settings, ignored",
+                "fix the spelling: a setting's variable is STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS"});
+    }
     report(check_device(config));
     report(check_data(config));
     report(check_data_dir(config));

@@ -1,9 +1,52 @@
 #include "daemon/config.h"
 
+#include <mutex>
+
 #include "daemon/config_reader.h"
 #include "kernels/backend.h"
 
+extern char** environ;
+
 namespace starling {
+namespace {
+
+struct ConsultedVariables {
+    std::mutex mutex;
+    std::set<std::string> names;
+};
+
+ConsultedVariables& consulted_variables() {
+    static ConsultedVariables consulted;
+    return consulted;
+}
+
+// STARLING_* variables read outside the config files.
+constexpr std::string_view kOtherVariables[] = {"STARLING_CONTROL", "STARLING_EMULATED_DEVICES",
+                                                "STARLING_EMULATION_ORDER"};
+
+}  // namespace
+
+void note_config_variable(const std::string& name) {
+    ConsultedVariables& consulted = consulted_variables();
+    std::lock_guard lock(consulted.mutex);
+    consulted.names.insert(name);
+}
+
+std::vector<std::string> unknown_starling_variables() {
+    ConsultedVariables& consulted = consulted_variables();
+    std::lock_guard lock(consulted.mutex);
+    std::vector<std::string> unknown;
+    for (char** entry = environ; *entry != nullptr; entry++) {
+        const std::string_view text(*entry);
+        const std::string name(text.substr(0, text.find('=')));
+        if (name.rfind("STARLING_", 0) != 0 || consulted.names.count(name)) continue;
+        if (std::find(std::begin(kOtherVariables), std::end(kOtherVariables), name) != std::end(kOtherVariables))
+            continue;
+        unknown.push_back(name);
+    }
+    std::sort(unknown.begin(), unknown.end());
+    return unknown;
+}
 
 void TrainConfig::validate() const {
     model.validate();

@@ -18,6 +18,14 @@
 
 namespace starling {
 
+// Records that the config variable `name` (STARLING_<SECTION>_<KEY>) was consulted; every
+// TableReader::read does, so the variables a loaded config knows are the ones recorded.
+void note_config_variable(const std::string& name);
+// The STARLING_* variables of this process's environment that no config read so far consulted
+// and that no other part of Starling reads (STARLING_CONTROL, the emulator's): a misspelt
+// override such as STARLING_TRAIN_STPES, which would otherwise be ignored without a word.
+std::vector<std::string> unknown_starling_variables();
+
 // Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
 // reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
 // overrides the file; its value is read as a TOML value (STARLING_PEER_SEEDS='["a:7700"]'), except
@@ -34,6 +42,7 @@ public:
             assign(*node, out, file_ + ": [" + section_ + "]." + key);
         }
         const std::string variable = environment_name(key);
+        note_config_variable(variable);
         const char* value = std::getenv(variable.c_str());
         if (!value) return;
         const std::string where = "environment variable " + variable + "=" + value;

@@ -228,6 +228,9 @@ void PeerNode::start() {
     builder.SetMaxSendMessageSize(static_cast<int>(max_frame));
     builder.SetResourceQuota(quota);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
+    // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind a port in use and take
+    // half of its connections; a port in use must end startup instead.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // Connections from peers that died or went quiet are closed rather than kept for ever: a
     // keepalive ping finds the dead ones, the idle limit the ones nobody uses any more.
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);

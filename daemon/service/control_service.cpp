@@ -74,6 +74,8 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    // Without SO_REUSEPORT (gRPC's default), so a second daemon cannot answer on this port too.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     // A unix socket reports no port.

@@ -50,6 +50,8 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     solo_ = &rounds.Add({{"outcome", "solo"}});
     bytes_sent_ = counter(r, "starling_exchange_bytes_sent_total", "Exchange payload bytes sent");
     bytes_received_ = counter(r, "starling_exchange_bytes_received_total", "Exchange payload bytes received");
+    checkpoint_failures_ = counter(r, "starling_checkpoint_failures_total",
+                                   "Checkpoints that could not be written (a full disk, say)");
     exchange_seconds_ = seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ = seconds_histogram(r, "starling_pair_seconds", "Time spent choosing a round's partner");
     auto& peers = prometheus::BuildGauge()
@@ -92,6 +94,10 @@ void NodeMetrics::record_val_loss(double loss) { val_loss_->Set(loss); }
 void NodeMetrics::record_checkpoint(uint64_t round) {
     checkpoint_round_->Set(static_cast<double>(round));
     checkpoint_time_->SetToCurrentTime();
+}
+
+void NodeMetrics::record_checkpoint_failure() {
+    checkpoint_failures_->Increment();
 }
 
 void NodeMetrics::record_peers(const std::vector<Member>& members, uint64_t self) {

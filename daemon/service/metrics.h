@@ -27,6 +27,7 @@ public:
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
+    void record_checkpoint_failure();
     void record_peers(const std::vector<Member>& members, uint64_t self);
     uint16_t port() const { return server_->port(); }
 
@@ -35,7 +36,7 @@ private:
     std::unique_ptr<MetricsHttpServer> server_;
     prometheus::Gauge *round_, *inner_step_, *train_loss_, *val_loss_, *tokens_per_second_, *compression_ratio_,
         *partner_distance_, *checkpoint_round_, *checkpoint_time_;
-    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_;
+    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *checkpoint_failures_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_;
 };

@@ -31,6 +31,10 @@ v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std:
 
 }  // namespace
 
+bool checkpoint_due(uint64_t round, std::optional<uint64_t> last_checkpoint, int every) {
+    return every > 0 && round >= last_checkpoint.value_or(0) + static_cast<uint64_t>(every);
+}
+
 NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics)
     : config_(config),
       metrics_(metrics),
@@ -185,12 +189,14 @@ void NodeRunner::after_round(const SwarmRound& round) {
         if (metrics_) metrics_->record_val_loss(loss);
         spdlog::info("round {}: validation loss of phi {:.4f}", node_->round(), loss);
     }
-    const int every = checkpoint_every_.load();
-    if (every > 0 && node_->round() % static_cast<uint64_t>(every) == 0) {
+    if (checkpoint_due(node_->round(), checkpointed_round_, checkpoint_every_.load())) {
         try {
             checkpoint();
-        } catch (const Error& e) {  // a full disk, say: the node trains on and tries again next time
-            spdlog::error("checkpoint of round {} failed: {}", node_->round(), e.what());
+        } catch (const Error& e) {  // a full disk, say: the node trains on and tries again next round
+            const std::string why = fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
+            spdlog::error("{}", why);
+            state_->record_checkpoint_failure(why);
+            if (metrics_) metrics_->record_checkpoint_failure();
         }
     }
 }

@@ -7,7 +7,8 @@
 //   restarted from an old checkpoint, one added with `starling join`).
 // - pace: when this node is ahead of every compatible member by more than max_round_gap, it waits
 //   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone.
-// - checkpoint every checkpoint_every rounds, evaluate phi every eval_every rounds.
+// - checkpoint once checkpoint_every rounds have passed since the last checkpoint (a failed one is
+//   retried the next round and shows in status and /metrics), evaluate phi every eval_every rounds.
 // - done: once the schedule's steps are all taken, a last checkpoint, and the node stays up
 //   serving its state until stopped.
 // - drain (SIGTERM, SIGINT, `starling leave`): an inner phase in progress is abandoned after its
@@ -27,6 +28,11 @@
 #include "daemon/swarm/swarm_node.h"
 
 namespace starling {
+
+// Whether a node now at `round` writes a checkpoint: `every` rounds or more since the last one
+// (since round 0 when there is none). Counting rounds elapsed rather than testing round % every
+// keeps a state copy that jumps the round from skipping checkpoints. every 0: never.
+bool checkpoint_due(uint64_t round, std::optional<uint64_t> last_checkpoint, int every);
 
 class NodeRunner {
 public:

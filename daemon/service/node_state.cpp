@@ -82,6 +82,12 @@ void NodeState::record_checkpoint(uint64_t round) {
     std::lock_guard lock(mutex_);
     status_.set_checkpoint_round(round);
     checkpointed_ = Clock::now();
+    checkpoint_failure_.clear();
+}
+
+void NodeState::record_checkpoint_failure(const std::string& why) {
+    std::lock_guard lock(mutex_);
+    checkpoint_failure_ = why;
 }
 
 void NodeState::forget_departed(const std::vector<Member>& members) {
@@ -99,6 +105,9 @@ v1::NodeStatus NodeState::status(PeerNode& peer) const {
         s = status_;
         s.set_uptime_seconds(seconds_between(started_, now));
         if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
+        if (!checkpoint_failure_.empty())
+            s.set_last_failure(s.last_failure().empty() ? checkpoint_failure_
+                                                        : s.last_failure() + "; " + checkpoint_failure_);
     }
     uint32_t alive = 0, suspect = 0;
     for (const Member& m : peer.members()) {

@@ -28,6 +28,8 @@ public:
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
+    // A checkpoint that could not be written: last_failure says so until one is written again.
+    void record_checkpoint_failure(const std::string& why);
     // Forgets the exchange history of partners that are no longer members, so a long-lived node
     // in a swarm with churn does not keep one entry per node it ever met.
     void forget_departed(const std::vector<Member>& members);
@@ -48,6 +50,7 @@ private:
     v1::NodeStatus status_;
     Clock::time_point started_ = Clock::now();
     std::optional<Clock::time_point> checkpointed_;
+    std::string checkpoint_failure_;  // since the last checkpoint written
     std::map<uint64_t, Exchanges> exchanges_;  // by partner id; only members still listed are reported
 };
 

@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "common/error.h"
+#include "daemon/config_reader.h"
+#include "daemon/data_dir_lock.h"
 #include "daemon/service/control_service.h"
 #include "daemon/service/metrics.h"
 #include "common/allocator.h"
@@ -150,7 +152,12 @@ int main(int argc, char** argv) {
     try {
         const NodeConfig config = load(config_path, flags);
         spdlog::set_level(spdlog::level::from_str(config.log_level));
+        for (const std::string& name : unknown_starling_variables())
+            spdlog::warn("environment variable {} is not a Starling setting and is ignored (a setting's variable is "
+                         "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
+                         name);
         prepare_data_dir(config.data_dir);
+        const DataDirLock data_dir_lock(config.data_dir);  // held until the process ends
         // Before the peer server is built, so Kubernetes can probe the peer port.
         grpc::EnableDefaultHealthCheckService(true);
         std::unique_ptr<NodeMetrics> metrics;

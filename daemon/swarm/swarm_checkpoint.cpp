@@ -19,6 +19,22 @@ std::string checksum_of(std::span<const std::byte> bytes) {
     return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
 }
 
+// Moves a checkpoint that does not read back into root/corrupt/<its name>[.N], the first free name;
+// returns where it went, or "" (logged) when the move fails and it stays where it is.
+std::filesystem::path move_aside(const std::filesystem::path& root, const std::filesystem::path& checkpoint) {
+    const std::filesystem::path corrupt = root / "corrupt";
+    std::error_code error;
+    std::filesystem::create_directories(corrupt, error);
+    std::filesystem::path target = corrupt / checkpoint.filename();
+    for (int n = 1; !error && std::filesystem::exists(target); n++)
+        target = corrupt / (checkpoint.filename().string() + "." + std::to_string(n));
+    if (!error) std::filesystem::rename(checkpoint, target, error);
+    if (!error) return target;
+    spdlog::error("cannot move the corrupt checkpoint {} aside into {}: {}", checkpoint.string(), corrupt.string(),
+                  error.message());
+    return {};
+}
+
 }  // namespace
 
 std::filesystem::path save_swarm_checkpoint(const std::filesystem::path& root, size_t keep,
@@ -87,7 +103,9 @@ std::optional<SwarmCheckpoint> newest_swarm_checkpoint(const std::filesystem::pa
         } catch (const CheckpointOfAnotherModel&) {
             throw;
         } catch (const Error& e) {
-            spdlog::warn("checkpoint {} skipped: {}", it->second.string(), e.what());
+            const std::filesystem::path moved = move_aside(root, it->second);
+            spdlog::warn("checkpoint {} skipped{}: {}", it->second.string(),
+                         moved.empty() ? "" : " and moved to " + moved.string(), e.what());
         }
     }
     return std::nullopt;

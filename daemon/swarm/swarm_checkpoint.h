@@ -40,8 +40,9 @@ public:
 };
 
 // The newest checkpoint under root that reads back whole, or nullopt when there is none. Ones that
-// do not (a corrupt file) are skipped with a warning naming them and why; one of another model
-// throws CheckpointOfAnotherModel.
+// do not (a corrupt file) are moved aside into root/corrupt/ (kept for a look, out of the way of
+// pruning, which would otherwise keep them and delete the good checkpoints written after them)
+// with a warning naming them and why; one of another model throws CheckpointOfAnotherModel.
 std::optional<SwarmCheckpoint> newest_swarm_checkpoint(const std::filesystem::path& root,
                                                        const std::string& fingerprint);
 

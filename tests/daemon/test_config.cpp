@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "daemon/config.h"
+#include "daemon/config_reader.h"
 #include "common/error.h"
 #include "tests/support/files.h"
 
@@ -12,6 +15,17 @@ using namespace starling::test;
 namespace fs = std::filesystem;
 
 namespace {
+
+// Sets a variable for the scope of one check and removes it afterwards.
+struct EnvVar {
+    const char* name;
+    EnvVar(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
+    ~EnvVar() { ::unsetenv(name); }
+};
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+}
 
 // Writes text to a config file in a temporary directory and loads it.
 struct ConfigFile {
@@ -92,12 +106,6 @@ TEST_CASE("a missing config file is an error naming it") {
 }
 
 TEST_CASE("STARLING_<SECTION>_<KEY> environment variables override the file") {
-    // Sets a variable for the scope of one check and removes it afterwards.
-    struct EnvVar {
-        const char* name;
-        EnvVar(const char* n, const char* value) : name(n) { ::setenv(n, value, 1); }
-        ~EnvVar() { ::unsetenv(name); }
-    };
     ConfigFile f("[train]\nsteps = 10\n[data]\ndir = \"from-file\"\n");
     {
         EnvVar steps("STARLING_TRAIN_STEPS", "123");
@@ -120,4 +128,18 @@ TEST_CASE("STARLING_<SECTION>_<KEY> environment variables override the file") {
         CHECK_THROWS_WITH(f.load(), Catch::Contains("STARLING_TRAIN_BATCH_SIZE") &&
                                         Catch::Contains("must be an integer"));
     }
+}
+
+TEST_CASE("a STARLING_ variable that no setting reads is reported, the settings' own are not") {
+    ConfigFile f("[train]\nsteps = 10\n");
+    const EnvVar misspelt("STARLING_TRAIN_STPES", "123");
+    const EnvVar right("STARLING_TRAIN_STEPS", "123");
+    const EnvVar control("STARLING_CONTROL", "127.0.0.1:7701");
+    const EnvVar other("STARLINGX_TRAIN_STEPS", "1");
+    CHECK(f.load().steps == 123);
+    const std::vector<std::string> unknown = unknown_starling_variables();
+    CHECK(contains(unknown, "STARLING_TRAIN_STPES"));
+    CHECK_FALSE(contains(unknown, "STARLING_TRAIN_STEPS"));
+    CHECK_FALSE(contains(unknown, "STARLING_CONTROL"));
+    CHECK_FALSE(contains(unknown, "STARLINGX_TRAIN_STEPS"));
 }

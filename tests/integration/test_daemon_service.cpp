@@ -179,3 +179,38 @@ TEST_CASE("the gRPC health service answers SERVING on the peer and the control p
     CHECK(a.process().wait(20s) == 0);
     CHECK_FALSE(health_of(a.peer_address()).has_value());
 }
+
+TEST_CASE("a checkpoint that cannot be written shows in status and /metrics and is retried the next round",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    std::filesystem::create_directories(a.data_dir());
+    // A file where the checkpoint directory goes: every save fails, as on a full disk.
+    const std::filesystem::path checkpoints = a.data_dir() / "checkpoints";
+    std::ofstream(checkpoints) << "in the way";
+    a.start();
+    std::string failure;
+    eventually("a checkpoint failure in status", 60s, [&] {
+        try {
+            failure = a.status().value("last_failure", "");
+        } catch (const std::exception&) {
+            return false;
+        }
+        return failure.find("checkpoint of round") != std::string::npos;
+    });
+    CHECK(failure.find(checkpoints.string()) != std::string::npos);
+    const std::string metrics = http_get(a.metrics_port(), "/metrics");
+    std::smatch m;
+    INFO(metrics);
+    REQUIRE(std::regex_search(metrics, m, std::regex(R"(\nstarling_checkpoint_failures_total (\d+))")));
+    CHECK(std::stoi(m[1]) >= 1);
+
+    std::filesystem::remove(checkpoints);
+    eventually("the next round's checkpoint is written", 60s, [&] {
+        const nlohmann::json s = a.status();
+        return s.contains("checkpoint_round") && s.value("last_failure", "").empty();
+    });
+    CHECK(std::filesystem::is_directory(checkpoints));
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}

@@ -201,6 +201,54 @@ TEST_CASE("starlingd refuses a corrupt config and an unwritable data directory, 
     CHECK(r.output.find("[node].data_dir " + data_dir) != std::string::npos);
 }
 
+TEST_CASE("a second starlingd on a port or a data directory in use exits 1 naming it; unknown variables warn", "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start();
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    Environment misspelt = daemon_environment();
+    misspelt["STARLING_TRAIN_STPES"] = "5";
+    const auto second = [&](const std::string& data_dir, const std::string& listen, const std::string& control) {
+        return run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir, "--listen", listen,
+                            "--control", control, "--metrics", ""},
+                           misspelt);
+    };
+    const std::string own_dir = (root.path() / "second").string();
+
+    CommandResult r = second(a.data_dir().string(), "127.0.0.1:0", "127.0.0.1:0");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("environment variable STARLING_TRAIN_STPES is not a Starling setting") != std::string::npos);
+    CHECK(r.output.find("is in use by another starlingd (PID " + std::to_string(a.process().pid())) !=
+          std::string::npos);
+    const CommandResult check = run_command(
+        {starling_binary(), "check", "--config", pico_config(), "--data-dir", a.data_dir().string()},
+        daemon_environment());
+    INFO(check.output);
+    CHECK(check.status == 1);
+    CHECK(check.output.find("in use by a running starlingd (PID " + std::to_string(a.process().pid())) !=
+          std::string::npos);
+
+    // gRPC's SO_REUSEPORT would let these bind, and then answer for a.
+    r = second(own_dir, a.peer_address(), "127.0.0.1:0");
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("cannot listen on " + a.peer_address()) != std::string::npos);
+    r = second(own_dir, "127.0.0.1:0", a.control_address());
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("cannot listen on " + a.control_address()) != std::string::npos);
+
+    // a is untouched, and once it has gone its directory takes a new daemon.
+    CHECK(a.cli({"status"}).status == 0);
+    a.process().signal(SIGKILL);
+    a.process().wait(20s);
+    a.start();
+    eventually("a restarts on its own directory after a kill -9", 30s, [&] { return a.cli({"status"}).status == 0; });
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
+
 TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration]") {
     // A non-loopback address of this machine, if it has one.
     std::string outside;

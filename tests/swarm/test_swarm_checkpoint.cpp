@@ -120,6 +120,8 @@ TEST_CASE("newest_swarm_checkpoint skips corrupt checkpoints", "[swarm_checkpoin
         REQUIRE(c);
         CHECK(c->round == 2);
         CHECK(c->path == r / "step_00000002");
+        CHECK(dir_names(r) == std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
+        CHECK(slurp(r / "corrupt" / "step_00000003" / "state.bin") == bytes);
     }
     SECTION("state.bin truncated") {
         put(newest / "state.bin", slurp(newest / "state.bin").substr(0, 100));
@@ -135,9 +137,22 @@ TEST_CASE("newest_swarm_checkpoint skips corrupt checkpoints", "[swarm_checkpoin
         REQUIRE(c);
         CHECK(c->round == 2);
     }
-    SECTION("every one corrupt: none") {
+    SECTION("every one corrupt: none, and all moved aside so new ones are not pruned in their favour") {
         for (uint64_t round = 1; round <= 3; round++) put(r / CheckpointDir::step_dir_name(round) / "state.bin", "");
         CHECK_FALSE(newest_swarm_checkpoint(r, "model-a"));
+        CHECK(dir_names(r) == std::vector<std::string>{"corrupt"});
+        CHECK(dir_names(r / "corrupt") == std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003"});
+        // The node starts over: with keep 2, its new checkpoints are the ones kept.
+        for (uint64_t round = 1; round <= 2; round++) save_swarm_checkpoint(r, 2, "model-a", hand_start(round));
+        CHECK(dir_names(r) == std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
+        REQUIRE(newest_swarm_checkpoint(r, "model-a"));
+        CHECK(newest_swarm_checkpoint(r, "model-a")->round == 2);
+        // A second corrupt step 3 goes beside the first.
+        save_swarm_checkpoint(r, 5, "model-a", hand_start(3));
+        put(r / "step_00000003" / "state.bin", "");
+        CHECK(newest_swarm_checkpoint(r, "model-a")->round == 2);
+        CHECK(dir_names(r / "corrupt") ==
+              std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003", "step_00000003.1"});
     }
 }
 
