@@ -4,6 +4,8 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/method_handler.h>
 #include <sodium.h>
@@ -193,6 +195,17 @@ PeerNode::PeerNode(PeerConfig config)
 
 namespace {
 
+// Linking gRPC's reflection library registers its plugin for every server the process builds;
+// the peer port must not describe every service and method to whoever connects, so this
+// option takes the plugin out of the peer server's builder (the control server keeps it).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+public:
+    void UpdateArguments(grpc::ChannelArguments*) override {}
+    void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+        std::erase_if(*plugins, [](const auto& plugin) { return plugin->name() == "proto_server_reflection"; });
+    }
+};
+
 // Nodes that trust one CA share its certificate, which then stands in for a swarm secret nobody set.
 std::string swarm_key_material(const PeerConfig& config) {
     if (!config.swarm_secret.empty() || !config.tls.enabled()) return config.swarm_secret;
@@ -231,6 +244,10 @@ void PeerNode::start() {
     // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind a port in use and take
     // half of its connections; a port in use must end startup instead.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.SetOption(std::make_unique<WithoutReflection>());
+    // A connection that never finishes its handshake (a bare TCP connect, a TLS hello and
+    // nothing more) holds a descriptor for this long at most, not gRPC's default 120 s.
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
     // Connections from peers that died or went quiet are closed rather than kept for ever: a
     // keepalive ping finds the dead ones, the idle limit the ones nobody uses any more.
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);

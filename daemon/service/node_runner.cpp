@@ -59,8 +59,14 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
     if (checkpointed_round_) state_->record_checkpoint(*checkpointed_round_);
     if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     node_->set_phase_listener([this](RoundPhase phase) {
+        // An exchange ends within T_pair + T_xchg, each of its two streams by the same deadline;
+        // the second's cancellation and the outer step get a few seconds more.
+        const PeerConfig& peer = config_.swarm.peer;
+        watch_.mark(phase == RoundPhase::Training ? std::chrono::milliseconds(0)
+                                                  : peer.pair_timeout + peer.exchange_timeout + std::chrono::seconds(5));
         set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING : v1::NODE_PHASE_EXCHANGING);
     });
+    watch_.mark();  // building the node and loading a checkpoint are done
 }
 
 NodeRunner::~NodeRunner() = default;
@@ -91,6 +97,7 @@ void NodeRunner::set_phase(v1::NodePhase phase) {
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
+    watch_.mark(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds)));
     std::unique_lock lock(wake_mutex_);
     wake_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return drain_.load(); });
     return !drain_.load();
@@ -139,7 +146,10 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
     set_phase(v1::NODE_PHASE_JOINING);
     spdlog::info("{}: copying the state from the swarm", why);
     try {
-        node_->join_from_swarm();
+        // Each chunk is a call within FetchOptions::call_timeout; a fetch that stops delivering
+        // them (every donor gone) gives up after a few.
+        watch_.mark(3 * FetchOptions{}.call_timeout);
+        node_->join_from_swarm([this] { watch_.mark(3 * FetchOptions{}.call_timeout); });
         state_->set_position(node_->round(), node_->inner_step());
         if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
@@ -183,11 +193,18 @@ void NodeRunner::after_round(const SwarmRound& round) {
     const std::vector<Member> members = node_->peer().members();
     state_->forget_departed(members);
     if (metrics_) metrics_->record_peers(members, node_->node_id());
+    watch_.mark();
     if (config_.eval_every > 0 && node_->round() % static_cast<uint64_t>(config_.eval_every) == 0) {
-        const double loss = node_->evaluate();
-        state_->record_val_loss(loss);
-        if (metrics_) metrics_->record_val_loss(loss);
-        spdlog::info("round {}: validation loss of phi {:.4f}", node_->round(), loss);
+        // The validation shards are opened here for the first time: a failure (no file
+        // descriptor left, a shard gone) costs this evaluation, never the node.
+        try {
+            const double loss = node_->evaluate();
+            state_->record_val_loss(loss);
+            if (metrics_) metrics_->record_val_loss(loss);
+            spdlog::info("round {}: validation loss of phi {:.4f}", node_->round(), loss);
+        } catch (const Error& e) {
+            spdlog::error("round {}: the validation loss could not be computed: {}", node_->round(), e.what());
+        }
     }
     if (checkpoint_due(node_->round(), checkpointed_round_, checkpoint_every_.load())) {
         try {

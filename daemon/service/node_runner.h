@@ -24,6 +24,7 @@
 
 #include "daemon/service/metrics.h"
 #include "daemon/service/node_state.h"
+#include "daemon/service/round_watch.h"
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_node.h"
 
@@ -51,6 +52,8 @@ public:
     void add_seeds(const std::vector<std::string>& seeds) { node_->peer().add_seeds(seeds); }
 
     NodeState& state() { return *state_; }
+    // The round loop's progress, for systemd's watchdog.
+    const RoundWatch& round_watch() const { return watch_; }
     PeerNode& peer() { return node_->peer(); }
     SwarmNode& node() { return *node_; }
 
@@ -80,6 +83,7 @@ private:
     std::atomic<bool> drain_{false};
     std::mutex wake_mutex_;
     std::condition_variable wake_;
+    RoundWatch watch_;
 };
 
 }  // namespace starling

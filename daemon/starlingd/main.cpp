@@ -8,6 +8,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +39,18 @@ void prepare_data_dir(const std::filesystem::path& dir) {
     if (!std::ofstream(probe).good())
         throw Error("[node].data_dir " + dir.string() + ": not writable by this user");
     std::filesystem::remove(probe, error);
+}
+
+// Every peer connection holds a descriptor, and systemd's default soft limit (1024) is far below
+// its hard one: take the hard one, so a flood of connections meets gRPC's limits, not EMFILE in
+// the middle of a round.
+void raise_open_file_limit() {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+    const rlim_t before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) == 0)
+        spdlog::debug("open file limit raised from {} to {}", before, limit.rlim_cur);
 }
 
 NodeConfig load(const std::string& path, const NodeFlags& flags) {
@@ -101,7 +115,7 @@ private:
     }
 
     void on_tick() {
-        if (watchdog_) notify_watchdog();
+        if (watchdog_) ping_watchdog_if_rounds_progress();
         PeerNode& peer = runner_.peer();
         const std::string line = runner_.state().summary(peer);
         if (line != last_status_) notify_status(line);
@@ -114,6 +128,21 @@ private:
         });
     }
 
+    // The watchdog's interval is half of WatchdogSec; the round loop must have marked progress
+    // within WatchdogSec (plus what its last mark allows), or systemd stops hearing from us.
+    void ping_watchdog_if_rounds_progress() {
+        const RoundWatch& watch = runner_.round_watch();
+        if (watch.healthy(2 * *watchdog_)) {
+            notify_watchdog();
+            stalled_ = false;
+        } else if (!stalled_) {
+            stalled_ = true;
+            spdlog::error("the round loop has made no progress for {:.0f} s (phase {}): no more watchdog pings, so "
+                          "systemd restarts the service",
+                          watch.seconds_since_mark(), node_phase_name(runner_.state().phase()));
+        }
+    }
+
     NodeRunner& runner_;
     std::function<void()> drain_;
     NodeMetrics* metrics_;
@@ -124,6 +153,7 @@ private:
     asio::steady_timer tick_;
     std::optional<std::chrono::microseconds> watchdog_;
     std::string last_status_;
+    bool stalled_ = false;
 };
 
 }  // namespace
@@ -156,6 +186,7 @@ int main(int argc, char** argv) {
             spdlog::warn("environment variable {} is not a Starling setting and is ignored (a setting's variable is "
                          "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
                          name);
+        raise_open_file_limit();
         prepare_data_dir(config.data_dir);
         const DataDirLock data_dir_lock(config.data_dir);  // held until the process ends
         // Before the peer server is built, so Kubernetes can probe the peer port.
@@ -163,7 +194,7 @@ int main(int argc, char** argv) {
         std::unique_ptr<NodeMetrics> metrics;
         if (!config.metrics_listen.empty()) metrics = std::make_unique<NodeMetrics>(config.metrics_listen);
         NodeRunner runner(config, STARLING_VERSION, metrics.get());
-        // After the peer server, so only the Control server answers reflection.
+        // For grpcurl on the Control server; the peer server takes it out of its own builder.
         grpc::reflection::InitProtoReflectionServerBuilderPlugin();
         std::unique_ptr<ControlServer> control;
         std::atomic<ControlServer*> serving_control{nullptr};  // a Leave may arrive while it is built

@@ -114,9 +114,11 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
     return counters;
 }
 
-FetchResult SwarmNode::join_from_swarm() {
+FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
     std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
-    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes);
+    FetchOptions options;
+    if (on_chunk) options.progress = [&](uint32_t, uint32_t) { on_chunk(); };
+    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes, options);
     const SwarmCounters counters = adopt(bytes);
     spdlog::info("swarm: node {} joined at round {} (inner step {}) from a snapshot of {} bytes",
                  format_node_id(node_id()), round_, counters.inner_step, bytes.size());
@@ -146,11 +148,13 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     set_cpu_threads(config_.train.threads);
     SwarmRound report;
     report.round = round_;
-    set_phase(RoundPhase::Training);
     auto start = Clock::now();
     double loss_sum = 0.0;
     int steps = 0;
-    for (; steps < config_.inner_steps && !stop.load(); steps++) loss_sum += replica_->inner_phase(1, schedule_);
+    for (; steps < config_.inner_steps && !stop.load(); steps++) {
+        set_phase(RoundPhase::Training);
+        loss_sum += replica_->inner_phase(1, schedule_);
+    }
     report.inner_seconds = seconds_since(start);
     report.tokens = static_cast<uint64_t>(steps) * static_cast<uint64_t>(config_.train.batch_size) *
                     static_cast<uint64_t>(config_.train.effective_seq_len());

@@ -95,7 +95,8 @@ public:
     // A fresh node's catch-up: fetches the snapshot most live members hold and adopts it (phi,
     // outer momentum, AdamW state, counters; theta = phi, residual zero). Keeps its own node id,
     // so its own data order. Throws starling::Error when no member delivers a valid snapshot.
-    FetchResult join_from_swarm();
+    // on_chunk, if given, is called after every verified chunk (from the fetching threads).
+    FetchResult join_from_swarm(std::function<void()> on_chunk = {});
     // A restart: the state a checkpoint saved (snapshot bytes as published, data position).
     // Throws starling::Error when the bytes do not fit this model; the node is then unchanged.
     void resume(std::span<const std::byte> snapshot, const LoaderState& data);
@@ -104,7 +105,8 @@ public:
     // current step: no exchange, no outer step, and round_start() stays the round's start.
     SwarmRound run_round(const std::atomic<bool>& stop);
     SwarmRound run_round() { return run_round(std::atomic<bool>{false}); }
-    // Called on the round's thread when it moves between training and exchanging.
+    // Called on the round's thread when it moves between training and exchanging, and with
+    // Training again at every inner step (progress for the watchdog: service/round_watch.h).
     void set_phase_listener(std::function<void(RoundPhase)> listener) { phase_listener_ = std::move(listener); }
     // Validation loss of phi (the first eval_batches validation batches, in order).
     double evaluate();

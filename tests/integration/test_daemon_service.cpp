@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <future>
 #include <optional>
 #include <fstream>
 #include <regex>
@@ -166,15 +168,35 @@ std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(co
     return response.status();
 }
 
+// The status of one ServerReflectionInfo call carrying an empty request: OK where reflection is
+// served, UNIMPLEMENTED where it is not.
+grpc::StatusCode reflection_status(const std::string& address) {
+    grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 5s);
+    grpc::Slice empty;
+    const grpc::ByteBuffer request(&empty, 1);
+    grpc::ByteBuffer response;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(),
+                   &request, &response, [&](const grpc::Status& status) { done.set_value(status); });
+    return done.get_future().get().error_code();
+}
+
 }  // namespace
 
-TEST_CASE("the gRPC health service answers SERVING on the peer and the control ports", "[integration]") {
+TEST_CASE("the gRPC health service answers SERVING on the peer and the control ports, reflection on control only",
+          "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start();
     eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
     CHECK(health_of(a.peer_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
     CHECK(health_of(a.control_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
+    // Reflection lists every service and method: for grpcurl on the local control port, not for
+    // anyone who reaches the peer port.
+    CHECK(reflection_status(a.control_address()) == grpc::StatusCode::OK);
+    CHECK(reflection_status(a.peer_address()) == grpc::StatusCode::UNIMPLEMENTED);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
     CHECK_FALSE(health_of(a.peer_address()).has_value());

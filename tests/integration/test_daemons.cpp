@@ -5,6 +5,9 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -245,6 +248,56 @@ TEST_CASE("a second starlingd on a port or a data directory in use exits 1 namin
     a.process().wait(20s);
     a.start();
     eventually("a restarts on its own directory after a kill -9", 30s, [&] { return a.cli({"status"}).status == 0; });
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stops nor starves starlingd",
+          "[integration]") {
+    // The daemon starts with systemd's usual soft limit on descriptors, lowered further, and
+    // must take the hard one; this process needs the room for its 400 sockets.
+    rlimit mine{};
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &mine) == 0);
+    if (mine.rlim_max < 1024) {
+        WARN("skipped: the hard limit on open files (" << mine.rlim_max << ") is below 1024");
+        return;
+    }
+    TempDir root;
+    TestDaemon a("a", root.path());
+    rlimit low = mine;
+    low.rlim_cur = 256;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    a.start();
+    rlimit high = mine;
+    high.rlim_cur = mine.rlim_max;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &high) == 0);
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    const auto descriptors = [&] {
+        return std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(a.process().pid()) + "/fd"),
+                             std::filesystem::directory_iterator{});
+    };
+    const auto before = descriptors();
+
+    const std::string port = a.peer_address().substr(a.peer_address().rfind(':') + 1);
+    std::vector<int> sockets;
+    for (int i = 0; i < 400; i++) {
+        const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
+        const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        REQUIRE(write(fd, preface, sizeof(preface) - 1) == static_cast<ssize_t>(sizeof(preface) - 1));
+        sockets.push_back(fd);
+    }
+    CHECK(a.cli({"status"}).status == 0);
+    // Connections that never finish their handshake are closed after 10 s, not kept.
+    eventually("the half-open connections are closed", 30s, [&] { return descriptors() < before + 50; });
+    CHECK(a.cli({"status"}).status == 0);
+    for (const int fd : sockets) close(fd);
+    CHECK(a.log().find("Too many open files") == std::string::npos);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
 }
