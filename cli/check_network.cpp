@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "peer/address.h"
+#include "peer/peer_node.h"
 
 namespace starling::cli {
 
@@ -197,7 +198,7 @@ CheckResult check_announce(const NodeConfig& config) {
 CheckResult check_seeds(const NodeConfig& config) {
     const std::vector<std::string>& seeds = config.swarm.peer.seeds;
     if (seeds.empty()) return {CheckLevel::Ok, "seeds", "none: the node starts a new swarm", ""};
-    std::vector<std::string> malformed, unreachable;
+    std::vector<std::string> malformed, unreachable, refused;
     for (const std::string& seed : seeds) {
         const auto at = parse_host_port(seed);
         if (!at || at->port == 0) {
@@ -205,8 +206,25 @@ CheckResult check_seeds(const NodeConfig& config) {
         } else if (const std::string problem = connect_problem(at->host, at->port, kSeedConnectTimeout);
                    !problem.empty()) {
             unreachable.push_back(fmt::format("{} ({})", seed, problem));
+        } else {
+            // Reachable: does it take this config's secret? A wrong one would leave the node alone.
+            std::string why;
+            try {
+                why = seed_auth_problem(config.swarm.peer, seed, std::chrono::milliseconds(3000));
+            } catch (const Error& e) {
+                why = e.what();
+            }
+            if (why.find("UNAUTHENTICATED") != std::string::npos || why.find("peer auth") != std::string::npos)
+                refused.push_back(fmt::format("{} ({})", seed, why));
+            else if (!why.empty())
+                unreachable.push_back(fmt::format("{} ({})", seed, why));
         }
     }
+    if (!refused.empty())
+        return {CheckLevel::Fail, "seeds",
+                fmt::format("{} of {} refused this node's credentials: {}", refused.size(), seeds.size(),
+                            fmt::join(refused, ", ")),
+                "use the swarm's [peer].secret (or its CA and certificates): with these the node would train alone"};
     const std::string unreachable_text =
         fmt::format("{} of {} unreachable: {}", unreachable.size(), seeds.size(), fmt::join(unreachable, ", "));
     if (!malformed.empty())

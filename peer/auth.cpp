@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <charconv>
@@ -109,14 +110,30 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_v
     const uint64_t id = node_id_from_public_key(key);
     if (format_node_id(id) != node) return refuse("node id does not match the public key");
     const std::string message = canonical(method, node, key_hex, time);
-    if (crypto_auth_hmacsha256_verify(mac.data(), bytes_of(message).data(), message.size(), swarm_key_.data()) != 0)
+    if (crypto_auth_hmacsha256_verify(mac.data(), bytes_of(message).data(), message.size(), swarm_key_.data()) != 0) {
+        warn_wrong_secret(context, node);
         return refuse("wrong swarm secret");
+    }
     if (!verify_signature(key, bytes_of(message), sig)) return refuse("bad signature");
     if (!admit(id))
         return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                             fmt::format("node {} exceeds {} requests/s", node, limit_.per_second));
     *caller = id;
     return grpc::Status::OK;
+}
+
+void SwarmAuth::warn_wrong_secret(const grpc::ServerContext& context, std::string_view node) {
+    const uint64_t refused = ++wrong_secret_refusals_;
+    const auto now = std::chrono::steady_clock::now();
+    {
+        std::lock_guard lock(mutex_);
+        if (last_warned_ && now - *last_warned_ < std::chrono::seconds(30)) return;
+        last_warned_ = now;
+    }
+    // The node id is the caller's claim, unproven: cut to an id's length before it is logged.
+    spdlog::warn("peer: refused a caller at {} naming itself node {}: wrong swarm secret ({} call(s) refused so "
+                 "far); every node of a swarm needs the same [peer].secret",
+                 context.peer(), node.substr(0, 16), refused);
 }
 
 bool SwarmAuth::admit(uint64_t caller) {

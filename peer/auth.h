@@ -10,9 +10,11 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -37,12 +39,17 @@ public:
 
     // OK with *caller set to the proven node id; UNAUTHENTICATED naming what failed; or
     // RESOURCE_EXHAUSTED when this caller exceeds its request rate.
+    // A wrong swarm secret is also logged at warn (at most every 30 s) and counted: a node with
+    // another secret would otherwise train alone, unnoticed.
     grpc::Status verify(const grpc::ServerContext& context, std::string_view method, uint64_t* caller);
+    // Calls refused for a wrong swarm secret since the start.
+    uint64_t wrong_secret_refusals() const { return wrong_secret_refusals_.load(); }
 
 private:
     std::string canonical(std::string_view method, std::string_view node, std::string_view key,
                           std::string_view time) const;
     bool admit(uint64_t caller);
+    void warn_wrong_secret(const grpc::ServerContext& context, std::string_view node);
 
     std::array<unsigned char, 32> swarm_key_{};
     const NodeIdentity& identity_;
@@ -55,6 +62,8 @@ private:
     };
     std::mutex mutex_;
     std::unordered_map<uint64_t, Bucket> buckets_;
+    std::atomic<uint64_t> wrong_secret_refusals_{0};
+    std::optional<std::chrono::steady_clock::time_point> last_warned_;  // guarded by mutex_
 };
 
 }  // namespace starling

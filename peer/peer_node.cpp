@@ -332,6 +332,22 @@ std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, Cha
     return channel;
 }
 
+std::string seed_auth_problem(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout) {
+    const NodeIdentity stranger = NodeIdentity::generate();
+    const SwarmAuth auth(swarm_key_material(config), stranger);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    auth.attach(context, "Ping");
+    v1::PingRequest request;
+    request.set_target_id(0);  // nobody's id: a seed that accepts the credentials answers NOT_FOUND
+    v1::PingResponse response;
+    const auto status = v1::Peer::NewStub(grpc::CreateChannel(seed, channel_credentials(config.tls)))
+                            ->Ping(&context, request, &response);
+    if (status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND) return "";
+    return status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
+                                          : status.error_message();
+}
+
 PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {
     v1::JoinRequest request;
     to_digest(table_->self(), request.mutable_joiner());
@@ -346,7 +362,13 @@ PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* wh
     }
     if (!status.ok()) {
         *why = status.error_message();
-        spdlog::debug("peer: join through {} failed: {}", seed, *why);
+        if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+            refused_by_peers_++;
+            spdlog::warn("peer: seed {} refused this node: {}; until that is fixed this node trains alone", seed,
+                         *why);
+        } else {
+            spdlog::debug("peer: join through {} failed: {}", seed, *why);
+        }
         return JoinResult::Unreachable;
     }
     merge_all(*table_, response.members(), config_.membership.max_members, seed.c_str());

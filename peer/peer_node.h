@@ -56,6 +56,10 @@ struct PeerConfig {
     RateLimit rate_limit;
 };
 
+// What a seed says to an authenticated call from a throwaway identity (`starling check`): ""
+// when it accepted this config's swarm secret (or TLS credentials), else why not, in its words.
+std::string seed_auth_problem(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout);
+
 class PeerNode {
 public:
     explicit PeerNode(PeerConfig config);
@@ -86,6 +90,10 @@ public:
     std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const;
+    // Calls refused because of a wrong swarm secret: others' calls this node refused, and this
+    // node's joins that seeds refused.
+    uint64_t wrong_secret_refusals() const { return auth_.wrong_secret_refusals(); }
+    uint64_t joins_refused() const { return refused_by_peers_.load(); }
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
 
@@ -176,6 +184,7 @@ private:
     std::condition_variable wake_;
     bool stopping_ = false;
     std::atomic<bool> running_{false};
+    std::atomic<uint64_t> refused_by_peers_{0};
     std::thread thread_;
 };
 

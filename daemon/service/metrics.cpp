@@ -47,6 +47,13 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
                        .Help("Rounds finished, by whether the outer step had a partner")
                        .Register(r);
     paired_ = &rounds.Add({{"outcome", "paired"}});
+    auto& refusals = prometheus::BuildCounter()
+                         .Name("starling_wrong_secret_total")
+                         .Help("Peer calls refused for a wrong swarm secret: others' refused here, or this node's "
+                               "joins refused by a seed")
+                         .Register(r);
+    refused_here_ = &refusals.Add({{"direction", "refused_here"}});
+    refused_by_seeds_ = &refusals.Add({{"direction", "refused_by_seed"}});
     solo_ = &rounds.Add({{"outcome", "solo"}});
     bytes_sent_ = counter(r, "starling_exchange_bytes_sent_total", "Exchange payload bytes sent");
     bytes_received_ = counter(r, "starling_exchange_bytes_received_total", "Exchange payload bytes received");
@@ -98,6 +105,12 @@ void NodeMetrics::record_checkpoint(uint64_t round) {
 
 void NodeMetrics::record_checkpoint_failure() {
     checkpoint_failures_->Increment();
+}
+
+void NodeMetrics::record_auth_refusals(uint64_t refused_here, uint64_t refused_by_seeds) {
+    // Counters only go up: add what the totals gained since the last call.
+    refused_here_->Increment(static_cast<double>(refused_here) - refused_here_->Value());
+    refused_by_seeds_->Increment(static_cast<double>(refused_by_seeds) - refused_by_seeds_->Value());
 }
 
 void NodeMetrics::record_peers(const std::vector<Member>& members, uint64_t self) {

@@ -29,6 +29,8 @@ public:
     void record_checkpoint(uint64_t round);
     void record_checkpoint_failure();
     void record_peers(const std::vector<Member>& members, uint64_t self);
+    // The peer node's running totals of calls refused for a wrong swarm secret, either way.
+    void record_auth_refusals(uint64_t refused_here, uint64_t refused_by_seeds);
     uint16_t port() const { return server_->port(); }
 
 private:
@@ -39,6 +41,7 @@ private:
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *checkpoint_failures_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_;
+    prometheus::Counter *refused_here_, *refused_by_seeds_;
 };
 
 }  // namespace starling

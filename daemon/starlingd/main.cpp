@@ -120,7 +120,10 @@ private:
         const std::string line = runner_.state().summary(peer);
         if (line != last_status_) notify_status(line);
         last_status_ = line;
-        if (metrics_) metrics_->record_peers(peer.members(), peer.node_id());
+        if (metrics_) {
+            metrics_->record_peers(peer.members(), peer.node_id());
+            metrics_->record_auth_refusals(peer.wrong_secret_refusals(), peer.joins_refused());
+        }
         tick_.expires_after(watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
                                       : std::chrono::seconds(1));
         tick_.async_wait([this](const asio::error_code& error) {

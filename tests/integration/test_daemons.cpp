@@ -302,6 +302,44 @@ TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stop
     CHECK(a.process().wait(20s) == 0);
 }
 
+TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, and starling check says so",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path());
+    a.start();
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    const Environment wrong{{"STARLING_PEER_SECRET", "not the swarm's secret at all"}};
+    b.start({a.peer_address()}, wrong);
+    eventually("both logs say it at warn", 30s, [&] {
+        return a.log().find("wrong swarm secret") != std::string::npos &&
+               b.log().find("seed " + a.peer_address() + " refused this node") != std::string::npos;
+    });
+    const auto counted = [](const TestDaemon& d, const std::string& direction) {
+        const std::string metrics = http_get(d.metrics_port(), "/metrics");
+        std::smatch m;
+        const std::regex line("starling_wrong_secret_total\\{direction=\"" + direction + "\"\\} (\\d+)");
+        return std::regex_search(metrics, m, line) ? std::stoull(m[1]) : 0ULL;
+    };
+    eventually("both count it in /metrics", 10s,
+               [&] { return counted(a, "refused_here") >= 1 && counted(b, "refused_by_seed") >= 1; });
+
+    Environment check_env = daemon_environment();
+    check_env["STARLING_PEER_SECRET"] = wrong.at("STARLING_PEER_SECRET");
+    const std::vector<std::string> check = {starling_binary(), "check", "--config", pico_config(), "--data-dir",
+                                            (root.path() / "checked").string(), "--seed", a.peer_address()};
+    CommandResult r = run_command(check, check_env);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("refused this node's credentials: " + a.peer_address()) != std::string::npos);
+    r = run_command(check, daemon_environment());
+    INFO(r.output);
+    CHECK(r.output.find("refused this node's credentials") == std::string::npos);
+    CHECK(r.output.find(a.peer_address()) != std::string::npos);
+
+    for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
+}
+
 TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration]") {
     // A non-loopback address of this machine, if it has one.
     std::string outside;
