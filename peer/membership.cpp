@@ -110,6 +110,12 @@ void MemberTable::set_round(uint64_t round) {
     self_.round = round;
 }
 
+void MemberTable::note_round(uint64_t node_id, uint64_t round) {
+    std::lock_guard lock(mutex_);
+    const auto it = others_.find(node_id);
+    if (it != others_.end()) it->second.round = std::max(it->second.round, round);
+}
+
 void MemberTable::set_address(const std::string& address) {
     std::lock_guard lock(mutex_);
     self_.address = address;

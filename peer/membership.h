@@ -65,6 +65,9 @@ public:
     std::vector<uint64_t> expire(SteadyClock::time_point now);
 
     void set_round(uint64_t round);
+    // A member is at least at `round`, as its own pair or exchange traffic just showed: fresher
+    // than gossip, which can be a few intervals old (rounds only go up; unknown ids are ignored).
+    void note_round(uint64_t node_id, uint64_t round);
     void set_address(const std::string& address);
     void leave();  // this node announces LEFT
 

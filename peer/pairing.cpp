@@ -10,7 +10,8 @@ namespace {
 
 uint64_t distance(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
 
-PairAnswer declined(std::string reason) { return {false, false, std::move(reason)}; }
+PairAnswer declined(std::string reason) { return {false, false, false, std::move(reason)}; }
+PairAnswer not_now(std::string reason) { return {false, false, true, std::move(reason)}; }
 
 std::string round_text(uint64_t round) { return "round " + std::to_string(round); }
 
@@ -69,6 +70,23 @@ size_t PairingBook::rounds_held() const {
     return rounds_.size();
 }
 
+void PairingBook::open(uint64_t round) {
+    std::lock_guard lock(mutex_);
+    open_round_ = round;
+}
+
+void PairingBook::close(uint64_t round) {
+    std::lock_guard lock(mutex_);
+    if (open_round_ == round) open_round_.reset();
+    closed_round_ = std::max(closed_round_.value_or(round), round);
+}
+
+bool PairingBook::proposing_to(uint64_t round, uint64_t to) const {
+    std::lock_guard lock(mutex_);
+    const auto it = rounds_.find(round);
+    return it != rounds_.end() && it->second.proposal && it->second.proposal->to == to;
+}
+
 bool PairingBook::begin_proposal(uint64_t round, uint64_t to, uint64_t nonce) {
     std::lock_guard lock(mutex_);
     RoundState& state = state_locked(round);
@@ -108,9 +126,20 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
     if (stopped_) return declined("this node is stopping");
     RoundState& state = state_locked(proposal.round);
     if (state.partner) {
-        if (*state.partner == proposal.from) return {true, false, ""};
+        if (*state.partner == proposal.from) return {true, false, false, ""};
         return declined("already paired with node " + format_node_id(*state.partner) + " for " +
                         round_text(proposal.round));
+    }
+    if (open_round_ != proposal.round) {
+        // Still to come here (this node trains toward it): worth asking again. Otherwise this node
+        // has chosen for that round already, or is past it.
+        const bool to_come = open_round_ ? proposal.round > *open_round_
+                                         : proposal.round >= view.round && (!closed_round_ || proposal.round > *closed_round_);
+        const std::string why = "not choosing a partner for " + round_text(proposal.round) + " now (" +
+                                (open_round_ ? "choosing for " + round_text(*open_round_)
+                                             : "at " + round_text(view.round) + ", training or exchanging") +
+                                ")";
+        return to_come ? not_now(why) : declined(why);
     }
     if (proposal.mode == PairMode::Deterministic) {
         if (proposal.membership_digest != view.membership_digest)
@@ -123,14 +152,14 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
     }
     if (state.proposal) {
         if (state.proposal->to != proposal.from)
-            return declined("busy: proposing to node " + format_node_id(state.proposal->to) + " for " +
+            return not_now("busy: proposing to node " + format_node_id(state.proposal->to) + " for " +
                             round_text(proposal.round));
         if (std::tie(state.proposal->nonce, self_) < std::tie(proposal.nonce, proposal.from))
-            return {false, true, "crossed proposals for " + round_text(proposal.round) + ": this node's wins"};
+            return {false, true, false, "crossed proposals for " + round_text(proposal.round) + ": this node's wins"};
     }
     state.partner = proposal.from;
     paired_.notify_all();
-    return {true, false, ""};
+    return {true, false, false, ""};
 }
 
 void PairingBook::stop() {

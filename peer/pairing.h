@@ -2,9 +2,15 @@
 // rules a node applies to proposals, kept apart from the network so each is testable alone.
 // peer_node.h sends the proposals (Pair) and answers them with a PairingBook.
 //
-// A node first proposes to the partner its deterministic matching names, which accepts only when
-// its own matching over the same view (equal membership digests) names the proposer. If that
-// fails it asks up to three members at random, each accepting when it is free for the round.
+// A node accepts proposals only while it is choosing its own partner for that very round (between
+// open() and close()): never for a later round while it trains, nor while it exchanges, nor after
+// it has gone solo. So a pairing is agreed by two nodes that are both at the round's end and
+// about to exchange, and a stall cannot chain from one stuck exchange into the next rounds.
+//
+// While choosing, a node proposes to the partner its deterministic matching names, which accepts
+// only when its own matching over the same view (equal membership digests) names the proposer;
+// if that fails, to a member at random, which accepts when it is free for the round; and it asks
+// again until the pair timeout, since partners finish their inner phases at different times.
 // Every acceptance is recorded at once, and a node with a proposal out declines everyone but the
 // node it proposed to, so no node ends up in two pairs. Two nodes proposing to each other at once
 // settle it by the lower (nonce, node id): that proposal is accepted, the other declined as
@@ -27,7 +33,8 @@ namespace starling {
 
 enum class PairMode { Deterministic, Random };
 
-inline constexpr int kRandomPairAttempts = 3;
+// How long a node choosing its partner listens for proposals between two rounds of asking.
+inline constexpr std::chrono::milliseconds kPairRetry{100};
 // Random requests skip the partners of this many previous rounds, for better mixing.
 inline constexpr uint64_t kRecentPartnerRounds = 4;
 
@@ -48,8 +55,9 @@ struct PairingView {
 
 struct PairAnswer {
     bool accepted = false;
-    bool crossed = false;  // declined because our own proposal to the proposer wins the tiebreak
-    std::string reason;    // why not, when declined
+    bool crossed = false;    // declined because our own proposal to the proposer wins the tiebreak
+    bool ask_again = false;  // declined for now only: not choosing for the round yet, or busy
+    std::string reason;      // why not, when declined
 };
 
 // The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
@@ -74,6 +82,13 @@ public:
     std::vector<uint64_t> recent_partners(uint64_t round, uint64_t rounds) const;
     size_t rounds_held() const;
 
+    // This node is choosing its partner for `round` from now until close(round): the only time it
+    // accepts proposals.
+    void open(uint64_t round);
+    void close(uint64_t round);
+    // Whether our proposal to `to` for `round` is out, its answer not yet recorded.
+    bool proposing_to(uint64_t round, uint64_t to) const;
+
     // Marks our proposal to `to` as out. False when the round already has a partner or another
     // proposal of ours is out.
     bool begin_proposal(uint64_t round, uint64_t to, uint64_t nonce);
@@ -83,7 +98,8 @@ public:
     // Waits until the round has a partner, `until` passes or stop() is called.
     std::optional<uint64_t> await_partner(uint64_t round, SteadyClock::time_point until);
 
-    // Judges a proposal and, when accepting, records the pairing.
+    // Judges a proposal and, when accepting, records the pairing. A proposal from the node already
+    // recorded as the round's partner is accepted again (a retried call).
     PairAnswer consider(const PairProposal& proposal, const PairingView& view);
 
     void stop();
@@ -104,6 +120,8 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable paired_;
     std::map<uint64_t, RoundState> rounds_;
+    std::optional<uint64_t> open_round_;
+    std::optional<uint64_t> closed_round_;  // the newest round this node has chosen for
     bool stopped_ = false;
 };
 

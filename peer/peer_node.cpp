@@ -615,31 +615,64 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     // however many proposals it takes.
     const auto deadline = SteadyClock::now() + config_.pair_timeout;
     const auto view = table_->pairable_ids();
+    const auto intended = deterministic_partner(round, view, node_id());
+    std::vector<Member> pairable;
+    for (uint64_t id : view)
+        if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
+    auto candidates = random_candidates(pairable, node_id(), round, config_.max_round_gap,
+                                        pairing_->recent_partners(round, kRecentPartnerRounds));
+    std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(random_u64()));
+    pairing_->open(round);
+    // A member accepts only while it is choosing for this round too, and members end their inner
+    // phases at different times: those that say "not yet" are asked again until the deadline, with
+    // proposals taken in between. The deterministic partner gets half of the budget to arrive
+    // before members are asked at random; members that declined for good are not asked again.
+    const auto random_from = SteadyClock::now() + config_.pair_timeout / 2;
+    // One nonce for all of this round's proposals, so crossing proposals settle the same way
+    // however often they are repeated.
+    const uint64_t nonce = random_u64();
+    bool intended_declined = !intended;  // for good: other views, or already paired
+    std::set<uint64_t> declined;         // random requests declined for good
     std::optional<uint64_t> partner;
-    if (const auto intended = deterministic_partner(round, view, node_id()))
-        partner = propose(round, *intended, PairMode::Deterministic, membership_digest(view), deadline);
-    if (!partner) {
-        std::vector<Member> pairable;
-        for (uint64_t id : view)
-            if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
-        auto candidates = random_candidates(pairable, node_id(), round, config_.max_round_gap,
-                                            pairing_->recent_partners(round, kRecentPartnerRounds));
-        std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(random_u64()));
-        for (size_t i = 0; i < candidates.size() && i < kRandomPairAttempts && !partner && SteadyClock::now() < deadline;
-             ++i)
-            partner = propose(round, candidates[i], PairMode::Random, 0, deadline);
+    for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
+        if (!intended_declined) {
+            const Proposal outcome =
+                propose(round, *intended, PairMode::Deterministic, membership_digest(view), nonce, deadline);
+            partner = outcome.partner;
+            intended_declined = !partner && !outcome.ask_again;
+        }
+        if (!partner && (intended_declined || SteadyClock::now() >= random_from)) {
+            // The next member, in the shuffled order, that has not declined for good; the
+            // deterministic partner only once it has declined as such (random requests skip the
+            // views check).
+            for (size_t tried = 0; tried < candidates.size(); tried++, next++) {
+                const uint64_t candidate = candidates[next % candidates.size()];
+                if (declined.count(candidate) || (candidate == intended && !intended_declined)) continue;
+                const Proposal outcome = propose(round, candidate, PairMode::Random, 0, nonce, deadline);
+                partner = outcome.partner;
+                if (!partner && !outcome.ask_again) declined.insert(candidate);
+                next++;
+                break;
+            }
+        }
+        const bool anyone_left = !intended_declined || std::any_of(candidates.begin(), candidates.end(), [&](uint64_t c) {
+                                     return !declined.count(c);
+                                 });
+        if (partner || !anyone_left) break;
+        partner = pairing_->await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
     }
-    // Someone else's proposal may have been accepted while ours failed.
+    pairing_->close(round);
+    // A proposal may have been accepted between the last look and close().
     if (!partner) partner = pairing_->partner(round);
     if (!partner) return std::nullopt;
+    table_->note_round(*partner, round);
     return table_->find(*partner);
 }
 
-std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
-                                          SteadyClock::time_point deadline) {
+PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest, uint64_t nonce,
+                                     SteadyClock::time_point deadline) {
     const auto target = table_->find(to);
-    const uint64_t nonce = random_u64();
-    if (!target || !pairing_->begin_proposal(round, to, nonce)) return pairing_->partner(round);
+    if (!target || !pairing_->begin_proposal(round, to, nonce)) return {pairing_->partner(round), false};
     v1::PairRequest request;
     request.set_round(round);
     request.set_nonce(nonce);
@@ -658,7 +691,7 @@ std::optional<uint64_t> PeerNode::propose(uint64_t round, uint64_t to, PairMode 
         spdlog::debug("peer: node {} declined to pair for round {}: {}", format_node_id(to), round,
                       status.ok() ? response.reason() : status.error_message());
     }
-    return pairing_->end_proposal(round, accepted);
+    return {pairing_->end_proposal(round, accepted), status.ok() && response.ask_again()};
 }
 
 grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response) {
@@ -668,8 +701,16 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
     if (!table_->compatible(*member))
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) + " runs another model, protocol or swarm and is never paired"};
+    if (request.mode() == v1::PAIR_MODE_CONFIRM) {
+        const bool ours = paired_with(request.round(), caller);
+        response->set_accepted(ours);
+        if (!ours) response->set_reason("node " + format_node_id(node_id()) + " is not paired with node " +
+                                        format_node_id(caller) + " for round " + std::to_string(request.round()));
+        return grpc::Status::OK;
+    }
     if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
         return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
+    table_->note_round(caller, request.round());  // it is choosing for this round: it is there
     PairAnswer answer;
     if (member->state != MemberState::Alive) {
         answer.reason = "node " + format_node_id(caller) + " is " + member_state_name(member->state) + " in this node's view";
@@ -682,8 +723,33 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
     }
     response->set_accepted(answer.accepted);
     response->set_crossed(answer.crossed);
+    response->set_ask_again(answer.ask_again);
     response->set_reason(answer.reason);
     return grpc::Status::OK;
+}
+
+bool PeerNode::paired_with(uint64_t round, uint64_t caller) {
+    // The caller may be a step ahead: it accepted our proposal and called before our side of the
+    // RPC recorded the answer.
+    if (!pairing_->partner(round) && pairing_->proposing_to(round, caller))
+        pairing_->await_partner(round, SteadyClock::now() + config_.probe_timeout);
+    return pairing_->partner(round) == caller;
+}
+
+bool PeerNode::confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline,
+                               std::string* why) {
+    v1::PairRequest request;
+    request.set_round(round);
+    request.set_mode(v1::PAIR_MODE_CONFIRM);
+    v1::PairResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4));
+    auth_.attach(context, "Pair");
+    const auto status = v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
+    if (status.ok() && response.accepted()) return true;
+    *why = status.ok() ? response.reason() : "cannot confirm the pairing: " + status.error_message();
+    return false;
 }
 
 grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
@@ -691,12 +757,9 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
     ExchangeWireFrame first;
     if (!stream.Read(&first)) return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
     const uint64_t round = first.fields.round();
-    const uint64_t our_round = table_->self().round;
-    const auto partner = pairing_->partner(round);
-    // With no pairing recorded yet, a round this node could still pair for waits for its slot.
-    const bool could_pair = partner ? *partner == caller
-                                    : std::max(round, our_round) - std::min(round, our_round) <= config_.max_round_gap;
-    if (!could_pair)
+    // At once, not after T_xchg: a caller that believes itself paired when this node does not
+    // (an acceptance whose answer was lost, this node restarted) goes solo now.
+    if (!paired_with(round, caller))
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
     return exchanges_->answer(context, stream, caller, first, SteadyClock::now() + config_.exchange_timeout);
@@ -711,6 +774,9 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         const auto partner = table_->find(slot.partner);
         if (!partner) return exchange_failed("not a member this node knows");
         if (node_id() > slot.partner) {
+            // The partner's stream is awaited only once the partner says it holds the pairing too.
+            std::string why;
+            if (!confirm_pairing(slot.round, *partner, deadline, &why)) return exchange_failed(why);
             return exchanges_->serve(slot, deadline, [&] {
                 const auto now = table_->find(slot.partner);
                 return !now || now->state == MemberState::Dead || now->state == MemberState::Left;

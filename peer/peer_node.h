@@ -142,10 +142,21 @@ private:
     // keep one for every peer it ever met.
     void close_unused_channels();
     void stop(bool announce);
-    // Our proposal to `to` for a round; returns the round's partner afterwards, if any.
-    std::optional<uint64_t> propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
-                                    SteadyClock::time_point deadline);
+    // Our proposal to `to` for a round: the round's partner afterwards, if any, and whether `to`
+    // declined for now only (not choosing for the round yet, or busy), so asking again may work.
+    struct Proposal {
+        std::optional<uint64_t> partner;
+        bool ask_again = false;
+    };
+    Proposal propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest, uint64_t nonce,
+                     SteadyClock::time_point deadline);
     grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response);
+    // Whether this node holds `caller` as its partner for `round` (waiting briefly when its own
+    // proposal to the caller is still being answered).
+    bool paired_with(uint64_t round, uint64_t caller);
+    // Asks the partner whether it holds this node as its partner for the round too; false, with
+    // why, when it does not or cannot be asked.
+    bool confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline, std::string* why);
     grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller);
 
     PeerConfig config_;

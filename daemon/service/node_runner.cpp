@@ -168,7 +168,7 @@ void NodeRunner::pace() {
     };
     if (!ahead_of_all()) return;
     set_phase(v1::NODE_PHASE_WAITING);
-    spdlog::info("round {} is ahead of every member by more than {}: waiting up to {} s for one", node_->round(), gap,
+    spdlog::debug("round {} is ahead of every member by more than {}: waiting up to {} s for one", node_->round(), gap,
                  config_.pace_timeout_s);
     while (ahead_of_all() && Clock::now() < deadline)
         if (!sleep_unless_draining(0.05)) return;

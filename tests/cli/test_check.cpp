@@ -10,6 +10,8 @@
 #include "cli/check_network.h"
 #include "data/shard.h"
 #include "kernels/backend.h"
+#include "peer/local_cluster.h"
+#include "peer/peer_node.h"
 #include "tests/support/files.h"
 
 using namespace starling;
@@ -167,15 +169,34 @@ TEST_CASE("the announce check applies the peer layer's rule") {
     CHECK(result.detail == "peers will dial 10.0.0.5:7700");
 }
 
-TEST_CASE("seeds: none starts a swarm, an unreachable one warns, a malformed one fails") {
+TEST_CASE("seeds: none starts a swarm, an unreachable one warns, a malformed one or a wrong secret fails") {
     NodeConfig config = local_config();
     CheckResult result = check_seeds(config);
     CHECK(result.level == CheckLevel::Ok);
     CHECK(result.detail.find("new swarm") != std::string::npos);
 
-    const Listening member;
+    // A real member: the check makes an authenticated call to it.
+    PeerNode member(local_cluster_config());
+    member.start();
+    config.swarm.peer.swarm_secret = local_cluster_config().swarm_secret;
     config.swarm.peer.seeds = {member.address()};
-    CHECK(check_seeds(config).level == CheckLevel::Ok);
+    result = check_seeds(config);
+    INFO(result.detail);
+    CHECK(result.level == CheckLevel::Ok);
+
+    NodeConfig stranger = config;
+    stranger.swarm.peer.swarm_secret = "another swarm's secret entirely";
+    result = check_seeds(stranger);
+    CHECK(result.level == CheckLevel::Fail);
+    CHECK(result.detail.find("1 of 1 refused this node's credentials: " + member.address()) != std::string::npos);
+    CHECK(result.detail.find("wrong swarm secret") != std::string::npos);
+
+    // Something listens, but no Starling node: it cannot vouch for the secret.
+    const Listening not_a_node;
+    config.swarm.peer.seeds = {member.address(), not_a_node.address()};
+    result = check_seeds(config);
+    CHECK(result.level == CheckLevel::Warn);
+    CHECK(result.detail.find("1 of 2 unreachable: " + not_a_node.address()) != std::string::npos);
 
     std::string closed;
     {

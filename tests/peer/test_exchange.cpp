@@ -308,6 +308,46 @@ TEST_CASE("a message cut short is reported as incomplete, within the deadline") 
     CHECK(at_receiver.took < deadline_bound(cluster));
 }
 
+TEST_CASE("a pairing only one side still holds (its partner restarted) fails the exchange at once") {
+    const bool lower_survives = GENERATE(true, false);
+    const PeerConfig base = local_cluster_config();
+    // Two identities in id order, so the survivor is the opening or the answering side as asked.
+    NodeIdentity first = NodeIdentity::generate(), second = NodeIdentity::generate();
+    if (first.node_id() > second.node_id()) std::swap(first, second);
+    const NodeIdentity survivor_id = lower_survives ? first : second;
+    const NodeIdentity restarted_id = lower_survives ? second : first;
+    INFO("the survivor is the " << (lower_survives ? "opening" : "answering") << " side");
+
+    PeerNode survivor(base, survivor_id);
+    survivor.start();
+    PeerConfig joining = base;
+    joining.seeds = {survivor.address()};
+    auto other = std::make_unique<PeerNode>(joining, restarted_id);
+    other->start();
+    wait_for("one view", 5000ms, [&] { return all_see_all_alive({&survivor, other.get()}); });
+    const auto partners = choose_partners({&survivor, other.get()}, 1);
+    REQUIRE(partners[0] == restarted_id.node_id());
+    REQUIRE(partners[1] == survivor_id.node_id());
+
+    // The partner crashes and comes back on the same address with the same key, knowing nothing
+    // of the pairing.
+    joining.listen = other->address();
+    other->kill();
+    other = std::make_unique<PeerNode>(joining, restarted_id);
+    other->start();
+    wait_for("the restarted node is alive again", 5000ms, [&] { return all_see_all_alive({&survivor, other.get()}); });
+
+    Side side(one_chunk_model(), codec::Codec::Q8, survivor.node_id(), 1, 21);
+    const auto start = std::chrono::steady_clock::now();
+    const ExchangeResult result = survivor.exchange(side.slot(restarted_id.node_id()));
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(result.error);
+    CHECK_FALSE(result.received);
+    CHECK_THAT(result.error, Catch::Contains("not") && Catch::Contains("partner") || Catch::Contains("not paired"));
+    // Told at once, instead of waiting out the exchange timeout for a partner that is not coming.
+    CHECK(took < base.exchange_timeout / 3);
+}
+
 TEST_CASE("an exchange stream from a node that is not the round's partner is refused") {
     LocalCluster cluster(2);
     const auto [lower, higher] = pair_two(cluster, 1);

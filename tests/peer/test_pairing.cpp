@@ -77,6 +77,7 @@ TEST_CASE("deterministic_partner is the other member of the node's group in dete
 
 TEST_CASE("a deterministic proposal is accepted only when the callee's view names the proposer") {
     PairingBook book(11, 1);
+    book.open(5);
     const PairProposal proposal{22, 5, 7, PairMode::Deterministic, 0xabc};
     SECTION("views differ") {
         const auto answer = book.consider(proposal, {5, 0xdef, 22});
@@ -104,25 +105,51 @@ TEST_CASE("a deterministic proposal is accepted only when the callee's view name
     if (!book.partner(5)) CHECK(book.consider(random_proposal(33, 5), view_at(5)).accepted);
 }
 
-TEST_CASE("a random proposal is accepted by a free node whose round is within the gap") {
+TEST_CASE("a proposal is accepted only for the round the node is choosing for, while it chooses") {
+    PairingBook fresh(11, 1);
+    CHECK(fresh.consider(random_proposal(22, 0), view_at(0)).ask_again);  // a new node training round 0
+
     PairingBook book(11, 1);
     const auto far = book.consider(random_proposal(22, 12), view_at(10));
     CHECK_FALSE(far.accepted);
     CHECK_THAT(far.reason, Catch::Contains("more than 1 round"));
-    CHECK(book.consider(random_proposal(22, 11), view_at(10)).accepted);
-    CHECK(book.consider(random_proposal(33, 9), view_at(10)).accepted);
-    CHECK_FALSE(book.consider(random_proposal(44, 11), view_at(10)).accepted);
+
+    // Training toward round 11 (the last round chosen was 10): not yet, ask again.
+    const auto early = book.consider(random_proposal(22, 11), view_at(10));
+    CHECK_FALSE(early.accepted);
+    CHECK(early.ask_again);
+    CHECK_THAT(early.reason, Catch::Contains("not choosing a partner for round 11 now"));
+    CHECK(book.partner(11) == std::nullopt);
+
+    book.open(11);
+    // A straggler still at round 10: this node has chosen for round 10 already, for good.
+    const auto late = book.consider(random_proposal(33, 10), view_at(11));
+    CHECK_FALSE(late.accepted);
+    CHECK_FALSE(late.ask_again);
+    CHECK(book.consider(random_proposal(22, 11), view_at(11)).accepted);
     CHECK(book.partner(11) == 22u);
-    CHECK(book.partner(9) == 33u);
+    book.close(11);
+
+    // Exchanging round 11 with 22: a proposal for 12 waits until this node gets there, one for 11
+    // from anyone else is refused, 22's again is still the pairing.
+    const auto next = book.consider(random_proposal(44, 12), view_at(11));
+    CHECK_FALSE(next.accepted);
+    CHECK(next.ask_again);
+    CHECK_FALSE(book.consider(random_proposal(44, 11), view_at(11)).accepted);
+    CHECK(book.consider(random_proposal(22, 11), view_at(11)).accepted);
     CHECK(book.partner(12) == std::nullopt);
 }
 
 TEST_CASE("a node with a proposal out declines everyone but the node it proposed to") {
     PairingBook book(11, 1);
+    book.open(5);
     REQUIRE(book.begin_proposal(5, 22, 100));
+    CHECK(book.proposing_to(5, 22));
+    CHECK_FALSE(book.proposing_to(5, 33));
     REQUIRE_FALSE(book.begin_proposal(5, 33, 101));
     const auto busy = book.consider(random_proposal(33, 5), view_at(5));
     CHECK_FALSE(busy.accepted);
+    CHECK(busy.ask_again);
     CHECK_THAT(busy.reason, Catch::Contains("busy"));
     CHECK(book.end_proposal(5, false) == std::nullopt);
     CHECK(book.consider(random_proposal(33, 5), view_at(5)).accepted);
@@ -133,6 +160,8 @@ TEST_CASE("crossing proposals settle on the lower (nonce, node id) and both side
     const auto [nonce_a, nonce_b] = GENERATE(std::make_pair(10u, 20u), std::make_pair(20u, 10u), std::make_pair(7u, 7u));
     const auto mode = GENERATE(PairMode::Random, PairMode::Deterministic);
     PairingBook a(11, 1), b(22, 1);
+    a.open(5);
+    b.open(5);
     REQUIRE(a.begin_proposal(5, 22, nonce_a));
     REQUIRE(b.begin_proposal(5, 11, nonce_b));
     const PairingView view_a{5, 0xabc, 22}, view_b{5, 0xabc, 11};
@@ -151,6 +180,7 @@ TEST_CASE("crossing proposals settle on the lower (nonce, node id) and both side
 
 TEST_CASE("await_partner returns when a proposal is accepted, or at its deadline") {
     PairingBook book(11, 1);
+    book.open(5);
     REQUIRE(book.begin_proposal(5, 22, 50));
     CHECK(book.await_partner(5, SteadyClock::now() + 50ms) == std::nullopt);
     std::thread winner([&] {
@@ -164,8 +194,11 @@ TEST_CASE("await_partner returns when a proposal is accepted, or at its deadline
 
 TEST_CASE("a pairing book keeps a few rounds however long it runs, and knows the recent partners") {
     PairingBook book(11, 1);
-    for (uint64_t round = 1; round <= 100; ++round)
+    for (uint64_t round = 1; round <= 100; ++round) {
+        book.open(round);
         REQUIRE(book.consider(random_proposal(1000 + round, round), view_at(round)).accepted);
+        book.close(round);
+    }
     CHECK(book.rounds_held() <= PairingBook::kRoundsKept + 1);
     CHECK(book.partner(100) == 1100u);
     CHECK(book.partner(50) == std::nullopt);
@@ -214,6 +247,25 @@ TEST_CASE("five nodes: two mutual pairs and one solo node in every round") {
     for (uint64_t round = 1; round <= 3; ++round) {
         INFO("round " << round);
         CHECK(require_mutual(nodes, choose_partners(nodes, round)) == 1);
+    }
+}
+
+TEST_CASE("paired nodes know each other's round from the pairing itself, not from gossip") {
+    // Gossip every 30 s: two nodes still meet at once (the join answers with the member list), but
+    // no gossiped round arrives during the test.
+    PeerConfig slow = local_cluster_config();
+    slow.gossip_interval = 30s;
+    LocalCluster cluster(2, slow);
+    const auto nodes = wait_for_one_view(cluster);
+    const auto round_seen = [](const PeerNode& observer, uint64_t id) {
+        for (const Member& m : observer.members())
+            if (m.node_id == id) return m.round;
+        return uint64_t{0};
+    };
+    for (uint64_t round : {7, 8}) {
+        REQUIRE(require_mutual(nodes, choose_partners(nodes, round)) == 0);
+        CHECK(round_seen(*nodes[0], nodes[1]->node_id()) == round);
+        CHECK(round_seen(*nodes[1], nodes[0]->node_id()) == round);
     }
 }
 
