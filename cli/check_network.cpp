@@ -15,6 +15,8 @@
 
 #include "common/error.h"
 #include "peer/address.h"
+#include "model/config.h"
+#include "model/manifest.h"
 #include "peer/peer_node.h"
 
 namespace starling::cli {
@@ -198,7 +200,13 @@ CheckResult check_announce(const NodeConfig& config) {
 CheckResult check_seeds(const NodeConfig& config) {
     const std::vector<std::string>& seeds = config.swarm.peer.seeds;
     if (seeds.empty()) return {CheckLevel::Ok, "seeds", "none: the node starts a new swarm", ""};
-    std::vector<std::string> malformed, unreachable, refused;
+    std::vector<std::string> malformed, unreachable, refused, incompatible;
+    // This node as its peers would see it, for the comparison with each seed.
+    Member self;
+    self.fingerprint = ParameterManifest(config.swarm.train.model).fingerprint();
+    self.model = model_signature(config.swarm.train.model);
+    self.swarm_id = config.swarm.peer.swarm_id;
+    self.protocol_version = kProtocolVersion;
     for (const std::string& seed : seeds) {
         const auto at = parse_host_port(seed);
         if (!at || at->port == 0) {
@@ -208,18 +216,28 @@ CheckResult check_seeds(const NodeConfig& config) {
             unreachable.push_back(fmt::format("{} ({})", seed, problem));
         } else {
             // Reachable: does it take this config's secret? A wrong one would leave the node alone.
-            std::string why;
+            SeedAnswer answer;
             try {
-                why = seed_auth_problem(config.swarm.peer, seed, std::chrono::milliseconds(3000));
+                answer = ask_seed(config.swarm.peer, seed, std::chrono::milliseconds(3000));
             } catch (const Error& e) {
-                why = e.what();
+                answer.problem = e.what();
             }
-            if (why.find("UNAUTHENTICATED") != std::string::npos || why.find("peer auth") != std::string::npos)
+            const std::string& why = answer.problem;
+            if (answer.member) {
+                if (const std::string problem = incompatibility(*answer.member, self); !problem.empty())
+                    incompatible.push_back(fmt::format("{} {}", seed, problem));
+            } else if (why.find("peer auth") != std::string::npos) {
                 refused.push_back(fmt::format("{} ({})", seed, why));
-            else if (!why.empty())
+            } else {
                 unreachable.push_back(fmt::format("{} ({})", seed, why));
+            }
         }
     }
+    if (!incompatible.empty())
+        return {CheckLevel::Fail, "seeds",
+                fmt::format("{} of {} can never pair with this node: {}", incompatible.size(), seeds.size(),
+                            fmt::join(incompatible, "; ")),
+                "use the swarm's config for [model] and [peer].swarm_id (every node of a swarm trains the same model)"};
     if (!refused.empty())
         return {CheckLevel::Fail, "seeds",
                 fmt::format("{} of {} refused this node's credentials: {}", refused.size(), seeds.size(),

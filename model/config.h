@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace starling {
 
@@ -25,5 +26,12 @@ struct ModelConfig {
     int64_t num_parameters() const;
     double flops_per_token(int seq_len) const;
 };
+
+// The keys that make two models different, as "key=value" words ("n_layer=2 n_head=4 ..."): what
+// a node tells its peers, so that one with another model hears which key differs.
+std::string model_signature(const ModelConfig& config);
+// The keys on which two signatures differ: "n_layer 4 there, 2 here; d_model 128 there, 64 here";
+// "" when they agree. A key one side lacks shows as "none".
+std::string signature_differences(std::string_view theirs, std::string_view ours);
 
 }  // namespace starling

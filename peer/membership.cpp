@@ -1,5 +1,7 @@
 #include "peer/membership.h"
 
+#include "model/config.h"
+
 #include <algorithm>
 #include <tuple>
 
@@ -22,6 +24,18 @@ auto precedence(const Member& m) { return std::make_tuple(m.incarnation, static_
 bool gone(MemberState state) { return state == MemberState::Dead || state == MemberState::Left; }
 
 }  // namespace
+
+std::string incompatibility(const Member& them, const Member& self) {
+    if (them.swarm_id != self.swarm_id) return "is in swarm '" + them.swarm_id + "' (this node: '" + self.swarm_id + "')";
+    if (them.protocol_version != self.protocol_version)
+        return "speaks protocol " + std::to_string(them.protocol_version) + " (this node: " +
+               std::to_string(self.protocol_version) + ")";
+    if (them.fingerprint == self.fingerprint) return "";
+    const std::string keys = signature_differences(them.model, self.model);
+    return "runs another model (" + (keys.empty() ? "fingerprint " + them.fingerprint + ", this node's " + self.fingerprint
+                                                  : keys) +
+           ")";
+}
 
 MemberTable::MemberTable(Member self, MembershipLimits limits) : limits_(limits), self_(std::move(self)) {}
 

@@ -36,12 +36,17 @@ struct Member {
     MemberState state = MemberState::Alive;
     uint64_t round = 0;
     std::string fingerprint;
+    std::string model;  // the model's signature (model/config.h), for saying what differs
     uint32_t protocol_version = kProtocolVersion;
     std::string swarm_id;
     PublicKey public_key{};
     uint64_t instance = 0;
     SteadyClock::time_point since{};  // local: when this node learned the current state
 };
+
+// Why `them` can never pair with `self`, for a log line or `starling check`: "runs another model
+// (n_layer 4 there, 2 here)", "is in swarm 'b' (this node: 'a')", ...; "" when it can.
+std::string incompatibility(const Member& them, const Member& self);
 
 struct MembershipLimits {
     std::chrono::milliseconds suspicion_timeout{5000};  // SUSPECT to DEAD

@@ -56,9 +56,13 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
         }
         const Member& member = std::get<Member>(parsed);
         const auto result = table.merge(member, now);
-        if (result == MemberTable::Merge::Added)
+        if (result == MemberTable::Merge::Added) {
             spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id), member.address,
                          member_state_name(member.state));
+            if (const std::string why = incompatibility(member, table.self()); !why.empty())
+                spdlog::warn("peer: node {} at {} {}: it is never paired with this node", format_node_id(member.node_id),
+                             member.address, why);
+        }
         else if (result == MemberTable::Merge::Refuted)
             spdlog::info("peer: refuted a report of this node as {}", member_state_name(member.state));
         else if (result == MemberTable::Merge::Duplicate)
@@ -132,7 +136,8 @@ public:
                       v1::PingResponse* response) override {
         uint64_t caller = 0;
         if (auto status = admit(context, "Ping", *request, &caller); !status.ok()) return status;
-        if (request->target_id() != node_.node_id())
+        // Target 0 asks whoever answers (`starling check`); a probe names the node it expects.
+        if (request->target_id() != 0 && request->target_id() != node_.node_id())
             return {grpc::StatusCode::NOT_FOUND, "this address now belongs to node " + format_node_id(node_.node_id())};
         to_digest(node_.table_->self(), response->mutable_self());
         return grpc::Status::OK;
@@ -259,6 +264,7 @@ void PeerNode::start() {
     self.node_id = identity_.node_id();
     self.incarnation = static_cast<uint64_t>(unix_ms());
     self.fingerprint = config_.fingerprint;
+    self.model = config_.model;
     self.swarm_id = config_.swarm_id;
     self.public_key = identity_.public_key();
     self.instance = random_u64();
@@ -332,20 +338,23 @@ std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, Cha
     return channel;
 }
 
-std::string seed_auth_problem(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout) {
+SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout) {
     const NodeIdentity stranger = NodeIdentity::generate();
     const SwarmAuth auth(swarm_key_material(config), stranger);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + timeout);
     auth.attach(context, "Ping");
     v1::PingRequest request;
-    request.set_target_id(0);  // nobody's id: a seed that accepts the credentials answers NOT_FOUND
+    request.set_target_id(0);  // whoever answers
     v1::PingResponse response;
     const auto status = v1::Peer::NewStub(grpc::CreateChannel(seed, channel_credentials(config.tls)))
                             ->Ping(&context, request, &response);
-    if (status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND) return "";
-    return status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
-                                          : status.error_message();
+    if (!status.ok())
+        return {std::nullopt, status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
+                                                             : status.error_message()};
+    auto parsed = from_digest(response.self());
+    if (auto* why = std::get_if<std::string>(&parsed)) return {std::nullopt, "its answer is unusable: " + *why};
+    return {std::get<Member>(std::move(parsed)), ""};
 }
 
 PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {

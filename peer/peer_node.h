@@ -40,6 +40,7 @@ struct PeerConfig {
     std::string swarm_secret;             // the same on every node of a swarm; may be empty with TLS
     TlsConfig tls;                        // mutual TLS on the peer port when set (peer/tls.h)
     std::string fingerprint;              // the model's; members with another are never paired
+    std::string model;                    // its signature (model_signature), named when they differ
     std::filesystem::path data_dir;       // node.key and peers.txt; empty: fresh identity, no cache
     std::chrono::milliseconds gossip_interval{1000};
     std::chrono::milliseconds probe_timeout{500};
@@ -56,9 +57,14 @@ struct PeerConfig {
     RateLimit rate_limit;
 };
 
-// What a seed says to an authenticated call from a throwaway identity (`starling check`): ""
-// when it accepted this config's swarm secret (or TLS credentials), else why not, in its words.
-std::string seed_auth_problem(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout);
+// What a seed says to an authenticated Ping from a throwaway identity (`starling check`): its
+// member digest when it accepted this config's swarm secret (or TLS credentials), else why not,
+// in its words.
+struct SeedAnswer {
+    std::optional<Member> member;
+    std::string problem;  // when member is empty
+};
+SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout);
 
 class PeerNode {
 public:

@@ -10,6 +10,7 @@ namespace {
 
 constexpr size_t kMaxAddress = 262;  // a DNS name of 253, brackets, a colon and a port
 constexpr size_t kMaxLabel = 128;    // fingerprint, swarm id
+constexpr size_t kMaxModel = 512;    // the model's signature
 
 }  // namespace
 
@@ -20,6 +21,7 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_state(static_cast<v1::MemberState>(static_cast<int>(member.state)));
     digest->set_round(member.round);
     digest->set_fingerprint(member.fingerprint);
+    digest->set_model(member.model);
     digest->set_protocol_version(member.protocol_version);
     digest->set_swarm_id(member.swarm_id);
     digest->set_public_key(member.public_key.data(), member.public_key.size());
@@ -39,6 +41,8 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (digest.fingerprint().size() > kMaxLabel || digest.swarm_id().size() > kMaxLabel)
         return fmt::format("node {}: fingerprint or swarm id longer than {} bytes", format_node_id(member.node_id),
                            kMaxLabel);
+    if (digest.model().size() > kMaxModel)
+        return fmt::format("node {}: model signature longer than {} bytes", format_node_id(member.node_id), kMaxModel);
     const int state = digest.state();
     if (state < static_cast<int>(MemberState::Alive) || state > static_cast<int>(MemberState::Left))
         return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id), state);
@@ -47,6 +51,7 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     member.state = static_cast<MemberState>(state);
     member.round = digest.round();
     member.fingerprint = digest.fingerprint();
+    member.model = digest.model();
     member.protocol_version = digest.protocol_version();
     member.swarm_id = digest.swarm_id();
     member.instance = digest.instance();

@@ -74,6 +74,7 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
     device_ = backend_.description;
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
+    config_.peer.model = model_signature(config_.train.model);
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(engine_, backend_, 0, peer_->node_id());
     const bool split = config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;

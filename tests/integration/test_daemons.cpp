@@ -222,6 +222,9 @@ TEST_CASE("a second starlingd on a port or a data directory in use exits 1 namin
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("environment variable STARLING_TRAIN_STPES is not a Starling setting") != std::string::npos);
+    // The settings' own variables (the secret, the data, the rounds) are not reported.
+    CHECK(r.output.find("STARLING_PEER_SECRET is not") == std::string::npos);
+    CHECK(r.output.find("STARLING_DATA_DIR is not") == std::string::npos);
     CHECK(r.output.find("is in use by another starlingd (PID " + std::to_string(a.process().pid())) !=
           std::string::npos);
     const CommandResult check = run_command(
@@ -336,6 +339,30 @@ TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, a
     CHECK(r.output.find("refused this node's credentials") == std::string::npos);
     CHECK(r.output.find(a.peer_address()) != std::string::npos);
 
+    for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
+}
+
+TEST_CASE("a node with another model is named on both sides with the key that differs, and by starling check",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path());
+    a.start();
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    b.start({a.peer_address()}, {{"STARLING_MODEL_N_LAYER", "3"}});
+    eventually("both logs name the key", 30s, [&] {
+        return a.log().find("runs another model (n_layer 3 there, 2 here)") != std::string::npos &&
+               b.log().find("runs another model (n_layer 2 there, 3 here)") != std::string::npos;
+    });
+    Environment three = daemon_environment();
+    three["STARLING_MODEL_N_LAYER"] = "3";
+    const CommandResult r = run_command({starling_binary(), "check", "--config", pico_config(), "--data-dir",
+                                         (root.path() / "checked").string(), "--seed", a.peer_address()},
+                                        three);
+    INFO(r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("can never pair with this node: " + a.peer_address() +
+                        " runs another model (n_layer 2 there, 3 here)") != std::string::npos);
     for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
 }
