@@ -228,19 +228,40 @@ private:
             }
             std::string error;
             grpc::StatusCode code = grpc::StatusCode::OK;
-            const bool ok = fetch_one(*stub, index, &error, &code);
-            // Busy: wait and retry. Not found: an honest donor that moved on to a newer snapshot;
+            const auto timeout = chunk_timeout(address, index);
+            const auto started = std::chrono::steady_clock::now();
+            const bool ok = fetch_one(*stub, index, timeout, &error, &code);
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            // Busy: wait and retry. Slow (out of time): retry with a longer deadline, dropped only
+            // after a few in a row. Not found: an honest donor that moved on to a newer snapshot;
             // it stops serving this fetch but may offer the next one. Anything else: dropped.
-            const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED;
-            const bool stale = code == grpc::StatusCode::NOT_FOUND;
             std::lock_guard lock(mutex_);
+            DonorPace& pace = pace_[address];
+            bool slow = false;
+            if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+                // Calls in flight together share a deadline: one of them running out counts once.
+                if (timeout >= pace.at_least) {
+                    ++pace.timeouts;
+                    pace.at_least = 2 * timeout;
+                }
+                slow = pace.timeouts < options_.timeouts_per_donor;
+            }
+            const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED || slow;
+            const bool stale = code == grpc::StatusCode::NOT_FOUND;
             --inflight_;
             if (ok) {
                 done_[index] = 1;
                 ++delivered_[address];
+                pace.timeouts = 0;
+                pace.at_least = std::chrono::milliseconds(0);
+                pace.bytes_per_s = static_cast<double>(manifest_.chunk_size(index)) / std::max(seconds, 1e-3);
                 if (options_.progress) options_.progress(++finished_, manifest_.chunk_count());
             } else {
                 pending_.push_back(index);
+                if (slow) {
+                    spdlog::info("state sync: chunk {} from {} ran out of its {:.0f} s; asking again with more time",
+                                 index, address, std::chrono::duration<double>(timeout).count());
+                }
                 if (!busy) {
                     stopped_.insert(address);
                     last_error_ = fmt::format("donor {}: {}", address, error);
@@ -255,14 +276,26 @@ private:
         }
     }
 
+    // Four times the time this donor's measured rate (or, before a chunk has come, the slowest
+    // supported link's, shared by the calls in flight) needs for the chunk, within the bounds.
+    std::chrono::milliseconds chunk_timeout(const std::string& address, uint32_t index) {
+        std::lock_guard lock(mutex_);
+        DonorPace& pace = pace_[address];
+        if (pace.bytes_per_s <= 0) pace.bytes_per_s = options_.min_rate_bytes_per_s / options_.inflight_per_donor;
+        const double seconds = 4.0 * static_cast<double>(manifest_.chunk_size(index)) / pace.bytes_per_s;
+        const auto wanted = std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e7) * 1000));
+        return std::clamp(std::max(wanted, pace.at_least), options_.call_timeout, options_.max_call_timeout);
+    }
+
     // On failure *code is the call's status, or INVALID_ARGUMENT for bad data.
-    bool fetch_one(v1::StateSync::Stub& stub, uint32_t index, std::string* error, grpc::StatusCode* code) {
+    bool fetch_one(v1::StateSync::Stub& stub, uint32_t index, std::chrono::milliseconds timeout, std::string* error,
+                   grpc::StatusCode* code) {
         v1::FetchChunkRequest request;
         request.set_snapshot_id(manifest_.id.data(), manifest_.id.size());
         request.set_index(index);
         v1::SnapshotChunk response;
         grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
+        context.set_deadline(std::chrono::system_clock::now() + timeout);
         auth_.attach(context, "FetchChunk");
         const auto status = stub.FetchChunk(&context, request, &response);
         if (!status.ok()) {
@@ -297,6 +330,12 @@ private:
     std::set<std::string> stopped_;  // no more chunks from these in this fetch
     std::set<std::string> dropped_;  // nor in any later one
     std::map<std::string, uint32_t> delivered_;
+    struct DonorPace {
+        double bytes_per_s = 0;  // of one call, from the donor's last chunk; 0 before one
+        int timeouts = 0;        // in a row
+        std::chrono::milliseconds at_least{0};  // after a timeout: twice the deadline that ran out
+    };
+    std::map<std::string, DonorPace> pace_;
     std::string last_error_;
 };
 

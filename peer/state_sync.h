@@ -116,7 +116,17 @@ struct SnapshotExpectation {
 SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const SnapshotExpectation& expected);
 
 struct FetchOptions {
-    std::chrono::milliseconds call_timeout{10000};  // any one call
+    // A manifest call's deadline, and the least a chunk call gets. A chunk call's deadline follows
+    // the rate measured from that donor's chunks (four times the expected transfer time), and,
+    // before the first one, the slowest link supported: min_rate shared by the donor's calls in
+    // flight. 1 MiB chunks, 2 in flight and 1 Mbit/s: 25 s, which makes 1 Mbit/s the slowest link
+    // the defaults support.
+    std::chrono::milliseconds call_timeout{10000};
+    std::chrono::milliseconds max_call_timeout{120000};
+    double min_rate_bytes_per_s = 125000;  // 1 Mbit/s
+    // A donor whose chunk calls run out of time this many times in a row is dropped; before that
+    // the chunk goes back to the queue and the donor's next deadline is at least twice the last.
+    int timeouts_per_donor = 3;
     int inflight_per_donor = 2;
     int attempts = 3;  // manifests asked for again after the holders of a snapshot are gone
     // Called after every verified chunk, from the fetching threads.

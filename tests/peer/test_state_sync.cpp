@@ -4,6 +4,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <catch2/catch.hpp>
+#include <thread>
 #include <future>
 #include <random>
 
@@ -71,6 +72,28 @@ public:
 
 private:
     std::shared_ptr<const Snapshot> snapshot_;
+};
+
+// Serves honestly, each chunk after `delay`: a donor behind a slow link.
+class SlowDonor final : public v1::StateSync::Service {
+public:
+    SlowDonor(std::shared_ptr<const Snapshot> snapshot, std::chrono::milliseconds delay)
+        : snapshot_(std::move(snapshot)), delay_(delay) {}
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+        to_proto(snapshot_->manifest(), out);
+        return grpc::Status::OK;
+    }
+    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request, v1::SnapshotChunk* out) override {
+        std::this_thread::sleep_for(delay_);
+        const auto bytes = snapshot_->chunk(request->index());
+        out->set_index(request->index());
+        out->set_data(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        return grpc::Status::OK;
+    }
+
+private:
+    std::shared_ptr<const Snapshot> snapshot_;
+    std::chrono::milliseconds delay_;
 };
 
 struct Joiner {
@@ -259,4 +282,30 @@ TEST_CASE("state sync calls need swarm credentials and name bad requests") {
         auth.attach(context, "FetchChunk");
         REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() == grpc::StatusCode::NOT_FOUND);
     }
+}
+
+TEST_CASE("a donor slower than the first deadline is asked again with more time, not dropped") {
+    // Four chunks, each served 300 ms late; the first deadline is 100 ms (the floor, with a
+    // supposed link so fast that the rate gives less).
+    const size_t total = 4 * kChunk;
+    const auto bytes = random_bytes(total, 9);
+    const auto snapshot = std::make_shared<Snapshot>(kFingerprint, 3, "counters", bytes, kChunk);
+    Donor slow(2, std::make_unique<SlowDonor>(snapshot, 300ms));
+    Joiner joiner;
+    std::vector<std::byte> state(total);
+    FetchOptions options;
+    options.call_timeout = 100ms;
+    options.max_call_timeout = 5000ms;
+    options.min_rate_bytes_per_s = 1e12;
+    const FetchResult result =
+        fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(), {kFingerprint, total}, state,
+                       options);
+    CHECK(state == bytes);
+    CHECK(result.chunks_per_donor.at(slow.address) == 4);
+
+    // With one try only, the same donor is dropped at its first timeout and nothing arrives.
+    options.timeouts_per_donor = 1;
+    CHECK_THROWS_WITH(fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
+                                     {kFingerprint, total}, state, options),
+                      Catch::Contains("no donor could deliver"));
 }
