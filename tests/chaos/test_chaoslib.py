@@ -1,0 +1,117 @@
+"""Unit tests of the chaos suite's own parts (no daemon needed):
+    PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests/chaos -p 'test_*.py'
+The log lines are copied from real starlingd logs of a chaos run."""
+
+import tempfile
+import tomllib
+import unittest
+from pathlib import Path
+
+from chaoslib import config, logs, report
+from chaoslib.daemons import StallTracker
+
+LOG = """\
+# chaos: starlingd --config chaos.toml
+[2026-11-25 10:39:31.430] info resumed from checkpoint /tmp/c/nodes/n2/checkpoints/step_00000040 (round 40, inner step 800)
+[2026-11-25 10:39:43.359] info swarm: node b781ae37884918a2 joined at round 44 (inner step 880) from a snapshot of 1971232 bytes
+[2026-11-25 10:39:43.675] info swarm: node b781ae37884918a2 round 44 | loss 1.4950 | partner none | sent 0 B, received 0 B | pair 0.001 s, exchange 0.000 s
+[2026-11-25 10:39:51.066] info swarm: node b781ae37884918a2 round 45 | loss 1.5029 | partner b40d1eabbdfd3638 | sent 132384 B, received 131472 B | pair 0.001 s, exchange 7.069 s
+[2026-11-25 10:40:01.411] info swarm: node b781ae37884918a2 round 46 | loss 1.4894 | partner b0b3b833f7507179 | sent 0 B, received 0 B | pair 0.001 s, exchange 10.004 s | solo: exchange with node b0b3b833f7507179 for round 46: the partner did not open the exchange before the deadline
+[2026-11-25 10:40:01.500] info round 50: validation loss of phi 1.6443
+[2026-11-25 10:40:02.000] info swarm: node 6c25bf73e2c75488 round 9 | loss 1.9560 | local
+[2026-11-25 10:40:03.000] error accept: Too many open files
+"""
+
+
+class LogTest(unittest.TestCase):
+    def test_parse(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "n.log"
+            path.write_text(LOG)
+            lg = logs.parse(path)
+        self.assertEqual(lg.resumed_round, 40)
+        self.assertEqual(lg.joined_round, 44)
+        self.assertEqual([r.round for r in lg.rounds], [44, 45, 46, 9])
+        self.assertEqual([r.paired for r in lg.rounds], [False, True, False, False])
+        self.assertEqual(lg.rounds[2].exchange_s, 10.004)
+        self.assertIn("did not open the exchange", lg.rounds[2].solo_reason)
+        self.assertEqual(lg.rounds[3].partner, "")
+        self.assertEqual([(r, v) for _, r, v in lg.vals], [(50, 1.6443)])
+        self.assertEqual(len(lg.fd_errors), 1)
+        self.assertEqual(len(lg.errors), 1)
+        self.assertAlmostEqual(lg.rounds[1].wall - lg.rounds[0].wall, 7.391, places=3)
+
+    def test_solo_reason_kind(self):
+        a = report.solo_reason_kind("exchange with node b0b3b833f7507179 for round 46: the partner did not open")
+        b = report.solo_reason_kind("exchange with node a9889d0dcb6b3198 for round 5: the partner did not open")
+        self.assertEqual(a, b)
+
+
+class StallTest(unittest.TestCase):
+    def test_longest_interval_between_round_changes(self):
+        s = StallTracker()
+        for t, r in [(0, 1), (1, 1), (2, 2), (3, 2), (9, 2), (10, 3)]:
+            s.observe(t, r, "training")
+        self.assertEqual(s.max, 8)  # round 2 first seen at 2, round 3 first seen at 10
+        self.assertEqual(s.max_info["round"], 2)
+
+    def test_close_counts_the_open_interval_and_stops_the_clock(self):
+        s = StallTracker()
+        s.observe(0, 5, "exchanging")
+        s.close(12, "SIGSTOP")
+        self.assertEqual(s.max, 12)
+        s.observe(30, 5, "training")  # after SIGCONT the clock starts again
+        s.observe(31, 6, "training")
+        self.assertEqual(s.max, 12)
+        self.assertEqual(s.max_info["ended"], "SIGSTOP")
+
+
+    def test_a_fresh_node_starts_the_clock_after_joining(self):
+        s = StallTracker(("starting", "joining"))
+        s.observe(0, 0, "starting")
+        s.observe(20, 0, "joining")  # the join check's time, not a stall
+        s.observe(21, 37, "training")
+        s.observe(23, 38, "exchanging")
+        self.assertEqual(s.max, 2)
+        s.observe(40, 38, "joining")  # a later catch-up counts
+        s.observe(41, 50, "training")
+        self.assertEqual(s.max, 18)
+
+
+class ConfigTest(unittest.TestCase):
+    def test_derive_replaces_and_adds_keys(self):
+        text = "[train]\nsteps = 1000  # c\nseed = 1\n\n[peer]\nseeds = []\n"
+        out = config.derive(text, {"train": {"steps": 7, "threads": 1}, "peer": {"seeds": ["a:1"]},
+                                   "metrics": {"listen": ""}})
+        cfg = tomllib.loads(out)
+        self.assertEqual(cfg["train"], {"steps": 7, "seed": 1, "threads": 1})
+        self.assertEqual(cfg["peer"]["seeds"], ["a:1"])
+        self.assertEqual(cfg["metrics"]["listen"], "")
+
+    def test_pico_derives(self):
+        pico = Path(__file__).resolve().parents[2] / "configs" / "pico.toml"
+        with tempfile.TemporaryDirectory() as d:
+            chaos, single, cfg = config.write_configs(pico, Path(d), Path("/data/kjv"), 10_000_000)
+            single_cfg = tomllib.loads(single.read_text())
+        self.assertEqual(cfg["swarm"]["method"], "noloco")
+        self.assertEqual(single_cfg["swarm"]["method"], "local")
+        self.assertEqual(cfg["train"]["steps"], 10_000_000)
+        self.assertEqual(cfg["data"]["dir"], "/data/kjv")
+        s = config.Settings(cfg)
+        self.assertEqual((s.pair_timeout_s, s.exchange_timeout_s, s.inner_steps), (5.0, 10.0, 20))
+        self.assertEqual(s.tokens_per_step, 16 * 64)
+
+
+class RssTest(unittest.TestCase):
+    def test_growth_from_the_sample_60_s_after_start(self):
+        class Inst:
+            label = "n0#0"
+            rss = [(1, 50000), (59, 80000), (61, 100000), (120, 110000)]
+        rows = report.rss_growth([Inst()])
+        self.assertEqual(rows[0]["growth_pct"], 10.0)
+        Inst.rss = [(1, 50000), (61, 100000), (80, 200000)]  # under 30 s after the 60 s sample
+        self.assertEqual(report.rss_growth([Inst()]), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
