@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <algorithm>
 #include <optional>
 #include <span>
 #include <thread>
@@ -269,6 +270,15 @@ private:
 
 OutgoingMessage outgoing_message(codec::MessageEncoder& encoder) {
     return {encoder.header_bytes(), [&encoder](ChunkBuffer& out) { return encoder.next_chunk(*out); }};
+}
+
+std::chrono::milliseconds exchange_budget(uint64_t bytes, std::optional<double> measured_bytes_per_s,
+                                          double min_bytes_per_s, std::chrono::milliseconds floor,
+                                          std::chrono::milliseconds ceiling) {
+    const double rate = std::max(measured_bytes_per_s.value_or(min_bytes_per_s), 1.0);
+    const double seconds = std::min(4.0 * static_cast<double>(bytes) / rate, 1e7);
+    const auto wanted = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+    return std::clamp(wanted, floor, std::max(floor, ceiling));
 }
 
 ExchangeResult exchange_failed(std::string error) {

@@ -73,6 +73,13 @@ struct ExchangeResult {
     std::string error;            // what went wrong, when either of the two is false
 };
 
+// How long an exchange of `bytes` (both messages of a round, if two share the link) may take: four
+// times what the rate measured with this partner (or, before one, min_bytes_per_s) needs, within
+// [floor, ceiling]. A slow link gets the time its transfer needs; a fast one keeps the floor.
+std::chrono::milliseconds exchange_budget(uint64_t bytes, std::optional<double> measured_bytes_per_s,
+                                          double min_bytes_per_s, std::chrono::milliseconds floor,
+                                          std::chrono::milliseconds ceiling);
+
 // A result that failed before any byte moved.
 ExchangeResult exchange_failed(std::string error);
 

@@ -532,6 +532,7 @@ void PeerNode::close_unused_channels() {
     {
         std::lock_guard lock(rtt_mutex_);
         std::erase_if(rtt_ms_, [&](const auto& entry) { return !members.contains(entry.first); });
+        std::erase_if(exchange_bytes_per_s_, [&](const auto& entry) { return !members.contains(entry.first); });
     }
     {
         std::lock_guard lock(seeds_mutex_);
@@ -774,9 +775,19 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
     return exchanges_->answer(context, stream, caller, first, SteadyClock::now() + config_.exchange_timeout);
 }
 
+std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
+    std::optional<double> measured;
+    {
+        std::lock_guard lock(rtt_mutex_);
+        if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end()) measured = it->second;
+    }
+    return exchange_budget(bytes, measured, config_.min_link_bytes_per_s, config_.exchange_timeout,
+                           config_.exchange_timeout_max);
+}
+
 ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
-    const auto deadline = std::min(SteadyClock::now() + config_.exchange_timeout,
-                                   slot.deadline.value_or(SteadyClock::time_point::max()));
+    const auto started = SteadyClock::now();
+    const auto deadline = slot.deadline.value_or(started + config_.exchange_timeout);
     ExchangeResult result = [&] {
         if (!running_) return exchange_failed("this node is not running");
         if (pairing_->partner(slot.round) != slot.partner) return exchange_failed("not this node's partner for the round");
@@ -799,6 +810,17 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         exchanges_->untrack(context);
         return opened;
     }();
+    const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
+    const bool whole = result.received && result.delivered;
+    if (whole || (moved > 0 && SteadyClock::now() >= deadline)) {
+        // The rate this link gave, waiting for the partner included: an underestimate, which only
+        // lengthens the next budget. A transfer its deadline cut off counts too, so a link slower
+        // than min_link_bytes_per_s gets the time it needs from the next round on; one that failed
+        // early for another reason says nothing about the link.
+        const double seconds = std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
+        std::lock_guard lock(rtt_mutex_);
+        exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
+    }
     if (!result.error.empty())
         result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
                        ": " + result.error;

@@ -49,7 +49,11 @@ struct PeerConfig {
     std::chrono::milliseconds join_backoff_max{30000};
     size_t max_message_bytes = 4u << 20;  // any one membership RPC; exchange frames have their own cap
     std::chrono::milliseconds pair_timeout{5000};       // T_pair: choosing a round's partner, in all
-    std::chrono::milliseconds exchange_timeout{10000};  // T_xchg: a whole exchange, end to end
+    // T_xchg: a whole exchange, end to end, at least; a partner whose measured rate (or, before an
+    // exchange with it, min_link_bytes_per_s) needs longer for the message gets up to the ceiling.
+    std::chrono::milliseconds exchange_timeout{10000};
+    std::chrono::milliseconds exchange_timeout_max{600000};
+    double min_link_bytes_per_s = 1.25e6;  // 10 Mbit/s
     uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
@@ -111,6 +115,9 @@ public:
     // at once; returns within exchange_timeout, or by slot.deadline when that is sooner (plus the
     // moment a cancelled stream takes to end). A round may exchange more than once with its partner.
     ExchangeResult exchange(ExchangeSlot slot);
+    // The time an exchange of `bytes` with `partner` gets (exchange_budget): from the rate of the
+    // last whole exchange with it, or the config's minimum before one.
+    std::chrono::milliseconds exchange_budget_with(uint64_t partner, uint64_t bytes) const;
 
     // DiLoCo's all-gather (peer/round_messages.h): this node publishes its round's message here...
     RoundMessageBoard& round_messages() { return round_messages_; }
@@ -181,6 +188,7 @@ private:
 
     mutable std::mutex rtt_mutex_;
     std::map<uint64_t, double> rtt_ms_;
+    std::map<uint64_t, double> exchange_bytes_per_s_;  // by partner, from the last whole exchange; under rtt_mutex_
 
     mutable std::mutex channels_mutex_;
     std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_;

@@ -59,11 +59,12 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
     if (checkpointed_round_) state_->record_checkpoint(*checkpointed_round_);
     if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     node_->set_phase_listener([this](RoundPhase phase) {
-        // An exchange ends within T_pair + T_xchg, each of its two streams by the same deadline;
-        // the second's cancellation and the outer step get a few seconds more.
+        // An exchange ends within T_pair and its budget (at most exchange_timeout_max), each of
+        // its two streams by the same deadline; the second's cancellation and the outer step get
+        // a few seconds more.
         const PeerConfig& peer = config_.swarm.peer;
         watch_.mark(phase == RoundPhase::Training ? std::chrono::milliseconds(0)
-                                                  : peer.pair_timeout + peer.exchange_timeout + std::chrono::seconds(5));
+                                                  : peer.pair_timeout + peer.exchange_timeout_max + std::chrono::seconds(5));
         set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING : v1::NODE_PHASE_EXCHANGING);
     });
     watch_.mark();  // building the node and loading a checkpoint are done

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "daemon/swarm/swarm_snapshot.h"
+#include "optimizer/codec/codec.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
@@ -22,6 +23,13 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A message's payload bytes before zstd: what an exchange moves at most, headers aside.
+uint64_t planned_bytes(const codec::MessagePlan& plan) {
+    uint64_t bytes = 0;
+    for (const codec::Segment& s : plan.segments) bytes += codec::encoded_bytes(s.codec, s.numel);
+    return bytes;
 }
 
 // RMS of a - b: how far two replicas have drifted apart.
@@ -238,7 +246,9 @@ void SwarmNode::noloco_step(SwarmRound& report) {
 bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
     const bool split = config_.exchange.mode == MessageMode::Split;
     const ParameterManifest& manifest = replica_->manifest();
-    const auto deadline = SteadyClock::now() + config_.peer.exchange_timeout;
+    // Both messages (split mode) share the link, and one deadline.
+    const uint64_t bytes = planned_bytes(plan_) + (split ? planned_bytes(phi_plan_) : 0);
+    const auto deadline = SteadyClock::now() + peer_->exchange_budget_with(partner, bytes);
     // Part 0: theta (fused), or D with error feedback when configured (split).
     float* residual = split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
     codec::MessageEncoder first(plan_, {node_id(), round_, 0},

@@ -388,3 +388,17 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
     CHECK(at_b.result.received);
     CHECK(same_bits(a.received, b.decoded_directly()));
 }
+
+TEST_CASE("an exchange's budget follows the partner's measured rate, within the floor and the ceiling") {
+    using std::chrono::milliseconds;
+    const milliseconds floor = 10s, ceiling = 600s;
+    // 130 MB, a 124M-parameter model's Q8 message, before any exchange: 10 Mbit/s assumed.
+    CHECK(exchange_budget(130'000'000, std::nullopt, 1.25e6, floor, ceiling) == 416s);
+    // Measured at 100 MB/s: four times 1.3 s, below the floor.
+    CHECK(exchange_budget(130'000'000, 1e8, 1.25e6, floor, ceiling) == floor);
+    // At 1 Mbit/s it would need 1040 s x 4: the ceiling.
+    CHECK(exchange_budget(130'000'000, 125'000.0, 1.25e6, floor, ceiling) == ceiling);
+    // pico's 130 KB over 1 Mbit/s: 4.2 s, the floor.
+    CHECK(exchange_budget(130'000, 125'000.0, 1.25e6, floor, ceiling) == floor);
+    CHECK(exchange_budget(1'000'000, 0.0, 1.25e6, floor, ceiling) == ceiling);  // a rate of 0 is taken as 1 B/s
+}
