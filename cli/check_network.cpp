@@ -224,8 +224,8 @@ CheckResult check_seeds(const NodeConfig& config) {
             }
             const std::string& why = answer.problem;
             if (answer.member) {
-                if (const std::string problem = incompatibility(*answer.member, self); !problem.empty())
-                    incompatible.push_back(fmt::format("{} {}", seed, problem));
+                if (const std::string differs = incompatibility(*answer.member, self); !differs.empty())
+                    incompatible.push_back(fmt::format("{} {}", seed, differs));
             } else if (why.find("peer auth") != std::string::npos) {
                 refused.push_back(fmt::format("{} ({})", seed, why));
             } else {

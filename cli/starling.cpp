@@ -1,6 +1,7 @@
 // starling: the operator's command line. It prepares data, trains one node, runs in-process swarm
-// experiments, checks a node's config before starlingd starts, and talks to a running starlingd
-// through its Control API (status, peers, watch, join, leave).
+// experiments, checks a node's config before starlingd starts, talks to a running starlingd
+// through its Control API (status, peers, watch, join, leave), and exports and samples the model
+// from a node's checkpoints.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "cli/check.h"
 #include "cli/control_client.h"
+#include "cli/model_commands.h"
 #include "cli/node_commands.h"
 #include "daemon/config.h"
 #include "daemon/trainer.h"
@@ -184,6 +186,53 @@ struct CheckCommand {
     }
 };
 
+// `starling export` and `starling sample`: where the model comes from, the same for both.
+struct ModelCommands {
+    starling::cli::ModelSource source;
+    std::string out;
+    std::string prompt;
+    starling::SampleOptions sample_options;
+    CLI::App* export_cmd = nullptr;
+    CLI::App* sample_cmd = nullptr;
+
+    explicit ModelCommands(CLI::App& app) {
+        export_cmd = app.add_subcommand(
+            "export", "write a node's model (its newest checkpoint, or one named) as a Hugging Face directory: "
+                      "model.safetensors, config.json and the byte vocabulary's tokenizer.json");
+        add_source(export_cmd);
+        export_cmd->add_option("--hf", out, "the directory to write (created if missing)")->required();
+
+        sample_cmd = app.add_subcommand("sample", "print text the model writes after a prompt");
+        add_source(sample_cmd);
+        sample_cmd->add_option("--model", source.hf_dir,
+                               "a Hugging Face directory instead: an export, or a `starling train` checkpoint step");
+        sample_cmd->add_option("-p,--prompt", prompt, "the text to continue")->required();
+        sample_cmd->add_option("-n,--tokens", sample_options.tokens, "tokens (bytes) to add")
+            ->check(CLI::Range(0, 1 << 20))
+            ->capture_default_str();
+        sample_cmd->add_option("--temperature", sample_options.temperature, "0: always the most likely byte")
+            ->check(CLI::Range(0.0, 100.0))
+            ->capture_default_str();
+        sample_cmd->add_option("--top-k", sample_options.top_k, "draw among the k most likely (0: all)")
+            ->check(CLI::Range(0, 1 << 20))
+            ->capture_default_str();
+        sample_cmd->add_option("--seed", sample_options.seed, "the draws' seed")->capture_default_str();
+    }
+
+    void add_source(CLI::App* command) {
+        command->add_option("-c,--config", source.config_path, "the node's TOML config: its model and data directory");
+        command->add_option("--data-dir", source.data_dir, "[node].data_dir, where checkpoints/ is");
+        command->add_option("--checkpoint", source.checkpoint,
+                            "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
+    }
+
+    std::optional<int> run() const {
+        if (export_cmd->parsed()) return starling::cli::run_export(source, out);
+        if (sample_cmd->parsed()) return starling::cli::run_sample(source, prompt, sample_options);
+        return std::nullopt;
+    }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,6 +286,7 @@ int main(int argc, char** argv) {
 
     NodeCommands node(app);
     CheckCommand check(app);
+    ModelCommands model(app);
 
     try {
         app.parse(argc, argv);
@@ -249,6 +299,7 @@ int main(int argc, char** argv) {
         if (prepare_cmd->parsed()) return run_prepare(prepare);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
         if (const std::optional<int> status = node.run(control)) return *status;
+        if (const std::optional<int> status = model.run()) return *status;
         if (check.command->parsed()) {
             // `starling --control ADDR check` means the same as `starling check --control ADDR`.
             if (!check.options.flags.control && control_option->count() > 0) check.options.flags.control = control;

@@ -22,8 +22,7 @@ std::string describe(const ModelConfig& c) {
 void write_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                const ParameterManifest& manifest, const TrainingArenas& arenas,
                                const TrainingState& state) {
-    write_model_safetensors(dir / kModelFile, manifest, arenas.params.data());
-    write_file_atomic(dir / kConfigFile, llama_config_json(config).dump(2) + "\n");
+    write_hf_model_dir(dir, config, manifest, arenas.params.data());
     const int64_t n = static_cast<int64_t>(manifest.total());
     const uint64_t data_state[2] = {state.data.epoch, state.data.position};
     write_safetensors(dir / kStateFile,
@@ -39,13 +38,7 @@ void write_training_checkpoint(const std::filesystem::path& dir, const ModelConf
 TrainingState read_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                        const ParameterManifest& manifest, TrainingArenas& arenas) {
     const std::filesystem::path config_path = dir / kConfigFile;
-    nlohmann::json json;
-    try {
-        json = nlohmann::json::parse(read_file(config_path));
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(config_path.string() + ": not valid JSON: " + e.what());
-    }
-    const ModelConfig saved = model_config_from_llama_json(json, config_path.string());
+    const ModelConfig saved = read_llama_config(config_path);
     if (ParameterManifest(saved).fingerprint() != manifest.fingerprint()) {
         throw Error(config_path.string() + ": the checkpoint's model " + describe(saved) +
                     " does not match the configured model " + describe(config));

@@ -141,6 +141,17 @@ std::vector<double> Model<Real>::position_losses() {
 }
 
 template <typename Real>
+std::vector<Real> Model<Real>::logits_at(int b, int t) {
+    if (b < 0 || b >= B_ || t < 0 || t >= T_)
+        throw Error("model: logits of sequence " + std::to_string(b) + " position " + std::to_string(t) +
+                    " asked of a " + std::to_string(B_) + " x " + std::to_string(T_) + " batch");
+    const size_t V = static_cast<size_t>(config_.vocab_size);
+    std::vector<Real> host(V);
+    ops_.to_host(host.data(), logits_ + (static_cast<size_t>(b) * T_ + t) * V, V);
+    return host;
+}
+
+template <typename Real>
 void Model<Real>::zero_grad() {
     ops_.fill_zero(grads_, manifest_.total());
 }

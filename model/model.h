@@ -45,6 +45,9 @@ public:
     double forward(const int32_t* inputs, const int32_t* targets);
     // The per-position losses (B*T) of the last forward(), on the host.
     std::vector<double> position_losses();
+    // The output logits (vocab_size) at position t of sequence b after the last forward(), on the
+    // host; backward() overwrites them.
+    std::vector<Real> logits_at(int b, int t);
     void zero_grad();
     // Adds d(mean loss)/d(params) into grads(); needs the preceding forward(). Overwrites logits.
     void backward();

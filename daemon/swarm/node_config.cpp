@@ -55,6 +55,10 @@ void read_peer_section(TableReader& p, PeerConfig& peer) {
     read_milliseconds(p, "suspicion_timeout_ms", peer.membership.suspicion_timeout);
     read_milliseconds(p, "pair_timeout_ms", peer.pair_timeout);
     read_milliseconds(p, "exchange_timeout_ms", peer.exchange_timeout);
+    read_milliseconds(p, "exchange_timeout_max_ms", peer.exchange_timeout_max);
+    double min_link_mbit = peer.min_link_bytes_per_s * 8 / 1e6;
+    p.read("min_link_mbit", min_link_mbit);
+    peer.min_link_bytes_per_s = min_link_mbit * 1e6 / 8;
     p.read("max_round_gap", peer.max_round_gap);
     p.reject_unknown();
 }
@@ -67,7 +71,7 @@ bool is_local_listen_address(const std::string& address) {
     return parsed && is_loopback_host(parsed->host);
 }
 
-void NodeConfig::validate() const {
+void NodeConfig::validate(NodeConfigUse use) const {
     swarm.validate();
     const PeerConfig& p = swarm.peer;
     need(!data_dir.empty(), "[node].data_dir must not be empty");
@@ -78,7 +82,7 @@ void NodeConfig::validate() const {
     need(eval_every >= 0, "[swarm].eval_every must not be negative");
     need(!p.listen.empty(), "[peer].listen must not be empty");
     need(!p.swarm_id.empty(), "[peer].swarm_id must not be empty");
-    need(!p.swarm_secret.empty() || p.tls.enabled(),
+    need(use == NodeConfigUse::ReadCheckpoints || !p.swarm_secret.empty() || p.tls.enabled(),
          "[peer].secret (or secret_file, or STARLING_PEER_SECRET) must be set unless TLS is configured: every "
          "node of a swarm proves membership with it");
     need(p.gossip_interval.count() >= 10, "[peer].gossip_interval_ms must be at least 10");
@@ -86,6 +90,9 @@ void NodeConfig::validate() const {
     need(p.membership.suspicion_timeout.count() >= 10, "[peer].suspicion_timeout_ms must be at least 10");
     need(p.pair_timeout.count() >= 10, "[peer].pair_timeout_ms must be at least 10");
     need(p.exchange_timeout.count() >= 10, "[peer].exchange_timeout_ms must be at least 10");
+    need(p.exchange_timeout_max >= p.exchange_timeout,
+         "[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms");
+    need(p.min_link_bytes_per_s > 0, "[peer].min_link_mbit must be above 0");
     need(!control_listen.empty(), "[control].listen must not be empty");
     need(control_allow_remote || is_local_listen_address(control_listen),
          "[control].listen \"" + control_listen +
@@ -96,7 +103,7 @@ void NodeConfig::validate() const {
          "[node].log_level \"" + log_level + "\" is not one of trace, debug, info, warn, error, critical, off");
 }
 
-NodeConfig load_node_config(const std::filesystem::path& path) {
+NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use) {
     const std::string file = path.string();
     const toml::table root = parse_config_file(file);
     check_config_sections(file, root,
@@ -153,7 +160,7 @@ NodeConfig load_node_config(const std::filesystem::path& path) {
         x.reject_unknown();
 
         c.swarm.peer.data_dir = c.data_dir;
-        c.validate();
+        c.validate(use);
     } catch (const Error& err) {
         const std::string what = err.what();
         throw Error(what.rfind(file, 0) == 0 ? what : file + ": " + what);

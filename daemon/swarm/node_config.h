@@ -15,6 +15,10 @@
 
 namespace starling {
 
+// What a config is loaded for: running a node needs the swarm's credentials; reading its
+// checkpoints (starling export and sample) does not.
+enum class NodeConfigUse { RunNode, ReadCheckpoints };
+
 struct NodeConfig {
     std::filesystem::path config_path;  // the file it was read from, re-read on SIGHUP
     // The engine, H, the outer step, the codec and the peer layer. swarm.peer.data_dir is
@@ -32,11 +36,11 @@ struct NodeConfig {
     std::string metrics_listen = "127.0.0.1:9464";  // "" turns /metrics off
 
     std::filesystem::path checkpoint_dir() const { return data_dir / "checkpoints"; }
-    void validate() const;  // throws starling::Error naming the key
+    void validate(NodeConfigUse use = NodeConfigUse::RunNode) const;  // throws starling::Error naming the key
 };
 
 // Reads and validates a config file (environment overrides applied); errors name the file and key.
-NodeConfig load_node_config(const std::filesystem::path& path);
+NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use = NodeConfigUse::RunNode);
 
 // What starlingd's flags may set; each one given replaces the config's value.
 struct NodeFlags {

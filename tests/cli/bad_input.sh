@@ -42,6 +42,18 @@ cp "$source_dir/configs/pico.toml" "$work/pico.toml"
 expect 1 "corrupt checkpoint" "step_00000010" -- \
     "$starling" train --config "$work/pico.toml" --data-dir "$work/prepared" --run-dir "$work/run"
 
+expect 1 "export without a checkpoint" "no checkpoint under $work/empty-node/checkpoints" -- \
+    "$starling" export --config "$work/pico.toml" --data-dir "$work/empty-node" --hf "$work/hf"
+expect 1 "export without a source" "no model given" -- "$starling" export --hf "$work/hf"
+expect 1 "sample from a directory that holds no model" "$work/prepared/config.json" -- \
+    "$starling" sample --model "$work/prepared" --prompt "In the"
+"$starling" train --config "$work/pico.toml" --data-dir "$work/prepared" --run-dir "$work/good" --steps 60 \
+    > /dev/null 2>&1 || { echo "FAIL train 60 steps"; failures=$((failures + 1)); }
+expect 0 "sample from a training checkpoint" "^In the beginning" -- \
+    "$starling" sample --model "$work/good/step_00000060" --prompt "In the beginning" --tokens 8 --temperature 0
+expect 1 "sample with a negative temperature" "temperature" -- \
+    "$starling" sample --model "$work/good/step_00000060" --prompt "In" --temperature -1
+
 expect 1 "unknown experiment method" "method" "gossip" -- \
     env STARLING_EXPERIMENT_METHOD=gossip "$starling" experiment \
     --config "$source_dir/configs/experiments/swarm.toml" --data-dir "$work/prepared" --out-dir "$work/exp"

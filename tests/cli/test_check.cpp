@@ -10,6 +10,7 @@
 #include "cli/check_network.h"
 #include "data/shard.h"
 #include "kernels/backend.h"
+#include "model/manifest.h"
 #include "peer/local_cluster.h"
 #include "peer/peer_node.h"
 #include "tests/support/files.h"
@@ -176,9 +177,13 @@ TEST_CASE("seeds: none starts a swarm, an unreachable one warns, a malformed one
     CHECK(result.detail.find("new swarm") != std::string::npos);
 
     // A real member: the check makes an authenticated call to it.
-    PeerNode member(local_cluster_config());
+    PeerConfig member_config = local_cluster_config();
+    member_config.fingerprint = ParameterManifest(config.swarm.train.model).fingerprint();
+    member_config.model = model_signature(config.swarm.train.model);
+    PeerNode member(member_config);
     member.start();
     config.swarm.peer.swarm_secret = local_cluster_config().swarm_secret;
+    config.swarm.peer.swarm_id = local_cluster_config().swarm_id;
     config.swarm.peer.seeds = {member.address()};
     result = check_seeds(config);
     INFO(result.detail);

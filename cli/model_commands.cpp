@@ -1,0 +1,118 @@
+#include "cli/model_commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "daemon/checkpoint_dir.h"
+#include "daemon/swarm/node_config.h"
+#include "daemon/swarm/swarm_checkpoint.h"
+#include "daemon/swarm/swarm_snapshot.h"
+#include "data/tokenizer.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/hf_format.h"
+#include "model/manifest.h"
+
+namespace starling::cli {
+
+namespace {
+
+// step_* directories under root, newest first. Listed here rather than through CheckpointDir,
+// whose constructor tidies leftovers: a running daemon's checkpoint in the making among them.
+std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesystem::path& root) {
+    std::vector<std::pair<uint64_t, std::filesystem::path>> found;
+    if (!std::filesystem::exists(root)) return {};
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+        const auto step = CheckpointDir::parse_step_dir_name(entry.path().filename().string());
+        if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
+    }
+    if (error) throw Error("cannot list the checkpoints in " + root.string() + ": " + error.message());
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<std::filesystem::path> paths;
+    for (auto& [step, path] : found) paths.push_back(std::move(path));
+    return paths;
+}
+
+SwarmCheckpoint newest_readable(const std::filesystem::path& root, const std::string& fingerprint) {
+    std::string skipped;
+    for (const std::filesystem::path& dir : checkpoints_newest_first(root)) {
+        try {
+            return read_swarm_checkpoint(dir, fingerprint);
+        } catch (const CheckpointOfAnotherModel&) {
+            throw;
+        } catch (const Error& e) {
+            spdlog::warn("skipping {}: {}", dir.string(), e.what());
+            skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
+        }
+    }
+    throw Error("no checkpoint under " + root.string() + " reads back whole" +
+                (skipped.empty() ? " (there is none: a node writes one every [node].checkpoint_every rounds and "
+                                   "when it leaves)"
+                                 : ": " + skipped));
+}
+
+LoadedModel load_swarm_checkpoint(const ModelSource& source) {
+    NodeConfig config = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints);
+    if (source.data_dir) config.data_dir = *source.data_dir;
+    const ModelConfig& model = config.swarm.train.model;
+    const ParameterManifest manifest(model);
+    const SwarmCheckpoint checkpoint = source.checkpoint
+                                           ? read_swarm_checkpoint(*source.checkpoint, manifest.fingerprint())
+                                           : newest_readable(config.checkpoint_dir(), manifest.fingerprint());
+    const size_t n = manifest.total();
+    std::vector<float> arenas(4 * n);
+    const std::span<float> all(arenas);
+    unpack_swarm_snapshot(checkpoint.state, {all.subspan(0, n), all.subspan(n, n), all.subspan(2 * n, n),
+                                             all.subspan(3 * n, n)});
+    arenas.resize(n);  // phi, the model the swarm agrees on; theta equals it at a round's start
+    return {model, std::move(arenas),
+            "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string()};
+}
+
+}  // namespace
+
+LoadedModel load_model(const ModelSource& source) {
+    if (source.hf_dir && (source.config_path || source.checkpoint || source.data_dir))
+        throw Error("give either --model (a Hugging Face directory) or --config with its checkpoint, not both");
+    if (source.hf_dir) {
+        HfModel hf = read_hf_model_dir(*source.hf_dir);
+        return {hf.config, std::move(hf.params), source.hf_dir->string()};
+    }
+    if (!source.config_path)
+        throw Error("no model given: --config NODE.toml (its newest checkpoint, or --checkpoint DIR) or --model DIR");
+    return load_swarm_checkpoint(source);
+}
+
+int run_export(const ModelSource& source, const std::filesystem::path& out) {
+    const LoadedModel model = load_model(source);
+    const ParameterManifest manifest(model.config);
+    write_hf_model_dir(out, model.config, manifest, model.params.data());
+    std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json%s\n", model.origin.c_str(),
+                manifest.total(), out.c_str(),
+                model.config.vocab_size == ByteTokenizer::kVocabSize ? ", tokenizer.json, tokenizer_config.json"
+                                                                     : "");
+    return 0;
+}
+
+int run_sample(const ModelSource& source, const std::string& prompt, const SampleOptions& options) {
+    const LoadedModel loaded = load_model(source);
+    const ByteTokenizer tokenizer;
+    if (loaded.config.vocab_size != tokenizer.vocab_size())
+        throw Error("sample reads and writes the byte vocabulary (256 tokens); " + loaded.origin + " has " +
+                    std::to_string(loaded.config.vocab_size));
+    CpuOps<float> ops;
+    Model<float> model(loaded.config, ops, 1, loaded.config.context);
+    ops.from_host(model.params(), loaded.params.data(), loaded.params.size());
+    const std::vector<uint16_t> encoded = tokenizer.encode(prompt);
+    const std::vector<int32_t> tokens(encoded.begin(), encoded.end());
+    const std::vector<int32_t> continuation = continue_tokens(model, tokens, options);
+    const std::vector<uint16_t> bytes(continuation.begin(), continuation.end());
+    const std::string text = prompt + tokenizer.decode(bytes);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+    return 0;
+}
+
+}  // namespace starling::cli

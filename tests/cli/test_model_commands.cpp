@@ -1,0 +1,129 @@
+// `starling export` and `starling sample` (cli/model_commands.h) on swarm checkpoints written the
+// way starlingd writes them: the exported files against the checkpoint's phi and an independent
+// numpy Llama (tests/support/hf_export_check.py), and the sources that must be refused.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "cli/model_commands.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "daemon/swarm/node_config.h"
+#include "daemon/swarm/swarm_checkpoint.h"
+#include "daemon/swarm/swarm_snapshot.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "model/hf_format.h"
+#include "model/model.h"
+#include "peer/state_sync.h"
+#include "tests/support/files.h"
+
+using namespace starling;
+using namespace starling::cli;
+using Catch::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kPico = fs::path(STARLING_SOURCE_DIR) / "configs" / "pico.toml";
+
+ModelConfig pico_model() { return load_node_config(kPico, NodeConfigUse::ReadCheckpoints).swarm.train.model; }
+
+// pico's initialisation scaled 15x, so that the next byte is far from uniform and a greedy choice
+// is clear in float32 as in float64.
+std::vector<float> peaked_phi(uint64_t seed) {
+    CpuOps<float> ops;
+    Model<float> model(pico_model(), ops, 1, 4);
+    model.init_weights(seed);
+    std::vector<float> phi(model.params(), model.params() + model.num_params());
+    for (float& v : phi) v *= 15.0f;
+    return phi;
+}
+
+// Saves phi as a swarm checkpoint of `round` under data_dir/checkpoints, as starlingd does.
+fs::path save_checkpoint(const fs::path& data_dir, uint64_t round, const std::vector<float>& phi,
+                         const std::string& fingerprint) {
+    const std::vector<float> zeros(phi.size(), 0.0f);
+    auto snapshot = std::make_shared<const Snapshot>(fingerprint, round, "test",
+                                                     pack_swarm_snapshot({round, round * 10, round * 10}, phi, zeros,
+                                                                         zeros, zeros));
+    return save_swarm_checkpoint(data_dir / "checkpoints", 10, fingerprint, {snapshot, {0, round * 100}});
+}
+
+std::string fingerprint() { return ParameterManifest(pico_model()).fingerprint(); }
+
+ModelSource node_source(const fs::path& data_dir) {
+    ModelSource source;
+    source.config_path = kPico;
+    source.data_dir = data_dir;
+    return source;
+}
+
+}  // namespace
+
+TEST_CASE("export writes the newest checkpoint's phi as a Hugging Face directory an independent Llama reads") {
+    test::TempDir dir;
+    const fs::path data_dir = dir.path() / "node";
+    save_checkpoint(data_dir, 3, peaked_phi(1), fingerprint());
+    const std::vector<float> phi = peaked_phi(2);
+    save_checkpoint(data_dir, 5, phi, fingerprint());
+
+    const fs::path out = dir.path() / "hf";
+    REQUIRE(run_export(node_source(data_dir), out) == 0);
+    const ModelConfig config = pico_model();
+    CHECK(nlohmann::json::parse(test::slurp(out / "config.json")) == llama_config_json(config));
+    const HfModel exported = read_hf_model_dir(out);
+    REQUIRE(exported.params.size() == phi.size());
+    CHECK(std::memcmp(exported.params.data(), phi.data(), phi.size() * sizeof(float)) == 0);
+    CHECK(nlohmann::json::parse(test::slurp(out / "tokenizer_config.json"))["model_max_length"] == config.context);
+
+    // Sampled from the checkpoint, past the context so the window slides: the reference agrees.
+    const std::string prompt = "In the beginning God created";
+    SampleOptions greedy;
+    greedy.temperature = 0.0f;
+    greedy.tokens = 2 * config.context;
+    CpuOps<float> ops;
+    Model<float> model(config, ops, 1, config.context);
+    const LoadedModel loaded = load_model(node_source(data_dir));
+    CHECK(loaded.origin.find("round 5 of") == 0);
+    ops.from_host(model.params(), loaded.params.data(), loaded.params.size());
+    const std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+    const std::vector<int32_t> continuation = continue_tokens(model, tokens, greedy);
+    write_file_atomic(out / "sample.json",
+                      nlohmann::json{{"prompt", tokens}, {"continuation", continuation}}.dump());
+    const std::string command = std::string("/usr/bin/python3 ") + STARLING_SOURCE_DIR +
+                                "/tests/support/hf_export_check.py '" + out.string() + "'";
+    CHECK(std::system(command.c_str()) == 0);
+}
+
+TEST_CASE("export skips a corrupt newest checkpoint and leaves it in place, and refuses bad sources") {
+    test::TempDir dir;
+    const fs::path data_dir = dir.path() / "node";
+    ModelSource source = node_source(data_dir);
+    CHECK_THROWS_WITH(load_model(source), Contains("no checkpoint under " + (data_dir / "checkpoints").string()));
+
+    save_checkpoint(data_dir, 3, peaked_phi(1), fingerprint());
+    const fs::path newest = save_checkpoint(data_dir, 5, peaked_phi(2), fingerprint());
+    std::string state = test::slurp(newest / "state.bin");
+    state[100] ^= 1;
+    test::put(newest / "state.bin", state);
+    const LoadedModel loaded = load_model(source);
+    CHECK(loaded.origin.find("round 3 of") == 0);
+    CHECK(loaded.params == peaked_phi(1));
+    CHECK(fs::exists(newest / "state.bin"));  // read-only: a running node's directory is its own
+
+    source.checkpoint = newest;
+    CHECK_THROWS_WITH(load_model(source), Contains("state.bin"));
+
+    ModelSource both = node_source(data_dir);
+    both.hf_dir = dir.path();
+    CHECK_THROWS_WITH(load_model(both), Contains("not both"));
+    CHECK_THROWS_WITH(load_model(ModelSource{}), Contains("no model given"));
+
+    const fs::path other = dir.path() / "other";
+    save_checkpoint(other, 4, peaked_phi(1), "another model's fingerprint");
+    CHECK_THROWS_WITH(load_model(node_source(other)), Contains("saved for model"));
+}
