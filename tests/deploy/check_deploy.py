@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""Checks deploy/ the way the tools that read it would, without Docker or a cluster:
+systemd-analyze verifies the unit (its binaries pointed at this build), and the compose file,
+the Kubernetes manifests and the Dockerfiles are parsed for what operators rely on: no default
+secret, metrics on loopback, a health check, one pod evicted at a time, a read-only root.
+
+usage: check_deploy.py SOURCE_DIR BIN_DIR   (exits 1 naming every problem found)
+"""
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+
+def check_unit(deploy, bin_dir, problems):
+    unit = (deploy / "systemd" / "starlingd.service").read_text()
+    if "LoadCredential=peer-secret:/etc/starling/secret" not in unit or \
+            "STARLING_PEER_SECRET_FILE=%d/peer-secret" not in unit:
+        problems.append("starlingd.service: the secret is not a credential read through STARLING_PEER_SECRET_FILE")
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "starlingd.service"
+        copy.write_text(unit.replace("/usr/local/bin", str(bin_dir)))
+        result = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True)
+        # Only what concerns the unit itself: the host's other units are none of this test's business.
+        own = [line for line in (result.stdout + result.stderr).splitlines() if "starlingd.service" in line]
+        if result.returncode != 0 or own:
+            problems.append("systemd-analyze verify: " + "; ".join(own or [f"exit {result.returncode}"]))
+
+
+def check_compose(deploy, problems):
+    compose = yaml.safe_load((deploy / "compose.yaml").read_text())
+    secret = compose["x-env"]["STARLING_PEER_SECRET"]
+    if not re.fullmatch(r"\$\{STARLING_PEER_SECRET:\?.+\}", secret):
+        problems.append(f"compose.yaml: the secret {secret!r} has a default instead of refusing to start without one")
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            if not str(port).startswith("127.0.0.1:"):
+                problems.append(f"compose.yaml: {name} publishes {port} on every interface")
+
+
+def check_dockerfiles(deploy, problems):
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        text = (deploy / "docker" / name).read_text()
+        if not re.search(r'^HEALTHCHECK .*CMD \["starling", "status"\]$', text, re.MULTILINE):
+            problems.append(f"{name}: no HEALTHCHECK running starling status")
+
+
+def check_kubernetes(deploy, problems):
+    docs = {d["kind"]: d for d in yaml.safe_load_all((deploy / "kubernetes" / "starling.yaml").read_text())}
+    pdb = docs.get("PodDisruptionBudget")
+    if not pdb or pdb["spec"].get("maxUnavailable") != 1:
+        problems.append("starling.yaml: no PodDisruptionBudget of one pod at a time")
+    pod = docs["StatefulSet"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    if not container["securityContext"].get("readOnlyRootFilesystem"):
+        problems.append("starling.yaml: the root filesystem is writable")
+    if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])):
+        problems.append("starling.yaml: the nvidia.com/gpu taint is not tolerated")
+    if "nvidia.com/gpu" not in container["resources"]["limits"]:
+        problems.append("starling.yaml: no GPU asked for")
+    if pod["terminationGracePeriodSeconds"] < 90:
+        problems.append("starling.yaml: less than 90 s to drain")
+
+
+def main(source_dir, bin_dir):
+    deploy = Path(source_dir) / "deploy"
+    problems = []
+    for check in (lambda p: check_unit(deploy, Path(bin_dir).resolve(), p), lambda p: check_compose(deploy, p),
+                  lambda p: check_dockerfiles(deploy, p), lambda p: check_kubernetes(deploy, p)):
+        check(problems)
+    for problem in problems:
+        print(problem)
+    print(f"deploy: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
