@@ -90,6 +90,14 @@ grpc::Status ControlClient::leave() {
     return stub_->Leave(&context, v1::LeaveSwarmRequest(), &response);
 }
 
+grpc::Status ControlClient::get_model(const std::function<void(const v1::ModelChunk&)>& on_chunk) {
+    grpc::ClientContext context;
+    const auto reader = stub_->GetModel(&context, v1::GetModelRequest());
+    v1::ModelChunk chunk;
+    while (reader->Read(&chunk)) on_chunk(chunk);
+    return reader->Finish();
+}
+
 WatchEnd ControlClient::watch(uint32_t interval_ms, uint64_t max_updates,
                               const std::function<void(const v1::NodeStatus&)>& on_update, grpc::Status& status) {
     grpc::ClientContext context;

@@ -61,6 +61,9 @@ public:
     grpc::Status list_peers(v1::ListPeersResponse& out);
     grpc::Status join(const std::vector<std::string>& seeds, v1::JoinSwarmResponse& out);
     grpc::Status leave();
+    // The node's model, message by message (no deadline: gigabytes take their time on a slow disk
+    // or a remote control address).
+    grpc::Status get_model(const std::function<void(const v1::ModelChunk&)>& on_chunk);
 
     // Streams status updates to on_update (no deadline: a watch lasts as long as the operator
     // wants) until max_updates have arrived (0: no limit), stop() is called or the stream ends.

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/control_client.h"
 #include "common/error.h"
 #include "daemon/checkpoint_dir.h"
 #include "daemon/swarm/node_config.h"
@@ -71,6 +75,57 @@ LoadedModel load_swarm_checkpoint(const ModelSource& source) {
             "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string()};
 }
 
+LoadedModel load_live_model(const std::string& address) {
+    ControlClient client(address);
+    std::optional<ModelConfig> config;
+    uint64_t round = 0, parameters = 0;
+    std::vector<float> phi;
+    size_t filled = 0;  // bytes of phi received
+    std::string problem;
+    const grpc::Status status = client.get_model([&](const v1::ModelChunk& chunk) {
+        if (!problem.empty()) return;
+        if (!config) {
+            try {
+                config = model_config_from_llama_json(nlohmann::json::parse(chunk.llama_config_json()),
+                                                      "the node's model config");
+            } catch (const std::exception& e) {
+                problem = e.what();
+                return;
+            }
+            round = chunk.round();
+            parameters = chunk.parameters();
+            if (parameters != ParameterManifest(*config).total()) {
+                problem = "the node sent " + std::to_string(parameters) + " weights for a model of " +
+                          std::to_string(ParameterManifest(*config).total());
+                return;
+            }
+            phi.resize(parameters);
+        }
+        if (chunk.phi().size() > phi.size() * sizeof(float) - filled) {
+            problem = "the node sent more weights than its model has";
+            return;
+        }
+        std::memcpy(reinterpret_cast<char*>(phi.data()) + filled, chunk.phi().data(), chunk.phi().size());
+        filled += chunk.phi().size();
+    });
+    if (!status.ok())
+        throw ControlCallFailed(exit_code_for(status, false), failure_message(status, false, address));
+    if (!problem.empty()) throw Error("the model from the node at " + address + ": " + problem);
+    if (!config || filled != phi.size() * sizeof(float))
+        throw Error("the model from the node at " + address + " ended early");
+    return {*config, std::move(phi), "round " + std::to_string(round) + " of the node at " + address};
+}
+
+// Errors of the live node carry their own exit status; everything else is bad input (1).
+int with_exit_status(const std::function<int()>& command) {
+    try {
+        return command();
+    } catch (const ControlCallFailed& e) {
+        std::fprintf(stderr, "%s\n", e.what());  // "error: ...", as every Control command prints it
+        return e.exit_code;
+    }
+}
+
 }  // namespace
 
 LoadedModel load_model(const ModelSource& source) {
@@ -80,39 +135,43 @@ LoadedModel load_model(const ModelSource& source) {
         HfModel hf = read_hf_model_dir(*source.hf_dir);
         return {hf.config, std::move(hf.params), source.hf_dir->string()};
     }
-    if (!source.config_path)
-        throw Error("no model given: --config NODE.toml (its newest checkpoint, or --checkpoint DIR) or --model DIR");
-    return load_swarm_checkpoint(source);
+    if (source.config_path) return load_swarm_checkpoint(source);
+    if (source.checkpoint || source.data_dir) throw Error("--checkpoint and --data-dir need the node's --config");
+    return load_live_model(source.control);
 }
 
 int run_export(const ModelSource& source, const std::filesystem::path& out) {
-    const LoadedModel model = load_model(source);
-    const ParameterManifest manifest(model.config);
-    write_hf_model_dir(out, model.config, manifest, model.params.data());
-    std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json%s\n", model.origin.c_str(),
-                manifest.total(), out.c_str(),
-                model.config.vocab_size == ByteTokenizer::kVocabSize ? ", tokenizer.json, tokenizer_config.json"
-                                                                     : "");
-    return 0;
+    return with_exit_status([&] {
+        const LoadedModel model = load_model(source);
+        const ParameterManifest manifest(model.config);
+        write_hf_model_dir(out, model.config, manifest, model.params.data());
+        std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json%s\n", model.origin.c_str(),
+                    manifest.total(), out.c_str(),
+                    model.config.vocab_size == ByteTokenizer::kVocabSize ? ", tokenizer.json, tokenizer_config.json"
+                                                                         : "");
+        return kExitOk;
+    });
 }
 
 int run_sample(const ModelSource& source, const std::string& prompt, const SampleOptions& options) {
-    const LoadedModel loaded = load_model(source);
-    const ByteTokenizer tokenizer;
-    if (loaded.config.vocab_size != tokenizer.vocab_size())
-        throw Error("sample reads and writes the byte vocabulary (256 tokens); " + loaded.origin + " has " +
-                    std::to_string(loaded.config.vocab_size));
-    CpuOps<float> ops;
-    Model<float> model(loaded.config, ops, 1, loaded.config.context);
-    ops.from_host(model.params(), loaded.params.data(), loaded.params.size());
-    const std::vector<uint16_t> encoded = tokenizer.encode(prompt);
-    const std::vector<int32_t> tokens(encoded.begin(), encoded.end());
-    const std::vector<int32_t> continuation = continue_tokens(model, tokens, options);
-    const std::vector<uint16_t> bytes(continuation.begin(), continuation.end());
-    const std::string text = prompt + tokenizer.decode(bytes);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fputc('\n', stdout);
-    return 0;
+    return with_exit_status([&] {
+        const LoadedModel loaded = load_model(source);
+        const ByteTokenizer tokenizer;
+        if (loaded.config.vocab_size != tokenizer.vocab_size())
+            throw Error("sample reads and writes the byte vocabulary (256 tokens); " + loaded.origin + " has " +
+                        std::to_string(loaded.config.vocab_size));
+        CpuOps<float> ops;
+        Model<float> model(loaded.config, ops, 1, loaded.config.context);
+        ops.from_host(model.params(), loaded.params.data(), loaded.params.size());
+        const std::vector<uint16_t> encoded = tokenizer.encode(prompt);
+        const std::vector<int32_t> tokens(encoded.begin(), encoded.end());
+        const std::vector<int32_t> continuation = continue_tokens(model, tokens, options);
+        const std::vector<uint16_t> bytes(continuation.begin(), continuation.end());
+        const std::string text = prompt + tokenizer.decode(bytes);
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fputc('\n', stdout);
+        return kExitOk;
+    });
 }
 
 }  // namespace starling::cli

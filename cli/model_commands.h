@@ -1,8 +1,8 @@
-// `starling export` and `starling sample`: the model a node trained, out of its checkpoints. The
-// source is a node's config (its model and data directory) with the newest checkpoint that reads
-// back whole or one named, or a Hugging Face directory (an export, or a `starling train`
-// checkpoint step). Neither writes anything under the node's data directory, so both are safe
-// while starlingd runs.
+// `starling export` and `starling sample`: the model a node trained. The source is a node's config
+// (its model and data directory) with the newest checkpoint that reads back whole or one named,
+// a Hugging Face directory (an export, or a `starling train` checkpoint step), or, with neither,
+// the running node at the control address (its newest round start, through GetModel). Nothing
+// is written under the node's data directory, so all of them are safe while starlingd runs.
 #pragma once
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "model/config.h"
 #include "model/generate.h"
 
@@ -20,6 +21,7 @@ struct ModelSource {
     std::optional<std::filesystem::path> data_dir;        // overrides [node].data_dir
     std::optional<std::filesystem::path> checkpoint;      // one swarm checkpoint directory (step_*)
     std::optional<std::filesystem::path> hf_dir;          // or a Hugging Face model directory
+    std::string control;                                  // or else the running node's Control API
 };
 
 struct LoadedModel {
@@ -28,14 +30,22 @@ struct LoadedModel {
     std::string origin;         // "round 120 of out/node/checkpoints/step_00000120"
 };
 
-// Throws starling::Error naming the file and what is wrong: no source or two, no checkpoint, a
-// corrupt or other model's checkpoint.
+// A live node's Control API that failed: the exit status it means (control_client.h) and why.
+class ControlCallFailed : public Error {
+public:
+    ControlCallFailed(int status, const std::string& message) : Error(message), exit_code(status) {}
+    int exit_code;
+};
+
+// Throws starling::Error naming the file and what is wrong: two sources, no checkpoint, a corrupt
+// or other model's checkpoint; ControlCallFailed when the live node does not give its model.
 LoadedModel load_model(const ModelSource& source);
 
-// Writes the source's model to `out` as a Hugging Face directory; prints what it wrote.
+// Writes the source's model to `out` as a Hugging Face directory; prints what it wrote. Returns
+// the exit status (2 when no node answered at the control address).
 int run_export(const ModelSource& source, const std::filesystem::path& out);
 
-// Prints the prompt and its continuation (byte vocabulary only).
+// Prints the prompt and its continuation (byte vocabulary only); returns the exit status.
 int run_sample(const ModelSource& source, const std::string& prompt, const SampleOptions& options);
 
 }  // namespace starling::cli

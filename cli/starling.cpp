@@ -197,12 +197,13 @@ struct ModelCommands {
 
     explicit ModelCommands(CLI::App& app) {
         export_cmd = app.add_subcommand(
-            "export", "write a node's model (its newest checkpoint, or one named) as a Hugging Face directory: "
-                      "model.safetensors, config.json and the byte vocabulary's tokenizer.json");
+            "export", "write a node's model as a Hugging Face directory (model.safetensors, config.json and the byte "
+                      "vocabulary's tokenizer.json): the running node's, or with --config its newest checkpoint");
         add_source(export_cmd);
         export_cmd->add_option("--hf", out, "the directory to write (created if missing)")->required();
 
-        sample_cmd = app.add_subcommand("sample", "print text the model writes after a prompt");
+        sample_cmd = app.add_subcommand(
+            "sample", "print text the model writes after a prompt: the running node's model, or a checkpoint's");
         add_source(sample_cmd);
         sample_cmd->add_option("--model", source.hf_dir,
                                "a Hugging Face directory instead: an export, or a `starling train` checkpoint step");
@@ -220,13 +221,18 @@ struct ModelCommands {
     }
 
     void add_source(CLI::App* command) {
+        command->footer("The model: with --config, the node's newest checkpoint that reads back whole (or "
+                        "--checkpoint); otherwise the running node's, through its Control API at --control (default: "
+                        "STARLING_CONTROL, else " + std::string(starling::cli::kDefaultControlAddress) +
+                        ").\nExit status: 0 done, 1 bad input or an error, 2 no node answered.");
         command->add_option("-c,--config", source.config_path, "the node's TOML config: its model and data directory");
         command->add_option("--data-dir", source.data_dir, "[node].data_dir, where checkpoints/ is");
         command->add_option("--checkpoint", source.checkpoint,
                             "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
     }
 
-    std::optional<int> run() const {
+    std::optional<int> run(const std::string& control) {
+        source.control = control;
         if (export_cmd->parsed()) return starling::cli::run_export(source, out);
         if (sample_cmd->parsed()) return starling::cli::run_sample(source, prompt, sample_options);
         return std::nullopt;
@@ -238,6 +244,7 @@ struct ModelCommands {
 int main(int argc, char** argv) {
     spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
     CLI::App app{"starling: train one language model across a swarm of machines"};
+    app.set_version_flag("--version", "starling " STARLING_VERSION);
     app.require_subcommand(1);
     // Options of the app itself, such as --control, may also follow the command's name.
     app.fallthrough();
@@ -299,7 +306,7 @@ int main(int argc, char** argv) {
         if (prepare_cmd->parsed()) return run_prepare(prepare);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
         if (const std::optional<int> status = node.run(control)) return *status;
-        if (const std::optional<int> status = model.run()) return *status;
+        if (const std::optional<int> status = model.run(control)) return *status;
         if (check.command->parsed()) {
             // `starling --control ADDR check` means the same as `starling check --control ADDR`.
             if (!check.options.flags.control && control_option->count() > 0) check.options.flags.control = control;

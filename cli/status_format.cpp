@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -22,7 +23,35 @@ std::string optional_fixed(bool has, double value, int digits) { return has ? fi
 
 std::string age(bool has, double seconds) { return has ? human_duration(seconds) + " ago" : kAbsent; }
 
+// "▇▆▅▃▂▂▁ 1.9560 -> 1.4950 over 7 rounds": the last rounds' training losses, oldest first.
+std::string loss_trend(const v1::NodeStatus& s) {
+    const auto& losses = s.recent_train_losses();
+    if (losses.size() < 2) return kAbsent;
+    return fmt::format("{} {:.4f} -> {:.4f} over {} rounds", sparkline({losses.begin(), losses.end()}),
+                       losses[0], losses[losses.size() - 1], losses.size());
+}
+
 }  // namespace
+
+std::string sparkline(const std::vector<double>& values) {
+    static constexpr const char* kBars[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+    double low = INFINITY, high = -INFINITY;
+    for (double v : values) {
+        if (!std::isfinite(v)) continue;
+        low = std::min(low, v);
+        high = std::max(high, v);
+    }
+    std::string out;
+    for (double v : values) {
+        if (!std::isfinite(v)) {
+            out += "!";  // a diverged round stands out
+            continue;
+        }
+        const double position = high > low ? (v - low) / (high - low) : 0.0;
+        out += kBars[std::min<size_t>(7, static_cast<size_t>(position * 8.0))];
+    }
+    return out;
+}
 
 std::string human_bytes(uint64_t bytes) {
     if (bytes < 1024) return fmt::format("{} B", bytes);
@@ -84,8 +113,10 @@ std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
         {"model", or_absent(s.model_fingerprint())},
         {"round", std::to_string(s.round())},
         {"inner step", fmt::format("{} / {}", s.inner_step(), s.total_steps())},
+        {"eta", s.has_eta_seconds() ? human_duration(s.eta_seconds()) : kAbsent},
         {"train loss", optional_fixed(s.has_train_loss(), s.train_loss(), 4)},
         {"val loss", optional_fixed(s.has_val_loss(), s.val_loss(), 4)},
+        {"loss trend", loss_trend(s)},
         {"tokens/s", fixed(s.tokens_per_second(), 0)},
         {"peers", fmt::format("{} alive, {} suspect", s.peers_alive(), s.peers_suspect())},
         {"last partner", or_absent(s.last_partner())},  // empty: the last round was solo
@@ -123,19 +154,50 @@ std::string format_peers(const v1::ListPeersResponse& peers) {
 }
 
 std::string format_status_line(const v1::NodeStatus& s) {
-    return fmt::format("round {} | {} | loss {} | peers {} alive, {} suspect | partner {}", s.round(),
+    return fmt::format("round {} | {} | loss {} | peers {} alive, {} suspect | partner {} | eta {}", s.round(),
                        phase_name(s.phase()), optional_fixed(s.has_train_loss(), s.train_loss(), 4),
-                       s.peers_alive(), s.peers_suspect(), or_absent(s.last_partner()));
+                       s.peers_alive(), s.peers_suspect(), or_absent(s.last_partner()),
+                       s.has_eta_seconds() ? human_duration(s.eta_seconds()) : kAbsent);
 }
+
+namespace {
+
+// proto3's JSON mapping prints 64-bit integers as strings, for JavaScript, whose numbers lose them
+// above 2^53. jq, Python and shell scripts want numbers, and these counters stay far below that.
+void int64_as_numbers(nlohmann::ordered_json& json, const google::protobuf::Descriptor& type) {
+    using Field = google::protobuf::FieldDescriptor;
+    for (int i = 0; i < type.field_count(); ++i) {
+        const Field* field = type.field(i);
+        const auto it = json.find(field->name());
+        if (it == json.end() || field->is_map()) continue;
+        const auto convert = [&](nlohmann::ordered_json& value) {
+            if (field->cpp_type() == Field::CPPTYPE_INT64 && value.is_string())
+                value = std::stoll(value.get<std::string>());
+            else if (field->cpp_type() == Field::CPPTYPE_UINT64 && value.is_string())
+                value = std::stoull(value.get<std::string>());
+            else if (field->cpp_type() == Field::CPPTYPE_MESSAGE && value.is_object())
+                int64_as_numbers(value, *field->message_type());
+        };
+        if (field->is_repeated() && it->is_array()) {
+            for (nlohmann::ordered_json& value : *it) convert(value);
+        } else {
+            convert(*it);
+        }
+    }
+}
+
+}  // namespace
 
 std::string to_json(const google::protobuf::Message& message) {
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;  // scripts find every key, zeros included
     options.preserve_proto_field_names = true;     // node_id, not nodeId: the names the .proto documents
-    std::string json;
-    const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+    std::string text;
+    const auto status = google::protobuf::util::MessageToJsonString(message, &text, options);
     if (!status.ok()) throw Error("cannot print " + message.GetTypeName() + " as JSON: " + status.ToString());
-    return json;
+    nlohmann::ordered_json json = nlohmann::ordered_json::parse(text);
+    int64_as_numbers(json, *message.GetDescriptor());
+    return json.dump();
 }
 
 }  // namespace starling::cli

@@ -35,4 +35,7 @@ std::string format_status_line(const v1::NodeStatus& status);
 // The message as one line of JSON with every field, defaults included, under the .proto's names.
 std::string to_json(const google::protobuf::Message& message);
 
+// One block character per value, ▁ for the lowest to █ for the highest ("!" for one not finite).
+std::string sparkline(const std::vector<double>& values);
+
 }  // namespace starling::cli

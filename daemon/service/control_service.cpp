@@ -3,17 +3,26 @@
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+#include <span>
 #include <thread>
 
 #include "common/error.h"
+#include "daemon/swarm/swarm_snapshot.h"
+#include "model/hf_format.h"
 #include "peer/address.h"
 
 namespace starling {
 
 class ControlServer::Service final : public v1::Control::Service {
 public:
-    Service(NodeState& state, PeerNode& peer, ControlHandlers handlers, const std::atomic<bool>& stopping)
-        : state_(state), peer_(peer), handlers_(std::move(handlers)), stopping_(stopping) {}
+    Service(NodeState& state, PeerNode& peer, const ModelConfig& model, ControlHandlers handlers,
+            const std::atomic<bool>& stopping)
+        : state_(state),
+          peer_(peer),
+          model_json_(llama_config_json(model).dump()),
+          handlers_(std::move(handlers)),
+          stopping_(stopping) {}
 
     grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::NodeStatus* response) override {
         *response = state_.status(peer_);
@@ -62,15 +71,47 @@ public:
         return grpc::Status::OK;
     }
 
+    grpc::Status GetModel(grpc::ServerContext* context, const v1::GetModelRequest*,
+                          grpc::ServerWriter<v1::ModelChunk>* writer) override {
+        // Held to the end, so the node does not refill these bytes for a later round meanwhile.
+        const std::shared_ptr<const Snapshot> snapshot = peer_.snapshots().latest();
+        if (!snapshot)
+            return {grpc::StatusCode::FAILED_PRECONDITION,
+                    "the node has no state to give yet (it is starting or copying the swarm's)"};
+        const std::span<const std::byte> bytes = snapshot->bytes();
+        uint64_t n = 0;
+        if (bytes.size() >= kSwarmSnapshotHeaderBytes) std::memcpy(&n, bytes.data() + 24, sizeof n);
+        if (bytes.size() != swarm_snapshot_bytes(n))
+            return {grpc::StatusCode::INTERNAL, "the node's snapshot does not have its own layout"};
+        const std::span<const std::byte> phi = bytes.subspan(kSwarmSnapshotHeaderBytes, n * sizeof(float));
+        constexpr size_t kChunkBytes = 1 << 20;
+        v1::ModelChunk chunk;
+        chunk.set_llama_config_json(model_json_);
+        chunk.set_round(snapshot->round());
+        chunk.set_parameters(n);
+        size_t at = 0;
+        do {  // the first message goes out even for no weights at all
+            if (context->IsCancelled() || stopping_.load()) return {grpc::StatusCode::CANCELLED, "the node is stopping"};
+            const std::span<const std::byte> part = phi.subspan(at, std::min(kChunkBytes, phi.size() - at));
+            chunk.set_phi(part.data(), part.size());
+            if (!writer->Write(chunk)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
+            chunk.Clear();
+            at += part.size();
+        } while (at < phi.size());
+        return grpc::Status::OK;
+    }
+
 private:
     NodeState& state_;
     PeerNode& peer_;
+    std::string model_json_;
     ControlHandlers handlers_;
     const std::atomic<bool>& stopping_;
 };
 
-ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer, ControlHandlers handlers)
-    : address_(address), service_(std::make_unique<Service>(state, peer, std::move(handlers), stopping_)) {
+ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer, const ModelConfig& model,
+                             ControlHandlers handlers)
+    : address_(address), service_(std::make_unique<Service>(state, peer, model, std::move(handlers), stopping_)) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);

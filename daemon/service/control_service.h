@@ -1,6 +1,7 @@
 // The Control gRPC service (proto/starling/v1/control.proto) on its own server, with the standard
 // health service and server reflection beside it, so grpcurl and Kubernetes probes work. It reads
-// NodeState and the PeerNode; Join and Leave are handed to the node's owner.
+// NodeState and the PeerNode (GetModel: the newest snapshot it publishes); Join and Leave are
+// handed to the node's owner.
 #pragma once
 
 #include <grpcpp/server.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "daemon/service/node_state.h"
+#include "model/config.h"
 #include "peer/peer_node.h"
 #include "starling/v1/control.grpc.pb.h"
 
@@ -26,7 +28,9 @@ class ControlServer {
 public:
     // Listens on `address` (host:port or unix:/path); throws starling::Error naming it when it
     // cannot. grpc::EnableDefaultHealthCheckService(true) must have been called before.
-    ControlServer(const std::string& address, NodeState& state, PeerNode& peer, ControlHandlers handlers);
+    // model: the node's, for GetModel's config.json.
+    ControlServer(const std::string& address, NodeState& state, PeerNode& peer, const ModelConfig& model,
+                  ControlHandlers handlers);
     ~ControlServer();
     // What the health service reports; NOT_SERVING once the node drains.
     void set_serving(bool serving);

@@ -202,7 +202,7 @@ void NodeRunner::after_round(const SwarmRound& round) {
             const double loss = node_->evaluate();
             state_->record_val_loss(loss);
             if (metrics_) metrics_->record_val_loss(loss);
-            spdlog::info("round {}: validation loss of phi {:.4f}", node_->round(), loss);
+            spdlog::info("round {}: validation loss of the averaged weights {:.4f}", node_->round(), loss);
         } catch (const Error& e) {
             spdlog::error("round {}: the validation loss could not be computed: {}", node_->round(), e.what());
         }

@@ -40,8 +40,13 @@ v1::NodePhase NodeState::phase() const {
     return status_.phase();
 }
 
-void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes) {
+void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes,
+                             Clock::time_point ended) {
     std::lock_guard lock(mutex_);
+    recent_losses_.push_back(round.train_loss);
+    if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
+    round_ends_.emplace_back(ended, inner_step);
+    if (round_ends_.size() > kPaceRounds + 1) round_ends_.pop_front();
     status_.set_round(next_round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
     status_.set_train_loss(round.train_loss);
@@ -71,6 +76,7 @@ void NodeState::set_position(uint64_t round, int64_t inner_step) {
     std::lock_guard lock(mutex_);
     status_.set_round(round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
+    round_ends_.clear();
 }
 
 void NodeState::record_val_loss(double loss) {
@@ -97,18 +103,28 @@ void NodeState::forget_departed(const std::vector<Member>& members) {
     });
 }
 
-v1::NodeStatus NodeState::status(PeerNode& peer) const {
-    v1::NodeStatus s;
-    const auto now = Clock::now();
-    {
-        std::lock_guard lock(mutex_);
-        s = status_;
-        s.set_uptime_seconds(seconds_between(started_, now));
-        if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
-        if (!checkpoint_failure_.empty())
-            s.set_last_failure(s.last_failure().empty() ? checkpoint_failure_
-                                                        : s.last_failure() + "; " + checkpoint_failure_);
+v1::NodeStatus NodeState::recorded(Clock::time_point now) const {
+    std::lock_guard lock(mutex_);
+    v1::NodeStatus s = status_;
+    s.set_uptime_seconds(seconds_between(started_, now));
+    if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
+    if (!checkpoint_failure_.empty())
+        s.set_last_failure(s.last_failure().empty() ? checkpoint_failure_ : s.last_failure() + "; " + checkpoint_failure_);
+    for (double loss : recent_losses_) s.add_recent_train_losses(loss);
+    if (round_ends_.size() >= 2) {
+        const auto& [first_time, first_step] = round_ends_.front();
+        const auto& [last_time, last_step] = round_ends_.back();
+        if (last_step > first_step) {
+            const double per_step = seconds_between(first_time, last_time) / static_cast<double>(last_step - first_step);
+            const double remaining = static_cast<double>(s.total_steps()) - static_cast<double>(s.inner_step());
+            s.set_eta_seconds(std::max(0.0, remaining) * per_step);
+        }
     }
+    return s;
+}
+
+v1::NodeStatus NodeState::status(PeerNode& peer) const {
+    v1::NodeStatus s = recorded();
     uint32_t alive = 0, suspect = 0;
     for (const Member& m : peer.members()) {
         if (m.node_id == peer.node_id()) continue;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,10 +22,12 @@ public:
 
     void set_phase(v1::NodePhase phase);
     v1::NodePhase phase() const;
-    // A finished round: its report, the node's round and inner step after it, and the bytes of
-    // the fp32 weights (for the compression ratio).
-    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes);
-    // The round and inner step after a resume or a catch-up from the swarm.
+    using Clock = std::chrono::steady_clock;
+    // A finished round: its report, the node's round and inner step after it, the bytes of the
+    // fp32 weights (for the compression ratio), and when it ended (for the ETA).
+    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes,
+                      Clock::time_point ended = Clock::now());
+    // The round and inner step after a resume or a catch-up from the swarm; the pace starts over.
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
@@ -35,12 +38,15 @@ public:
     void forget_departed(const std::vector<Member>& members);
 
     v1::NodeStatus status(PeerNode& peer) const;
+    // The fields of the status that need no peer layer: everything recorded, uptime, ETA.
+    v1::NodeStatus recorded(Clock::time_point now = Clock::now()) const;
     v1::ListPeersResponse peers(PeerNode& peer) const;
     // One line for systemd's STATUS and the logs: round, phase, loss, peers.
     std::string summary(PeerNode& peer) const;
 
 private:
-    using Clock = std::chrono::steady_clock;
+    static constexpr size_t kRecentRounds = 60;   // losses kept for the trend
+    static constexpr size_t kPaceRounds = 10;     // rounds the ETA's pace is measured over
     struct Exchanges {
         uint64_t count = 0;
         Clock::time_point last{};
@@ -52,6 +58,8 @@ private:
     std::optional<Clock::time_point> checkpointed_;
     std::string checkpoint_failure_;  // since the last checkpoint written
     std::map<uint64_t, Exchanges> exchanges_;  // by partner id; only members still listed are reported
+    std::deque<double> recent_losses_;
+    std::deque<std::pair<Clock::time_point, int64_t>> round_ends_;  // when each of the last rounds ended, at which step
 };
 
 std::string_view node_phase_name(v1::NodePhase phase);  // "training", "exchanging", ...

@@ -20,6 +20,7 @@
 #include "daemon/config_reader.h"
 #include "daemon/data_dir_lock.h"
 #include "daemon/service/control_service.h"
+#include "daemon/service/log_format.h"
 #include "daemon/service/metrics.h"
 #include "common/allocator.h"
 #include "daemon/service/node_runner.h"
@@ -108,6 +109,7 @@ private:
         try {
             NodeConfig config = load(config_path_, flags_);
             spdlog::set_level(spdlog::level::from_str(config.log_level));
+            use_log_format(config.log_format);
             runner_.reload(config);
         } catch (const std::exception& e) {
             spdlog::error("SIGHUP: {} (the running settings are kept)", e.what());
@@ -163,7 +165,7 @@ private:
 
 int main(int argc, char** argv) {
     const bool buffers_kept = keep_freed_buffers_for_reuse();
-    spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] %^%l%$ %v");
+    use_log_format("text");
     if (!buffers_kept) spdlog::warn("malloc refused to keep freed buffers for reuse; exchanges will run slower");
     CLI::App app{"starlingd: one node of a Starling swarm, run as a service"};
     std::string config_path;
@@ -175,7 +177,9 @@ int main(int argc, char** argv) {
     app.add_option("--seed", flags.seeds, "HOST:PORT of a member to join through (repeatable)");
     app.add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:PATH");
     app.add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
-    app.add_option("--log-level", flags.log_level, "trace, debug, info, warn, error");
+    app.add_option("--log-level", flags.log_level, "[node].log_level: trace, debug, info, warn, error");
+    app.add_option("--log-format", flags.log_format, "[node].log_format: text, or json (one object per line)");
+    app.set_version_flag("--version", "starlingd " STARLING_VERSION);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -185,6 +189,7 @@ int main(int argc, char** argv) {
     try {
         const NodeConfig config = load(config_path, flags);
         spdlog::set_level(spdlog::level::from_str(config.log_level));
+        use_log_format(config.log_format);
         for (const std::string& name : unknown_starling_variables())
             spdlog::warn("environment variable {} is not a Starling setting and is ignored (a setting's variable is "
                          "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
@@ -209,7 +214,7 @@ int main(int argc, char** argv) {
             runner.request_drain();
         };
         control = std::make_unique<ControlServer>(
-            config.control_listen, runner.state(), runner.peer(),
+            config.control_listen, runner.state(), runner.peer(), config.swarm.train.model,
             ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
         serving_control = control.get();
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,

@@ -101,6 +101,8 @@ void NodeConfig::validate(NodeConfigUse use) const {
     const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "critical", "off"};
     need(std::find(levels.begin(), levels.end(), log_level) != levels.end(),
          "[node].log_level \"" + log_level + "\" is not one of trace, debug, info, warn, error, critical, off");
+    need(log_format == "text" || log_format == "json",
+         "[node].log_format \"" + log_format + "\" is not text or json");
 }
 
 NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use) {
@@ -132,6 +134,7 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
         n.read("data_dir", data_dir);
         c.data_dir = data_dir;
         n.read("log_level", c.log_level);
+        n.read("log_format", c.log_format);
         n.reject_unknown();
 
         TableReader s = section("swarm");
@@ -175,6 +178,7 @@ void apply_node_flags(const NodeFlags& flags, NodeConfig& c) {
     if (flags.control) c.control_listen = *flags.control;
     if (flags.metrics) c.metrics_listen = *flags.metrics;
     if (flags.log_level) c.log_level = *flags.log_level;
+    if (flags.log_format) c.log_format = *flags.log_format;
     c.swarm.peer.seeds.insert(c.swarm.peer.seeds.end(), flags.seeds.begin(), flags.seeds.end());
     c.swarm.peer.data_dir = c.data_dir;
     c.validate();

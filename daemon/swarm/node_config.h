@@ -26,6 +26,7 @@ struct NodeConfig {
     SwarmConfig swarm;
     std::filesystem::path data_dir = "out/node";  // node.key, peers.txt, checkpoints/
     std::string log_level = "info";
+    std::string log_format = "text";  // or "json": one object per line (daemon/service/log_format.h)
     int checkpoint_every = 10;  // rounds; 0: only when draining
     int keep_checkpoints = 3;
     double join_timeout_s = 30.0;  // first start with seeds and no checkpoint: wait this long for a donor
@@ -44,7 +45,7 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
 
 // What starlingd's flags may set; each one given replaces the config's value.
 struct NodeFlags {
-    std::optional<std::string> data_dir, listen, announce, control, metrics, log_level;
+    std::optional<std::string> data_dir, listen, announce, control, metrics, log_level, log_format;
     std::vector<std::string> seeds;  // added to the config's
 };
 void apply_node_flags(const NodeFlags& flags, NodeConfig& config);

@@ -12,14 +12,14 @@ from chaoslib.daemons import StallTracker
 
 LOG = """\
 # chaos: starlingd --config chaos.toml
-[2026-11-25 10:39:31.430] info resumed from checkpoint /tmp/c/nodes/n2/checkpoints/step_00000040 (round 40, inner step 800)
-[2026-11-25 10:39:43.359] info swarm: node b781ae37884918a2 joined at round 44 (inner step 880) from a snapshot of 1971232 bytes
-[2026-11-25 10:39:43.675] info swarm: node b781ae37884918a2 round 44 | loss 1.4950 | partner none | sent 0 B, received 0 B | pair 0.001 s, exchange 0.000 s
-[2026-11-25 10:39:51.066] info swarm: node b781ae37884918a2 round 45 | loss 1.5029 | partner b40d1eabbdfd3638 | sent 132384 B, received 131472 B | pair 0.001 s, exchange 7.069 s
-[2026-11-25 10:40:01.411] info swarm: node b781ae37884918a2 round 46 | loss 1.4894 | partner b0b3b833f7507179 | sent 0 B, received 0 B | pair 0.001 s, exchange 10.004 s | solo: exchange with node b0b3b833f7507179 for round 46: the partner did not open the exchange before the deadline
-[2026-11-25 10:40:01.500] info round 50: validation loss of phi 1.6443
-[2026-11-25 10:40:02.000] info swarm: node 6c25bf73e2c75488 round 9 | loss 1.9560 | local
-[2026-11-25 10:40:03.000] error accept: Too many open files
+[2026-11-25 10:39:31.430 +00:00] info resumed from checkpoint /tmp/c/nodes/n2/checkpoints/step_00000040 (round 40, inner step 800)
+[2026-11-25 10:39:43.359 +00:00] info swarm: node b781ae37884918a2 joined at round 44 (inner step 880) from a snapshot of 1971232 bytes
+[2026-11-25 10:39:43.675 +00:00] info swarm: node b781ae37884918a2 round 44 | loss 1.4950 | partner none | sent 0 B, received 0 B | pair 0.001 s, exchange 0.000 s
+[2026-11-25 10:39:51.066 +00:00] info swarm: node b781ae37884918a2 round 45 | loss 1.5029 | partner b40d1eabbdfd3638 | sent 132384 B, received 131472 B | pair 0.001 s, exchange 7.069 s
+[2026-11-25 10:40:01.411 +00:00] info swarm: node b781ae37884918a2 round 46 | loss 1.4894 | partner b0b3b833f7507179 | sent 0 B, received 0 B | pair 0.001 s, exchange 10.004 s | solo: exchange with node b0b3b833f7507179 for round 46: the partner did not open the exchange before the deadline
+[2026-11-25 10:40:01.500 +00:00] info round 50: validation loss of the averaged weights 1.6443
+[2026-11-25 10:40:02.000 +00:00] info swarm: node 6c25bf73e2c75488 round 9 | loss 1.9560 | local
+[2026-11-25 10:40:03.000 +00:00] error accept: Too many open files
 """
 
 

@@ -30,6 +30,10 @@ expect 2 "watch with no node" "cannot reach starlingd at $nowhere" -- \
     "$starling" --control "$nowhere" watch --count 1
 expect 2 "leave with no node on a unix socket" "cannot reach starlingd at unix:$work/none.sock" -- \
     "$starling" leave --control "unix:$work/none.sock"
+expect 2 "export from no node (no config given)" "cannot reach starlingd at $nowhere" -- \
+    "$starling" export --control "$nowhere" --hf "$work/hf"
+expect 2 "sample from no node" "cannot reach starlingd at $nowhere" -- \
+    "$starling" sample --prompt "In the" --control "$nowhere"
 expect 1 "join with a seed that is not host:port" "notaport" "host:port" -- \
     "$starling" join --control "$nowhere" 10.0.0.2:7700 notaport
 expect 1 "join with port 0" "10.0.0.2:0" -- \

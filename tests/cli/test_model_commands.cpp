@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli/control_client.h"
 #include "cli/model_commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
@@ -121,7 +122,20 @@ TEST_CASE("export skips a corrupt newest checkpoint and leaves it in place, and 
     ModelSource both = node_source(data_dir);
     both.hf_dir = dir.path();
     CHECK_THROWS_WITH(load_model(both), Contains("not both"));
-    CHECK_THROWS_WITH(load_model(ModelSource{}), Contains("no model given"));
+    ModelSource only_checkpoint;
+    only_checkpoint.checkpoint = newest;
+    CHECK_THROWS_WITH(load_model(only_checkpoint), Contains("need the node's --config"));
+
+    // Neither: the live node at the control address, and here none answers.
+    ModelSource live;
+    live.control = "127.0.0.1:1";
+    try {
+        load_model(live);
+        FAIL("no node answers at " + live.control);
+    } catch (const ControlCallFailed& e) {
+        CHECK(e.exit_code == kExitUnreachable);
+        CHECK_THAT(e.what(), Contains("cannot reach starlingd at 127.0.0.1:1"));
+    }
 
     const fs::path other = dir.path() / "other";
     save_checkpoint(other, 4, peaked_phi(1), "another model's fingerprint");

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/status_format.h"
@@ -43,6 +44,8 @@ v1::NodeStatus full_status() {
     s.set_checkpoint_round(40);
     s.set_uptime_seconds(7390);
     s.set_last_failure("partner 8899aabbccddeeff timed out");
+    s.set_eta_seconds(2 * 3600 + 13 * 60 + 5);
+    for (double loss : {2.0, 1.9, 1.5, 1.2, 1.0}) s.add_recent_train_losses(loss);
     return s;
 }
 
@@ -112,8 +115,10 @@ TEST_CASE("the status table renders every field of a full status") {
         {"model", "0f1e2d3c4b5a6978"},
         {"round", "42"},
         {"inner step", "840 / 10000"},
+        {"eta", "2h 13m"},
         {"train loss", "1.2346"},
         {"val loss", "1.5000"},
+        {"loss trend", "██▅▂▁ 2.0000 -> 1.0000 over 5 rounds"},
         {"tokens/s", "95825"},
         {"peers", "3 alive, 1 suspect"},
         {"last partner", "8899aabbccddeeff"},
@@ -153,9 +158,12 @@ TEST_CASE("absent optional fields show as a dash and no failure row appears") {
     s.set_compression_ratio(0);      // before the first exchange
     s.set_last_exchange_seconds(0);
     s.clear_device();
+    s.clear_eta_seconds();
+    s.clear_recent_train_losses();
+    s.add_recent_train_losses(2.0);  // one round is no trend yet
     const auto rows = rows_by_label(s);
     for (const char* label : {"train loss", "val loss", "partner distance", "checkpoint", "last partner",
-                              "compression", "last exchange", "device"}) {
+                              "compression", "last exchange", "device", "eta", "loss trend"}) {
         INFO(label);
         CHECK(rows.at(label) == "-");
     }
@@ -188,12 +196,21 @@ TEST_CASE("the peers table has a header and one row per peer") {
     CHECK(format_peers(v1::ListPeersResponse()) == "no other members known\n");
 }
 
-TEST_CASE("the watch line carries round, phase, loss, peers and partner") {
+TEST_CASE("the watch line carries round, phase, loss, peers, partner and ETA") {
     CHECK(format_status_line(full_status()) ==
-          "round 42 | exchanging | loss 1.2346 | peers 3 alive, 1 suspect | partner 8899aabbccddeeff");
+          "round 42 | exchanging | loss 1.2346 | peers 3 alive, 1 suspect | partner 8899aabbccddeeff | eta 2h 13m");
     v1::NodeStatus starting;
     starting.set_phase(v1::NODE_PHASE_STARTING);
-    CHECK(format_status_line(starting) == "round 0 | starting | loss - | peers 0 alive, 0 suspect | partner -");
+    CHECK(format_status_line(starting) ==
+          "round 0 | starting | loss - | peers 0 alive, 0 suspect | partner - | eta -");
+}
+
+TEST_CASE("a sparkline spans the lowest to the highest value, by hand") {
+    // (v - 1) / 2 * 8 levels: 0 -> 0, 0.25 -> 2, 0.5 -> 4, 0.99 -> 7, 1 -> 7 (capped).
+    CHECK(sparkline({1.0, 1.5, 2.0, 2.98, 3.0}) == "▁▃▅██");
+    CHECK(sparkline({4.0, 4.0}) == "▁▁");  // flat: all lowest
+    CHECK(sparkline({1.0, NAN, 3.0}) == "▁!█");
+    CHECK(sparkline({}).empty());
 }
 
 TEST_CASE("JSON carries every field under its .proto name, zeros included") {
@@ -209,6 +226,12 @@ TEST_CASE("JSON carries every field under its .proto name, zeros included") {
         if (!field->has_presence()) CHECK(empty.find(key) != std::string::npos);
     }
     CHECK(full.find("\"phase\":\"NODE_PHASE_EXCHANGING\"") != std::string::npos);
+    // 64-bit counters as numbers, for jq and scripts; doubles and strings as they were.
+    const nlohmann::json parsed = nlohmann::json::parse(full);
+    CHECK(parsed["round"] == full_status().round());
+    CHECK(parsed["bytes_sent"] == full_status().bytes_sent());
+    CHECK(parsed["round"].is_number_unsigned());
+    CHECK(parsed["node_id"] == full_status().node_id());
     CHECK(full.find('\n') == std::string::npos);  // one line, for scripts
 
     v1::ListPeersResponse peers;
@@ -216,5 +239,6 @@ TEST_CASE("JSON carries every field under its .proto name, zeros included") {
     const std::string peers_json = to_json(peers);
     for (const char* key : {"node_id", "address", "state", "round", "compatible", "exchanges"})
         CHECK(peers_json.find(fmt::format("\"{}\":", key)) != std::string::npos);
+    CHECK(peers_json.find("\"exchanges\":0") != std::string::npos);  // a number in a repeated message too
     CHECK(to_json(v1::ListPeersResponse()) == "{\"peers\":[]}");
 }

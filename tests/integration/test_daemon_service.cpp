@@ -132,6 +132,79 @@ TEST_CASE("starling watch follows a running node and stops after --count updates
     CHECK(a.process().wait(20s) == 0);
 }
 
+TEST_CASE("starlingd writes one JSON object per log line with the time zone when asked, and names its release",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start({}, {{"STARLING_NODE_LOG_FORMAT", "json"}});
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    eventually("a finishes a round", 30s, [&] { return json_u64(a.status()["round"]) >= 1; });
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+    std::istringstream lines(a.log());
+    std::string line;
+    int objects = 0;
+    bool round_line = false;
+    while (std::getline(lines, line)) {
+        if (line.empty() || line[0] != '{') continue;  // the harness's own header
+        INFO(line);
+        const nlohmann::json entry = nlohmann::json::parse(line);
+        CHECK(std::regex_match(entry.at("time").get<std::string>(),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d)")));
+        CHECK(entry.at("level").is_string());
+        round_line = round_line || entry.at("message").get<std::string>().find("| loss ") != std::string::npos;
+        objects++;
+    }
+    CHECK(objects >= 3);
+    CHECK(round_line);
+
+    const CommandResult version = run_command({starlingd_binary(), "--version"});
+    CHECK(version.status == 0);
+    CHECK(version.output.rfind("starlingd ", 0) == 0);
+    const CommandResult bad = run_command({starlingd_binary(), "--config", pico_config(), "--log-format", "xml"},
+                                          daemon_environment());
+    CHECK(bad.status == 1);
+    CHECK(bad.output.find("log_format \"xml\" is not text or json") != std::string::npos);
+}
+
+TEST_CASE("starling export and sample take a running node's model, the same as its final checkpoint's",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path());
+    a.start({}, {{"STARLING_TRAIN_STEPS", "80"}});  // 10 rounds, then the node is done and keeps its state
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    eventually("a is done", 60s, [&] { return a.status()["phase"] == "NODE_PHASE_DONE"; });
+
+    const CommandResult live = a.cli({"export", "--hf", (root.path() / "live").string()});
+    INFO(live.output);
+    REQUIRE(live.status == 0);
+    CHECK(live.output.find("exported round 10 of the node at " + a.control_address()) != std::string::npos);
+    Environment env = daemon_environment();
+    const CommandResult saved = run_command({starling_binary(), "export", "--config", pico_config(), "--data-dir",
+                                             a.data_dir().string(), "--hf", (root.path() / "saved").string()},
+                                            env);
+    INFO(saved.output);
+    REQUIRE(saved.status == 0);
+    CHECK(saved.output.find("exported round 10 of " + (a.data_dir() / "checkpoints").string()) != std::string::npos);
+    CHECK(slurp(root.path() / "live" / "model.safetensors") == slurp(root.path() / "saved" / "model.safetensors"));
+    CHECK(slurp(root.path() / "live" / "config.json") == slurp(root.path() / "saved" / "config.json"));
+
+    // Greedy text from the node and from the export agree.
+    const std::vector<std::string> greedy = {"--prompt", "In the beginning", "--tokens", "24", "--temperature", "0"};
+    std::vector<std::string> from_node = {"sample"}, from_export = {starling_binary(), "sample", "--model",
+                                                                    (root.path() / "live").string()};
+    from_node.insert(from_node.end(), greedy.begin(), greedy.end());
+    from_export.insert(from_export.end(), greedy.begin(), greedy.end());
+    const CommandResult node_text = a.cli(from_node);
+    const CommandResult export_text = run_command(from_export);
+    CHECK(node_text.status == 0);
+    CHECK(node_text.output.rfind("In the beginning", 0) == 0);
+    CHECK(node_text.output.size() == std::string("In the beginning").size() + 24 + 1);
+    CHECK(node_text.output == export_text.output);
+    a.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+}
+
 TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn", "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());

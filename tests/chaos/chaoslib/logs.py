@@ -1,25 +1,26 @@
-"""Reading starlingd's log lines (spdlog: `[YYYY-mm-dd HH:MM:SS.mmm] level message`).
+"""Reading starlingd's log lines (spdlog: `[YYYY-mm-dd HH:MM:SS.mmm +HH:MM] level message`).
 
 The lines read are the ones daemon/swarm/swarm_node.cpp and daemon/service/node_runner.cpp write:
   swarm: node ID round R | loss L | partner P|none | sent S B, received R B | pair X s, exchange Y s[ | solo: WHY]
   swarm: node ID round R | loss L | local
-  round R: validation loss of phi L
+  round R: validation loss of the averaged weights L
   resumed from checkpoint PATH (round R, inner step S)
   swarm: node ID joined at round R (inner step S) from a snapshot of N bytes
 """
 
+import calendar
 import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3})\] (\w+) (.*)$")
+LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) ([+-]\d\d:\d\d)\] (\w+) (.*)$")
 NOLOCO_ROUND = re.compile(
     r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| partner (\S+) \| sent (\d+) B, received (\d+) B"
     r" \| pair ([\d.]+) s, exchange ([\d.]+) s(?: \| solo: (.*))?$"
 )
 LOCAL_ROUND = re.compile(r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| local$")
-VAL = re.compile(r"^round (\d+): validation loss of phi ([\d.]+|nan|inf)")
+VAL = re.compile(r"^round (\d+): validation loss of the averaged weights ([\d.]+|nan|inf)")
 RESUMED = re.compile(r"resumed from checkpoint (\S+) \(round (\d+)")
 JOINED = re.compile(r"swarm: node [0-9a-f]+ joined at round (\d+)")
 COPY_FAILED = re.compile(r"copying the state failed")
@@ -56,8 +57,10 @@ class Log:
     lines: int = 0
 
 
-def wall_time(stamp, millis):
-    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000.0
+def wall_time(stamp, millis, offset):
+    hours, minutes = int(offset[1:3]), int(offset[4:6])
+    east = (hours * 3600 + minutes * 60) * (1 if offset[0] == "+" else -1)
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) - east + int(millis) / 1000.0
 
 
 def parse(path):
@@ -75,8 +78,8 @@ def parse(path):
             if FD_EXHAUSTION.search(raw):
                 log.fd_errors.append((None, raw))
             continue
-        wall = wall_time(m.group(1), m.group(2))
-        level, msg = m.group(3), m.group(4)
+        wall = wall_time(m.group(1), m.group(2), m.group(3))
+        level, msg = m.group(4), m.group(5)
         if level in ("error", "critical"):
             log.errors.append(raw)
         if FD_EXHAUSTION.search(msg):
@@ -134,10 +137,10 @@ def window(path, wall_from, wall_to):
         m = LINE.match(raw)
         if not m:
             continue
-        wall = wall_time(m.group(1), m.group(2))
+        wall = wall_time(m.group(1), m.group(2), m.group(3))
         if wall < wall_from or wall > wall_to:
             continue
-        msg = m.group(4)
+        msg = m.group(5)
         if "is not a Starling setting" in msg:
             continue
         lines.append(raw)

@@ -1,0 +1,67 @@
+// What NodeState derives for the status (daemon/service/node_state.h): the ETA from the pace of
+// the last rounds and the loss trend, against hand-computed values.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <vector>
+
+#include "daemon/service/node_state.h"
+
+using namespace starling;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<double> losses(const v1::NodeStatus& s) {
+    return {s.recent_train_losses().begin(), s.recent_train_losses().end()};
+}
+
+}  // namespace
+
+TEST_CASE("the ETA follows the pace of the last ten rounds and starts over after a catch-up") {
+    v1::NodeStatus identity;
+    identity.set_total_steps(1000);
+    NodeState state(identity);
+    const auto t0 = NodeState::Clock::now();
+    SwarmRound round;
+    round.train_loss = 2.0;
+    state.record_round(round, 1, 20, 0, t0);
+    CHECK_FALSE(state.recorded(t0).has_eta_seconds());  // one round end: no pace yet
+
+    round.train_loss = 1.5;
+    state.record_round(round, 2, 40, 0, t0 + 10s);  // 20 steps in 10 s
+    v1::NodeStatus s = state.recorded(t0 + 10s);
+    REQUIRE(s.has_eta_seconds());
+    CHECK(s.eta_seconds() == Approx((1000 - 40) * 0.5));
+    CHECK(losses(s) == std::vector<double>{2.0, 1.5});
+
+    // Ten rounds at 20 steps in 20 s: the first, faster rounds fall out of the window.
+    auto when = t0 + 10s;
+    int64_t step = 40;
+    for (uint64_t r = 3; r <= 12; r++) {
+        when += 20s;
+        step += 20;
+        state.record_round(round, r, step, 0, when);
+    }
+    s = state.recorded(when);
+    CHECK(s.eta_seconds() == Approx(1000.0 - 240.0));
+
+    // Past the schedule's end: nothing left.
+    state.record_round(round, 13, 1200, 0, when + 20s);
+    CHECK(state.recorded(when + 20s).eta_seconds() == 0.0);
+
+    state.set_position(100, 500);  // copied the state from the swarm
+    CHECK_FALSE(state.recorded().has_eta_seconds());
+}
+
+TEST_CASE("the loss trend keeps the last 60 rounds, oldest first") {
+    NodeState state(v1::NodeStatus{});
+    SwarmRound round;
+    for (int r = 0; r < 70; r++) {
+        round.train_loss = r;
+        state.record_round(round, r + 1, (r + 1) * 10, 0);
+    }
+    const std::vector<double> kept = losses(state.recorded());
+    REQUIRE(kept.size() == 60);
+    CHECK(kept.front() == 10.0);
+    CHECK(kept.back() == 69.0);
+}
