@@ -871,7 +871,16 @@ FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected, std::span
         if (const auto member = table_->find(id)) donors.push_back(member->address);
     }
     if (donors.empty()) throw Error("state sync: no live member runs this model, so there is no donor to fetch from");
-    return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, options);
+    FetchOptions watched = options;
+    // A donor frozen or killed mid-copy is let go once the failure detector says it is dead, not
+    // at its chunk deadline, which on a slow link is tens of seconds. Suspicion alone is not
+    // enough: a donor busy serving may answer probes late without being gone.
+    watched.donor_gone = [this](const std::string& address) {
+        for (const Member& m : table_->all())
+            if (m.address == address) return m.state == MemberState::Dead || m.state == MemberState::Left;
+        return true;  // no longer a member at all
+    };
+    return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, watched);
 }
 
 }  // namespace starling

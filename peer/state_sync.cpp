@@ -188,6 +188,49 @@ SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const 
 
 namespace {
 
+// Cancels a client call once gone(donor) says so, asked every 100 ms until this is destroyed.
+class CancelIfGone {
+public:
+    CancelIfGone(grpc::ClientContext& context, const FetchOptions& options, const std::string& donor) {
+        if (!options.donor_gone) return;
+        thread_ = std::thread([this, &context, &options, donor] {
+            std::unique_lock lock(mutex_);
+            while (!disarmed_changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return disarmed_; })) {
+                if (options.donor_gone(donor)) {
+                    cancelled_ = true;
+                    context.TryCancel();
+                    return;
+                }
+            }
+        });
+    }
+    ~CancelIfGone() {
+        {
+            std::lock_guard lock(mutex_);
+            disarmed_ = true;
+        }
+        disarmed_changed_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+    CancelIfGone(const CancelIfGone&) = delete;
+    CancelIfGone& operator=(const CancelIfGone&) = delete;
+
+    // Whether the call was cancelled for that; read once the call has returned.
+    bool cancelled() {
+        std::lock_guard lock(mutex_);
+        return cancelled_;
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable disarmed_changed_;
+    bool disarmed_ = false;
+    bool cancelled_ = false;
+    std::thread thread_;
+};
+
+constexpr const char* kDonorGone = "the donor is gone (the failure detector declared it dead, or it left)";
+
 // One fetch of one snapshot from the donors that hold it: a shared queue of chunk indices that
 // per-donor workers drain. A donor that fails gives its chunk back and stops.
 class ChunkFetch {
@@ -230,7 +273,7 @@ private:
             grpc::StatusCode code = grpc::StatusCode::OK;
             const auto timeout = chunk_timeout(address, index);
             const auto started = std::chrono::steady_clock::now();
-            const bool ok = fetch_one(*stub, index, timeout, &error, &code);
+            const bool ok = fetch_one(*stub, address, index, timeout, &error, &code);
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
             // Busy: wait and retry. Slow (out of time): retry with a longer deadline, dropped only
             // after a few in a row. Not found: an honest donor that moved on to a newer snapshot;
@@ -288,8 +331,8 @@ private:
     }
 
     // On failure *code is the call's status, or INVALID_ARGUMENT for bad data.
-    bool fetch_one(v1::StateSync::Stub& stub, uint32_t index, std::chrono::milliseconds timeout, std::string* error,
-                   grpc::StatusCode* code) {
+    bool fetch_one(v1::StateSync::Stub& stub, const std::string& address, uint32_t index,
+                   std::chrono::milliseconds timeout, std::string* error, grpc::StatusCode* code) {
         v1::FetchChunkRequest request;
         request.set_snapshot_id(manifest_.id.data(), manifest_.id.size());
         request.set_index(index);
@@ -297,10 +340,11 @@ private:
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + timeout);
         auth_.attach(context, "FetchChunk");
+        CancelIfGone watch(context, options_, address);
         const auto status = stub.FetchChunk(&context, request, &response);
         if (!status.ok()) {
             *code = status.error_code();
-            *error = status.error_message();
+            *error = watch.cancelled() ? kDonorGone : status.error_message();
             return false;
         }
         *code = grpc::StatusCode::INVALID_ARGUMENT;
@@ -362,12 +406,14 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         // Every donor's manifest at once; group the donors by the snapshot they offer.
         std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
         for (const auto& [address, channel] : channels) {
-            asked[address] = std::async(std::launch::async, [&, channel = channel] {
+            asked[address] = std::async(std::launch::async, [&, address = address, channel = channel] {
                 v1::SnapshotManifest manifest;
                 grpc::ClientContext context;
                 context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
                 auth.attach(context, "GetManifest");
+                CancelIfGone watch(context, options, address);
                 auto status = v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
+                if (watch.cancelled()) status = grpc::Status(grpc::StatusCode::CANCELLED, kDonorGone);
                 return std::make_pair(status, manifest);
             });
         }

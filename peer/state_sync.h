@@ -129,6 +129,10 @@ struct FetchOptions {
     int timeouts_per_donor = 3;
     int inflight_per_donor = 2;
     int attempts = 3;  // manifests asked for again after the holders of a snapshot are gone
+    // Asked every 100 ms while a call to a donor is in flight: true (the failure detector has
+    // declared it dead or it left) cancels the call at once and drops the donor, where a frozen
+    // donor would otherwise hold its chunks until the deadline. Empty: deadlines only.
+    std::function<bool(const std::string& donor)> donor_gone;
     // Called after every verified chunk, from the fetching threads.
     std::function<void(uint32_t done, uint32_t total)> progress;
 };

@@ -4,6 +4,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <thread>
 #include <future>
 #include <random>
@@ -94,6 +95,27 @@ public:
 private:
     std::shared_ptr<const Snapshot> snapshot_;
     std::chrono::milliseconds delay_;
+};
+
+// Offers its manifest, then never answers a chunk until the caller gives up: a donor that froze
+// (SIGSTOP, a hung disk) after the fetch began.
+class FrozenDonor final : public v1::StateSync::Service {
+public:
+    explicit FrozenDonor(std::shared_ptr<const Snapshot> snapshot) : snapshot_(std::move(snapshot)) {}
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+        to_proto(snapshot_->manifest(), out);
+        return grpc::Status::OK;
+    }
+    grpc::Status FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest*, v1::SnapshotChunk*) override {
+        asked_++;
+        while (!context->IsCancelled()) std::this_thread::sleep_for(10ms);
+        return {grpc::StatusCode::CANCELLED, "frozen"};
+    }
+    int asked() const { return asked_.load(); }
+
+private:
+    std::shared_ptr<const Snapshot> snapshot_;
+    std::atomic<int> asked_{0};
 };
 
 struct Joiner {
@@ -308,4 +330,34 @@ TEST_CASE("a donor slower than the first deadline is asked again with more time,
     CHECK_THROWS_WITH(fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
                                      {kFingerprint, total}, state, options),
                       Catch::Contains("no donor could deliver"));
+}
+
+TEST_CASE("a donor that freezes mid-copy is let go when it is declared gone, not at its deadline") {
+    const auto bytes = random_bytes(kTotal, 12);
+    const auto snapshot = snapshot_of(bytes, 7);
+    auto frozen_service = std::make_unique<FrozenDonor>(snapshot);
+    FrozenDonor& frozen_state = *frozen_service;
+    Donor frozen(2, std::move(frozen_service));
+    Donor honest;
+    honest.store.publish(snapshot);
+    Joiner joiner;
+    FetchOptions options;
+    // Deadlines a frozen donor would hold its chunks for: a minute each.
+    options.call_timeout = 60s;
+    options.max_call_timeout = 60s;
+    std::atomic<int> asked_about_frozen{0};
+    options.donor_gone = [&](const std::string& donor) {
+        if (donor != frozen.address) return false;
+        return ++asked_about_frozen >= 3;  // the failure detector's verdict, a few checks in
+    };
+    const auto started = std::chrono::steady_clock::now();
+    const FetchResult result = fetch_snapshot({frozen.address, honest.address}, joiner.auth,
+                                              grpc::InsecureChannelCredentials(), {kFingerprint, kTotal},
+                                              joiner.state, options);
+    CHECK(joiner.state == bytes);
+    CHECK(frozen_state.asked() >= 1);  // it did hold chunks
+    CHECK(result.chunks_per_donor.count(frozen.address) == 0);
+    CHECK(result.chunks_per_donor.at(honest.address) == 41);
+    // Its chunks came back when it was declared gone, far sooner than their 60 s deadline.
+    CHECK(std::chrono::steady_clock::now() - started < 30s);
 }
