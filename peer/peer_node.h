@@ -54,6 +54,11 @@ struct PeerConfig {
     std::chrono::milliseconds exchange_timeout{10000};
     std::chrono::milliseconds exchange_timeout_max{600000};
     double min_link_bytes_per_s = 1.25e6;  // 10 Mbit/s
+    // A state copy's chunk calls (FetchOptions): the least and the most time one gets, and the
+    // rate assumed before a donor's first chunk, which makes it the slowest link supported.
+    std::chrono::milliseconds state_sync_timeout{10000};
+    std::chrono::milliseconds state_sync_timeout_max{120000};
+    double state_sync_min_link_bytes_per_s = 125000;  // 1 Mbit/s
     uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once

@@ -147,10 +147,11 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
     set_phase(v1::NODE_PHASE_JOINING);
     spdlog::info("{}: copying the state from the swarm", why);
     try {
-        // Each chunk is a call within FetchOptions::call_timeout; a fetch that stops delivering
-        // them (every donor gone) gives up after a few.
-        watch_.mark(3 * FetchOptions{}.call_timeout);
-        node_->join_from_swarm([this] { watch_.mark(3 * FetchOptions{}.call_timeout); });
+        // Each chunk is a call within state_sync_timeout_max; a fetch that stops delivering them
+        // (every donor gone) gives up after a few.
+        const auto chunk_allowance = config_.swarm.peer.state_sync_timeout_max + std::chrono::seconds(10);
+        watch_.mark(chunk_allowance);
+        node_->join_from_swarm([this, chunk_allowance] { watch_.mark(chunk_allowance); });
         state_->set_position(node_->round(), node_->inner_step());
         if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {

@@ -59,6 +59,11 @@ void read_peer_section(TableReader& p, PeerConfig& peer) {
     double min_link_mbit = peer.min_link_bytes_per_s * 8 / 1e6;
     p.read("min_link_mbit", min_link_mbit);
     peer.min_link_bytes_per_s = min_link_mbit * 1e6 / 8;
+    read_milliseconds(p, "state_sync_timeout_ms", peer.state_sync_timeout);
+    read_milliseconds(p, "state_sync_timeout_max_ms", peer.state_sync_timeout_max);
+    double state_sync_min_link_mbit = peer.state_sync_min_link_bytes_per_s * 8 / 1e6;
+    p.read("state_sync_min_link_mbit", state_sync_min_link_mbit);
+    peer.state_sync_min_link_bytes_per_s = state_sync_min_link_mbit * 1e6 / 8;
     p.read("max_round_gap", peer.max_round_gap);
     p.reject_unknown();
 }
@@ -93,6 +98,10 @@ void NodeConfig::validate(NodeConfigUse use) const {
     need(p.exchange_timeout_max >= p.exchange_timeout,
          "[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms");
     need(p.min_link_bytes_per_s > 0, "[peer].min_link_mbit must be above 0");
+    need(p.state_sync_timeout.count() >= 10, "[peer].state_sync_timeout_ms must be at least 10");
+    need(p.state_sync_timeout_max >= p.state_sync_timeout,
+         "[peer].state_sync_timeout_max_ms must be at least state_sync_timeout_ms");
+    need(p.state_sync_min_link_bytes_per_s > 0, "[peer].state_sync_min_link_mbit must be above 0");
     need(!control_listen.empty(), "[control].listen must not be empty");
     need(control_allow_remote || is_local_listen_address(control_listen),
          "[control].listen \"" + control_listen +

@@ -126,6 +126,9 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
 FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
     std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
     FetchOptions options;
+    options.call_timeout = config_.peer.state_sync_timeout;
+    options.max_call_timeout = config_.peer.state_sync_timeout_max;
+    options.min_rate_bytes_per_s = config_.peer.state_sync_min_link_bytes_per_s;
     if (on_chunk) options.progress = [&](uint32_t, uint32_t) { on_chunk(); };
     FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes, options);
     const SwarmCounters counters = adopt(bytes);

@@ -177,6 +177,29 @@ TEST_CASE("node config errors name the key", "[node_config]") {
         const EditedPico f("checkpoint_every = 10", "checkpoint_every = -1");
         CHECK_THROWS_WITH(f.load(), Contains("[swarm].checkpoint_every must not be negative"));
     }
+    SECTION("log format") {
+        const EditedPico f("log_format = \"text\"", "log_format = \"xml\"");
+        CHECK_THROWS_WITH(f.load(), Contains("[node].log_format \"xml\" is not text or json"));
+        CHECK(EditedPico("log_format = \"text\"", "log_format = \"json\"").load().log_format == "json");
+    }
+    SECTION("the deadlines for slow links: read in their units, a ceiling below its floor refused") {
+        const EditedPico f("max_round_gap = 1", "exchange_timeout_max_ms = 120000\nmin_link_mbit = 2.5\n"
+                                                "state_sync_timeout_ms = 5000\nstate_sync_timeout_max_ms = 60000\n"
+                                                "state_sync_min_link_mbit = 0.5\nmax_round_gap = 1");
+        const PeerConfig p = f.load().swarm.peer;
+        CHECK(p.exchange_timeout_max == 120000ms);
+        CHECK(p.min_link_bytes_per_s == Approx(312500.0));
+        CHECK(p.state_sync_timeout == 5000ms);
+        CHECK(p.state_sync_timeout_max == 60000ms);
+        CHECK(p.state_sync_min_link_bytes_per_s == Approx(62500.0));
+        const EditedPico low("max_round_gap = 1", "exchange_timeout_max_ms = 5000\nmax_round_gap = 1");
+        CHECK_THROWS_WITH(low.load(), Contains("[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms"));
+        const EditedPico sync("max_round_gap = 1", "state_sync_timeout_max_ms = 5000\nmax_round_gap = 1");
+        CHECK_THROWS_WITH(sync.load(),
+                          Contains("[peer].state_sync_timeout_max_ms must be at least state_sync_timeout_ms"));
+        const EditedPico zero("max_round_gap = 1", "min_link_mbit = 0\nmax_round_gap = 1");
+        CHECK_THROWS_WITH(zero.load(), Contains("[peer].min_link_mbit must be above 0"));
+    }
 }
 
 TEST_CASE("apply_node_flags replaces what is given, appends seeds and moves the peer data dir", "[node_config]") {
