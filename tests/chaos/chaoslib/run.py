@@ -383,7 +383,7 @@ class Chaos:
             else:
                 need = self.swarm_min_round()
                 inst = self.start(node, "restart-fresh", seeds)
-                inst.verify = {"type": "join", "need_round": need, "deadline": t + self.args.join_bound,
+                inst.verify = {"type": "join", "need_round": need, "deadline": t + self.join_bound(),
                                "result": None, "why": f"{p['kind']}, no checkpoint on disk"}
                 self.note(f"restart {inst.label} ({p['kind']}) without a checkpoint: must join at round >= {need}")
 
@@ -492,7 +492,7 @@ class Chaos:
             node = self.new_node(f"n{len([n for n in self.nodes if n.role == 'chaos'])}")
             need = self.swarm_min_round()
             inst = self.start(node, "join", self.seeds_for(node))
-            inst.verify = {"type": "join", "need_round": need, "deadline": now() + self.args.join_bound,
+            inst.verify = {"type": "join", "need_round": need, "deadline": now() + self.join_bound(),
                            "result": None, "why": "new node"}
             self.actions["join"] += 1
             self.note(f"join: new node {inst.label} on {node.listen}, seeds {', '.join(self.seeds_for(node))}; must "
@@ -753,12 +753,19 @@ class Chaos:
 
     def slow_copy_s(self):
         """A state copy over the slow link at its slowest rate (1 Mbit/s), half again for the
-        protocol's overhead: the slow node's stalls may include one, the others' may not."""
+        protocol's overhead: the slow node's stalls may include one, and so may a joiner's whose
+        donor is the slow node. The snapshot's size: the largest any node logged copying, else
+        the largest checkpoint's state.bin (the same bytes)."""
         if not self.link:
             return 0.0
-        sn = next(n for n in self.nodes if n.role == "slow")
-        largest = max((logs.largest_snapshot_bytes(i.log_path) for i in sn.instances), default=0)
+        largest = max((logs.largest_snapshot_bytes(i.log_path) for i in self.instances), default=0)
+        if largest == 0:
+            largest = max((p.stat().st_size for p in self.work.glob("nodes/*/checkpoints/step_*/state.bin")),
+                          default=0)
         return largest * 8 / 1e6 * 1.5
+
+    def join_bound(self):
+        return self.args.join_bound + self.slow_copy_s()
 
     def stall_bound_of(self, inst):
         return self.stall_bound() + (self.slow_copy_s() if inst.node.role == "slow" else 0.0)
@@ -829,7 +836,7 @@ class Chaos:
             "resumes": {"ok": sum(1 for r in self.resumes if r["ok"]),
                         "failed": [r for r in self.resumes if not r["ok"]], "all": self.resumes},
             "joins": {"ok": sum(1 for r in self.joins if r["ok"]), "failed": [r for r in self.joins if not r["ok"]],
-                      "all": self.joins, "bound_s": self.args.join_bound,
+                      "all": self.joins, "bound_s": round(self.join_bound(), 1),
                       "slowest_s": max((r["seconds"] for r in self.joins if r["ok"]), default=None)},
             "flood": self.flood,
             "double_start": {k: v for k, v in self.double.items() if k != "starling"},
