@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "tests/support/model_configs.h"
 
 using namespace starling;
 using Catch::Contains;
@@ -35,14 +36,9 @@ TEST_CASE("a draw follows softmax(logits / temperature) over the top k, by hand"
 }
 
 TEST_CASE("a continuation past the context sees only the last context tokens") {
-    ModelConfig config;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.d_model = 16;
-    config.d_ff = 24;
-    config.vocab_size = 32;
-    config.context = 8;
-    config.init_std = 0.5f;
+    ModelConfig config = test::tiny_model_config(1);
+    config.init_std = 0.5f;  // far from uniform, so the greedy choices are clear
+    const int T = config.context;
     CpuOps<float> ops;
     Model<float> model(config, ops, 1, config.context);
     model.init_weights(5);
@@ -56,8 +52,8 @@ TEST_CASE("a continuation past the context sees only the last context tokens") {
     // Each token again by hand: one forward over the window that ends before it.
     std::vector<int32_t> text = prompt;
     for (size_t i = 0; i < out.size(); i++) {
-        const size_t length = std::min<size_t>(text.size(), 8);
-        std::vector<int32_t> window(8, 0), targets(8, 0);
+        const size_t length = std::min<size_t>(text.size(), T);
+        std::vector<int32_t> window(T, 0), targets(T, 0);
         std::copy(text.end() - static_cast<std::ptrdiff_t>(length), text.end(), window.begin());
         model.forward(window.data(), targets.data());
         const std::vector<float> logits = model.logits_at(0, static_cast<int>(length) - 1);
@@ -76,5 +72,5 @@ TEST_CASE("a continuation past the context sees only the last context tokens") {
     SampleOptions cold = greedy;
     cold.temperature = -1.0f;
     CHECK_THROWS_WITH(continue_tokens(model, prompt, cold), Contains("temperature"));
-    CHECK_THROWS_WITH(model.logits_at(0, 8), Contains("position 8"));
+    CHECK_THROWS_WITH(model.logits_at(0, T), Contains("position " + std::to_string(T)));
 }
