@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/check.h"
+#include "cli/completion.h"
 #include "cli/control_client.h"
 #include "cli/model_commands.h"
 #include "cli/node_commands.h"
@@ -295,6 +296,14 @@ int main(int argc, char** argv) {
     CheckCommand check(app);
     ModelCommands model(app);
 
+    std::string completion_shell;
+    CLI::App* completion_cmd = app.add_subcommand(
+        "completion", "print a shell completion script for starling: `source <(starling completion bash)`, or put "
+                      "it where bash-completion or zsh finds it");
+    completion_cmd->add_option("shell", completion_shell, "bash or zsh")
+        ->required()
+        ->check(CLI::IsMember({"bash", "zsh"}));
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -302,6 +311,12 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 1;
     }
     try {
+        if (completion_cmd->parsed()) {
+            const std::string script = completion_shell == "bash" ? starling::cli::bash_completion(app, "starling")
+                                                                   : starling::cli::zsh_completion(app, "starling");
+            std::fputs(script.c_str(), stdout);
+            return 0;
+        }
         if (train_cmd->parsed()) return run_train(train);
         if (prepare_cmd->parsed()) return run_prepare(prepare);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
