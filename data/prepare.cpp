@@ -7,9 +7,11 @@
 #include <span>
 #include <system_error>
 
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "data/corpus.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
-#include "common/error.h"
 
 namespace starling {
 
@@ -59,6 +61,14 @@ size_t remove_stale(const fs::path& dir, const std::string& split, const std::ve
     return stale.size();
 }
 
+// The shards' vocabulary goes with them: the tokenizer file, or for bytes none (an old file would
+// name another vocabulary).
+void write_or_remove_tokenizer(const fs::path& path, const Tokenizer& tokenizer) {
+    if (!tokenizer.path().empty()) return write_file_atomic(path, tokenizer.hf_json());
+    std::error_code ec;
+    if (!fs::remove(path, ec) && ec) throw Error(path.string() + ": cannot remove the old tokenizer: " + ec.message());
+}
+
 }  // namespace
 
 PrepareResult prepare_shards(const std::string& text, const PrepareOptions& options) {
@@ -73,7 +83,8 @@ PrepareResult prepare_shards(const std::string& text, const PrepareOptions& opti
                     " exceeds the int32 token count of a shard header");
     }
 
-    const std::vector<uint16_t> tokens = ByteTokenizer().encode(text);
+    const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(options.tokenizer);
+    const std::vector<uint16_t> tokens = tokenizer->encode(text);
     const size_t total = tokens.size();
     const size_t val = static_cast<size_t>(std::llround(options.val_fraction * double(total)));
     const size_t train = total - val;  // val <= total / 2 + 1, so no underflow
@@ -92,6 +103,7 @@ PrepareResult prepare_shards(const std::string& text, const PrepareOptions& opti
 
     const std::span<const uint16_t> all(tokens);
     PrepareResult result;
+    result.vocab_size = tokenizer->vocab_size();
     result.total_tokens = total;
     result.train_tokens = train;
     result.val_tokens = val;
@@ -99,7 +111,28 @@ PrepareResult prepare_shards(const std::string& text, const PrepareOptions& opti
     result.val_paths = write_split(dir, "val", all.subspan(train), options.shard_tokens);
     result.removed_stale =
         remove_stale(dir, "train", result.train_paths) + remove_stale(dir, "val", result.val_paths);
+    write_or_remove_tokenizer(dir / kDataTokenizerFile, *tokenizer);
     return result;
+}
+
+void check_shards_tokenizer(const std::string& data_dir, const std::string& tokenizer_path) {
+    const fs::path in_dir = fs::path(data_dir) / kDataTokenizerFile;
+    std::error_code ec;
+    const bool present = fs::exists(in_dir, ec);
+    if (tokenizer_path.empty()) {
+        if (present)
+            throw Error(data_dir + ": the shards were prepared with " + in_dir.string() +
+                        ", but [data].tokenizer is empty (bytes): set it to that file, or prepare the shards again "
+                        "without --tokenizer");
+        return;
+    }
+    if (!present)
+        throw Error(data_dir + ": no " + kDataTokenizerFile + " (the shards, if any, were prepared with bytes), but "
+                    "[data].tokenizer is " + tokenizer_path + ": run starling data prepare --tokenizer " +
+                    tokenizer_path + " --out " + data_dir);
+    if (read_text_file(in_dir.string()) != read_text_file(tokenizer_path))
+        throw Error(data_dir + ": the shards were prepared with another tokenizer: " + in_dir.string() +
+                    " differs from [data].tokenizer " + tokenizer_path);
 }
 
 }  // namespace starling
