@@ -1,7 +1,10 @@
 #include "peer/address.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fmt/format.h>
 
@@ -35,6 +38,28 @@ bool is_loopback_host(std::string_view host) {
     in_addr v4{};
     const std::string h(host);
     return inet_pton(AF_INET, h.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+std::vector<std::string> resolve_seed_targets(const std::string& seed) {
+    const auto at = parse_host_port(seed);
+    if (!at) return {};
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(at->host.c_str(), std::to_string(at->port).c_str(), &hints, &found) != 0) return {};
+    std::vector<std::string> targets;
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        char host[INET6_ADDRSTRLEN] = {};
+        const bool v6 = a->ai_family == AF_INET6;
+        const void* raw = v6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr)
+                             : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr);
+        if ((a->ai_family != AF_INET && !v6) || inet_ntop(a->ai_family, raw, host, sizeof host) == nullptr) continue;
+        std::string target = v6 ? fmt::format("ipv6:[{}]:{}", host, at->port) : fmt::format("ipv4:{}:{}", host, at->port);
+        if (std::find(targets.begin(), targets.end(), target) == targets.end()) targets.push_back(std::move(target));
+    }
+    freeaddrinfo(found);
+    return targets;
 }
 
 bool is_wildcard_host(std::string_view host) { return host == "0.0.0.0" || host == "::" || host.empty(); }

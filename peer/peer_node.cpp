@@ -115,6 +115,9 @@ public:
         const Member& joiner = std::get<Member>(parsed);
         if (joiner.node_id != caller)
             return {grpc::StatusCode::PERMISSION_DENIED, "a node can only join as itself"};
+        // A seed name that covers every member leads a node to itself; it must try the others.
+        if (const Member self = node_.table_->self(); joiner.node_id == self.node_id && joiner.instance == self.instance)
+            return {grpc::StatusCode::FAILED_PRECONDITION, "this is the joiner itself"};
         if (auto holder = node_.duplicate_of(joiner))
             return {grpc::StatusCode::ALREADY_EXISTS,
                     "node id " + format_node_id(joiner.node_id) + " is already live at " + *holder};
@@ -320,22 +323,30 @@ void PeerNode::add_seeds(const std::vector<std::string>& seeds) {
     }
 }
 
+grpc::ChannelArguments PeerNode::channel_arguments(ChannelUse use) const {
+    grpc::ChannelArguments args;
+    const size_t cap = use == ChannelUse::Exchange ? kMaxExchangeFrameBytes : config_.max_message_bytes;
+    args.SetMaxReceiveMessageSize(static_cast<int>(cap));
+    args.SetMaxSendMessageSize(static_cast<int>(cap));
+    // A channel of its own subchannels opens its own connection.
+    if (use == ChannelUse::Exchange) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // Probes must see a dead peer at once, not after a reconnect backoff of many seconds.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    return args;
+}
+
 std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, ChannelUse use) {
     std::lock_guard lock(channels_mutex_);
     auto& channel = channels_[{address, use}];
-    if (!channel) {
-        grpc::ChannelArguments args;
-        const size_t cap = use == ChannelUse::Exchange ? kMaxExchangeFrameBytes : config_.max_message_bytes;
-        args.SetMaxReceiveMessageSize(static_cast<int>(cap));
-        args.SetMaxSendMessageSize(static_cast<int>(cap));
-        // A channel of its own subchannels opens its own connection.
-        if (use == ChannelUse::Exchange) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-        // Probes must see a dead peer at once, not after a reconnect backoff of many seconds.
-        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-        channel = grpc::CreateCustomChannel(address, channel_credentials_, args);
-    }
+    if (!channel) channel = grpc::CreateCustomChannel(address, channel_credentials_, channel_arguments(use));
     return channel;
+}
+
+std::shared_ptr<grpc::Channel> PeerNode::seed_address_channel(const std::string& target, const std::string& seed) {
+    grpc::ChannelArguments args = channel_arguments(ChannelUse::Membership);
+    if (config_.tls.enabled()) args.SetSslTargetNameOverride(parse_host_port(seed)->host);
+    return grpc::CreateCustomChannel(target, channel_credentials_, args);
 }
 
 SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout) {
@@ -358,16 +369,35 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chro
 }
 
 PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {
+    const std::vector<std::string> targets = config_.resolve_seed(seed);
+    if (targets.size() <= 1) return join_through(seed, channel(seed), why);
+    // A name for several members (a headless service): any of them will do, but one may be this node.
+    size_t self = 0;
+    for (const std::string& target : targets) {
+        const JoinResult result = join_through(seed + " at " + target, seed_address_channel(target, seed), why);
+        if (result == JoinResult::Joined || result == JoinResult::Duplicate) return result;
+        if (result == JoinResult::Self) ++self;
+    }
+    return self == targets.size() ? JoinResult::Self : JoinResult::Unreachable;
+}
+
+PeerNode::JoinResult PeerNode::join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
+                                            std::string* why) {
     v1::JoinRequest request;
     to_digest(table_->self(), request.mutable_joiner());
     v1::JoinResponse response;
     grpc::ClientContext context;
     set_deadline(context, config_.probe_timeout * 4);
     auth_.attach(context, "Join");
-    const auto status = v1::Peer::NewStub(channel(seed))->Join(&context, request, &response);
+    const auto status = v1::Peer::NewStub(channel)->Join(&context, request, &response);
     if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
         *why = "seed " + seed + " says " + status.error_message();
         return JoinResult::Duplicate;
+    }
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        *why = "seed " + seed + " is this node";
+        spdlog::debug("peer: {}", *why);
+        return JoinResult::Self;
     }
     if (!status.ok()) {
         *why = status.error_message();
@@ -486,8 +516,10 @@ void PeerNode::maintain_seeds(SteadyClock::time_point now) {
         if (result == JoinResult::Duplicate) spdlog::error("peer: {}", why);
         std::lock_guard lock(seeds_mutex_);
         auto& state = seeds_[seed];
+        // After a join the seed is normally a member, which resets its state above; one under
+        // another name than its members announce (a service's) is tried again only now and then.
         state.backoff = result == JoinResult::Joined
-                            ? std::chrono::milliseconds(0)
+                            ? config_.join_backoff_max
                             : std::min(config_.join_backoff_max,
                                        std::max(config_.gossip_interval, state.backoff * 2));
         state.next_try = SteadyClock::now() + state.backoff;

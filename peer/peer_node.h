@@ -7,11 +7,13 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/server.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "peer/address.h"
 #include "peer/auth.h"
 #include "peer/exchange.h"
 #include "peer/identity.h"
@@ -36,6 +39,9 @@ struct PeerConfig {
     std::string listen = "127.0.0.1:0";  // port 0: any free port (tests)
     std::string announce;                 // what peers dial; empty: the listen host and bound port
     std::vector<std::string> seeds;       // host:port of members to join through
+    // The addresses a seed names (peer/address.h), each tried until one is a member that is not
+    // this node; replaceable so that a test can give a name several addresses without a DNS server.
+    std::function<std::vector<std::string>(const std::string&)> resolve_seed = resolve_seed_targets;
     std::string swarm_id = "starling";
     std::string swarm_secret;             // the same on every node of a swarm; may be empty with TLS
     TlsConfig tls;                        // mutual TLS on the peer port when set (peer/tls.h)
@@ -141,12 +147,18 @@ public:
 
 private:
     class Service;
-    enum class JoinResult { Joined, Unreachable, Duplicate };
+    // Self: the seed's address is this node's own (a name that covers every member, say).
+    enum class JoinResult { Joined, Unreachable, Duplicate, Self };
     // Exchanges get connections of their own, so bulk chunks never queue ahead of probes.
     enum class ChannelUse { Membership, Exchange };
 
+    grpc::ChannelArguments channel_arguments(ChannelUse use) const;
     std::shared_ptr<grpc::Channel> channel(const std::string& address, ChannelUse use = ChannelUse::Membership);
     JoinResult try_join(const std::string& seed, std::string* why);
+    JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel, std::string* why);
+    // A channel of its own to one of the addresses of a seed with several, verified (with TLS)
+    // against the seed's host name, since the certificate names that and not the address.
+    std::shared_ptr<grpc::Channel> seed_address_channel(const std::string& target, const std::string& seed);
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
     bool probe(const Member& target);
     void gossip_with(const Member& target);

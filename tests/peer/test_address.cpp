@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "peer/address.h"
@@ -47,4 +48,17 @@ TEST_CASE("the announce address is one peers can dial, or a clear error") {
     refuses("127.0.0.1:7000", "10.0.0.5:7000", {}, "accepts only local connections");
     refuses("nonsense", "", {}, "peer.listen");
     refuses("0.0.0.0:7000", "0.0.0.0:7000", {}, "peer.announce");
+}
+
+TEST_CASE("a seed resolves to every address of its host, as gRPC targets") {
+    REQUIRE(resolve_seed_targets("127.0.0.1:7700") == std::vector<std::string>{"ipv4:127.0.0.1:7700"});
+    REQUIRE(resolve_seed_targets("[::1]:7700") == std::vector<std::string>{"ipv6:[::1]:7700"});
+    // /etc/hosts names localhost on every machine; it may give ::1 as well, never twice the same.
+    const auto local = resolve_seed_targets("localhost:7700");
+    REQUIRE_FALSE(local.empty());
+    for (const std::string& target : local) REQUIRE((target == "ipv4:127.0.0.1:7700" || target == "ipv6:[::1]:7700"));
+    REQUIRE(std::set<std::string>(local.begin(), local.end()).size() == local.size());
+    // .invalid never resolves (RFC 6761), and a malformed seed gives nothing to dial.
+    REQUIRE(resolve_seed_targets("no-such-node.invalid:7700").empty());
+    REQUIRE(resolve_seed_targets("127.0.0.1").empty());
 }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -122,6 +124,48 @@ TEST_CASE("two groups started apart with one common seed merge into one swarm") 
     REQUIRE(everyone.size() == 8);
     const auto took = wait_for("one swarm", 5000ms, [&] { return all_see_all_alive(everyone); });
     WARN("two groups of 4 merged " << took.count() << " ms after the common seed came up");
+}
+
+TEST_CASE("a seed name for every member, this node included, joins the others and never itself") {
+    // A Kubernetes headless service over a StatefulSet: one name, every pod's address (localhost
+    // here, since loopback nodes refuse seeds on other machines).
+    const std::vector<uint16_t> ports = {free_port(), free_port(), free_port()};
+    std::vector<std::string> targets;
+    for (uint16_t port : ports) targets.push_back("ipv4:127.0.0.1:" + std::to_string(port));
+    std::array<std::atomic<int>, 3> lookups{};
+    const auto node_config = [&](size_t i) {
+        PeerConfig config = local_cluster_config();
+        config.listen = "127.0.0.1:" + std::to_string(ports[i]);
+        config.seeds = {"localhost:7700"};
+        // The node's own address first, so it is met before any other.
+        config.resolve_seed = [&, i](const std::string& seed) {
+            REQUIRE(seed == "localhost:7700");
+            ++lookups[i];
+            std::vector<std::string> order = {targets[i]};
+            for (size_t j = 0; j < targets.size(); ++j)
+                if (j != i) order.push_back(targets[j]);
+            return order;
+        };
+        return config;
+    };
+    // The first pod up finds only itself: it runs alone, retrying with backoff, not every tick.
+    PeerNode first(node_config(0));
+    first.start();
+    lookups[0] = 0;
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE(first.members().size() == 1);
+    REQUIRE(lookups[0] <= 6);  // 100, 200, 400, 800 ms backoff; every 100 ms tick would be 15
+    PeerNode second(node_config(1));
+    second.start();
+    PeerNode third(node_config(2));
+    third.start();
+    const std::vector<PeerNode*> nodes = {&first, &second, &third};
+    const auto took = wait_for("one swarm", 5000ms, [&] { return all_see_all_alive(nodes); });
+    WARN("three nodes seeded by one name for all of them converged in " << took.count() << " ms");
+    // Joined, they ask the name again only at the backoff's ceiling (1 s here), not every tick.
+    for (auto& count : lookups) count = 0;
+    std::this_thread::sleep_for(2000ms);
+    for (auto& count : lookups) REQUIRE(count <= 3);
 }
 
 TEST_CASE("a restarted node comes back under its id, through its cache of peers alone") {
