@@ -6,6 +6,7 @@ secret, metrics on loopback, a health check, one pod evicted at a time, a read-o
 
 usage: check_deploy.py SOURCE_DIR BIN_DIR   (exits 1 naming every problem found)
 """
+import json
 import re
 import subprocess
 import sys
@@ -63,6 +64,15 @@ def check_kubernetes(deploy, problems):
         problems.append("starling.yaml: no GPU asked for")
     if pod["terminationGracePeriodSeconds"] < 90:
         problems.append("starling.yaml: less than 90 s to drain")
+    # Every pod seeds through the headless service (all pods' addresses), none through one pod.
+    service = docs["Service"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    seeds = json.loads(env.get("STARLING_PEER_SEEDS", "[]"))
+    wanted = f'{service["metadata"]["name"]}.$(POD_NAMESPACE).svc.cluster.local:7700'
+    if service["spec"].get("clusterIP") != "None" or not service["spec"].get("publishNotReadyAddresses"):
+        problems.append("starling.yaml: the service is not headless over every pod, ready or not")
+    if seeds != [wanted] or "command" in container or "args" in container:
+        problems.append(f"starling.yaml: pods do not all seed through the service ({wanted}): {seeds}")
 
 
 def main(source_dir, bin_dir):
