@@ -84,7 +84,8 @@ void SwarmAuth::attach(grpc::ClientContext& context, std::string_view method) co
 }
 
 grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_view method, uint64_t* caller) {
-    const auto refuse = [](std::string why) {
+    const auto refuse = [this](std::string why) {
+        refusals_++;
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "starling peer auth: " + why);
     };
     bool repeated = false;

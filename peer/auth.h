@@ -39,11 +39,11 @@ public:
 
     // OK with *caller set to the proven node id; UNAUTHENTICATED naming what failed; or
     // RESOURCE_EXHAUSTED when this caller exceeds its request rate.
-    // A wrong swarm secret is also logged at warn (at most every 30 s) and counted: a node with
-    // another secret would otherwise train alone, unnoticed.
+    // Every UNAUTHENTICATED answer is counted; a wrong swarm secret is also logged at warn (at
+    // most every 30 s): a node with another secret would otherwise train alone, unnoticed.
     grpc::Status verify(const grpc::ServerContext& context, std::string_view method, uint64_t* caller);
-    // Calls refused for a wrong swarm secret since the start.
-    uint64_t wrong_secret_refusals() const { return wrong_secret_refusals_.load(); }
+    // Calls refused as UNAUTHENTICATED since the start, whatever failed.
+    uint64_t refusals() const { return refusals_.load(); }
 
 private:
     std::string canonical(std::string_view method, std::string_view node, std::string_view key,
@@ -62,7 +62,8 @@ private:
     };
     std::mutex mutex_;
     std::unordered_map<uint64_t, Bucket> buckets_;
-    std::atomic<uint64_t> wrong_secret_refusals_{0};
+    std::atomic<uint64_t> refusals_{0};
+    std::atomic<uint64_t> wrong_secret_refusals_{0};  // for the warning's count
     std::optional<std::chrono::steady_clock::time_point> last_warned_;  // guarded by mutex_
 };
 

@@ -155,6 +155,7 @@ public:
         ExchangeResult result;
         result.received = failure_ == Failure::None && slot_.incoming.complete();
         result.delivered = their_receipt_ && their_receipt_->complete();
+        result.refused = failure_ == Failure::Corrupt;
         result.bytes_sent = bytes_sent_;
         result.bytes_received = bytes_received_;
         std::vector<std::string> problems;

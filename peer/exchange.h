@@ -71,6 +71,7 @@ struct ExchangeResult {
     uint64_t bytes_sent = 0;      // header and chunk bytes written to the stream
     uint64_t bytes_received = 0;  // header and chunk bytes read from it
     std::string error;            // what went wrong, when either of the two is false
+    bool refused = false;         // this node refused the partner's message (malformed or mismatched)
 };
 
 // How long an exchange of `bytes` (both messages of a round, if two share the link) may take: four

@@ -402,7 +402,7 @@ PeerNode::JoinResult PeerNode::join_through(const std::string& seed, const std::
     if (!status.ok()) {
         *why = status.error_message();
         if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-            refused_by_peers_++;
+            failures_.count(FailureReason::Auth);
             spdlog::warn("peer: seed {} refused this node: {}; until that is fixed this node trains alone", seed,
                          *why);
         } else {
@@ -722,9 +722,11 @@ PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode,
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC : v1::PAIR_MODE_RANDOM);
     v1::PairResponse response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
+    const auto allowed = deadline - SteadyClock::now();
+    context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
     const auto status = v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
+    count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
@@ -785,10 +787,11 @@ bool PeerNode::confirm_pairing(uint64_t round, const Member& partner, SteadyCloc
     request.set_mode(v1::PAIR_MODE_CONFIRM);
     v1::PairResponse response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4));
+    const auto allowed = std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4);
+    context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
     const auto status = v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
+    count_if_cut_off(status, allowed);
     if (status.ok() && response.accepted()) return true;
     *why = status.ok() ? response.reason() : "cannot confirm the pairing: " + status.error_message();
     return false;
@@ -805,6 +808,17 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
     return exchanges_->answer(context, stream, caller, first, SteadyClock::now() + config_.exchange_timeout);
+}
+
+FailureCounts PeerNode::failures() const {
+    FailureCounts totals = failures_.totals();
+    totals[static_cast<size_t>(FailureReason::Auth)] += auth_.refusals();
+    return totals;
+}
+
+void PeerNode::count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && allowed >= config_.probe_timeout)
+        failures_.count(FailureReason::Timeout);
 }
 
 std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
@@ -853,6 +867,11 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         std::lock_guard lock(rtt_mutex_);
         exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
     }
+    if (result.refused) {
+        failures_.count(FailureReason::RefusedMessage);
+    } else if (!whole && SteadyClock::now() >= deadline) {
+        failures_.count(FailureReason::Timeout);
+    }
     if (!result.error.empty())
         result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
                        ": " + result.error;
@@ -879,8 +898,12 @@ std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64
                 errors[i] = "this node is stopping";
                 return;
             }
-            errors[i] = fetch_round_message(*v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
-                                            round, members[i], *decoders[i], &read[i]);
+            const FetchedRoundMessage fetched = fetch_round_message(
+                *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context, round, members[i],
+                *decoders[i], &read[i]);
+            errors[i] = fetched.error;
+            if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
+            if (fetched.timed_out) failures_.count(FailureReason::Timeout);
             exchanges_->untrack(context);
         });
     }

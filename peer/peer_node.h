@@ -26,6 +26,7 @@
 #include "peer/address.h"
 #include "peer/auth.h"
 #include "peer/exchange.h"
+#include "peer/failure_tally.h"
 #include "peer/identity.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
@@ -111,10 +112,13 @@ public:
     std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const;
-    // Calls refused because of a wrong swarm secret: others' calls this node refused, and this
-    // node's joins that seeds refused.
-    uint64_t wrong_secret_refusals() const { return auth_.wrong_secret_refusals(); }
-    uint64_t joins_refused() const { return refused_by_peers_.load(); }
+    // What went wrong since the start, by reason (peer/failure_tally.h): others' calls this node
+    // refused for failed authentication, this node's joins a seed refused, exchanges, pairing
+    // calls and round-message fetches cut off by their deadlines, partners' messages refused,
+    // and what the layers above counted.
+    FailureCounts failures() const;
+    // A failure a layer above sees: a message its outer step refused, a failed state copy or checkpoint.
+    void count_failure(FailureReason reason) { failures_.count(reason); }
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
 
@@ -188,6 +192,10 @@ private:
     // why, when it does not or cannot be asked.
     bool confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline, std::string* why);
     grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller);
+    // A pairing call its deadline cut off counts as a timeout when it was allowed a probe's time at
+    // least: one that began as the round's pairing budget ran out met the budget's end, not a
+    // peer too slow to answer.
+    void count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed);
 
     PeerConfig config_;
     NodeIdentity identity_;
@@ -226,7 +234,7 @@ private:
     std::condition_variable wake_;
     bool stopping_ = false;
     std::atomic<bool> running_{false};
-    std::atomic<uint64_t> refused_by_peers_{0};
+    FailureTally failures_;  // all but the refusals auth_ counts itself
     std::thread thread_;
 };
 

@@ -72,8 +72,8 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, Stead
     return grpc::Status::OK;
 }
 
-std::string fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round, uint64_t sender,
-                                codec::MessageDecoder& decoder, uint64_t* bytes) {
+FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round,
+                                        uint64_t sender, codec::MessageDecoder& decoder, uint64_t* bytes) {
     v1::FetchRoundMessageRequest request;
     request.set_round(round);
     const auto reader = stub.FetchRoundMessage(&context, request);
@@ -100,10 +100,12 @@ std::string fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& conte
         }
     }
     const grpc::Status status = reader->Finish();
-    if (!problem.empty()) return problem;
-    if (!status.ok()) return std::string("stream status ") + status_code_name(status.error_code()) + ": " + status.error_message();
-    if (!decoder.complete()) return "the message ended before its last chunk";
-    return "";
+    if (!problem.empty()) return {problem, true};
+    if (!status.ok())
+        return {std::string("stream status ") + status_code_name(status.error_code()) + ": " + status.error_message(),
+                false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED};
+    if (!decoder.complete()) return {"the message ended before its last chunk"};
+    return {};
 }
 
 }  // namespace starling

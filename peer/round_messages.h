@@ -49,10 +49,15 @@ private:
 grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, SteadyClock::time_point deadline,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer);
 
+struct FetchedRoundMessage {
+    std::string error;       // "" when the message arrived whole, else what went wrong
+    bool refused = false;    // it came malformed, or as another sender's or round's
+    bool timed_out = false;  // the call's deadline cut it off
+};
+
 // The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
-// names that sender and round. Returns "" when it arrived whole, else what went wrong; adds the
-// bytes read to *bytes.
-std::string fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round, uint64_t sender,
-                                codec::MessageDecoder& decoder, uint64_t* bytes);
+// names that sender and round; adds the bytes read to *bytes.
+FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round,
+                                        uint64_t sender, codec::MessageDecoder& decoder, uint64_t* bytes);
 
 }  // namespace starling

@@ -1,23 +1,20 @@
 #include "daemon/service/metrics.h"
 
-#include <chrono>
-
 #include <prometheus/text_serializer.h>
 
-#include "common/error.h"
+#include "daemon/service/node_state.h"
+#include "daemon/service/process_metrics.h"
 
 namespace starling {
 
 namespace {
 
-prometheus::Gauge* gauge(prometheus::Registry& registry, const std::string& name, const std::string& help,
-                         const prometheus::Labels& labels = {}) {
-    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add(labels);
+prometheus::Gauge* gauge(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
 }
 
-prometheus::Counter* counter(prometheus::Registry& registry, const std::string& name, const std::string& help,
-                             const prometheus::Labels& labels = {}) {
-    return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+prometheus::Counter* counter(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
 // Seconds from 10 ms to about 5 minutes: loopback exchanges to wide-area ones of large models.
@@ -27,15 +24,37 @@ prometheus::Histogram* seconds_histogram(prometheus::Registry& registry, const s
         {}, prometheus::Histogram::BucketBoundaries{0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300});
 }
 
+// Counters only go up: adds what a running total gained since the counter last followed it.
+void follow(prometheus::Counter& counter, uint64_t total) {
+    const double gained = static_cast<double>(total) - counter.Value();
+    if (gained > 0) counter.Increment(gained);
+}
+
 }  // namespace
 
 NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared<prometheus::Registry>()) {
     prometheus::Registry& r = *registry_;
+    build_info_ = &prometheus::BuildGauge()
+                       .Name("starling_build_info")
+                       .Help("Always 1; the labels name the release, the model fingerprint, the node id and the swarm")
+                       .Register(r);
+    auto& phases = prometheus::BuildGauge()
+                       .Name("starling_phase")
+                       .Help("1 for the phase the node is in, 0 for the others")
+                       .Register(r);
+    for (int p = v1::NodePhase_MIN; p <= v1::NodePhase_MAX; p++) {
+        const auto phase = static_cast<v1::NodePhase>(p);
+        if (v1::NodePhase_IsValid(p) && phase != v1::NODE_PHASE_UNSPECIFIED)
+            phases_[phase] = &phases.Add({{"phase", std::string(node_phase_name(phase))}});
+    }
+    set_phase(v1::NODE_PHASE_STARTING);
     round_ = gauge(r, "starling_round", "The outer round in progress");
     inner_step_ = gauge(r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
+    steps_target_ = gauge(r, "starling_train_steps_target", "Inner steps the schedule takes in all ([train].steps)");
     train_loss_ = gauge(r, "starling_train_loss", "Mean training loss of the last round's inner steps (nats/token)");
     val_loss_ = gauge(r, "starling_val_loss", "Validation loss of phi at the last evaluation (nats/token)");
     tokens_per_second_ = gauge(r, "starling_tokens_per_second", "Training tokens per second in the last inner phase");
+    train_tokens_ = counter(r, "starling_train_tokens_total", "Tokens trained on in inner steps");
     compression_ratio_ =
         gauge(r, "starling_compression_ratio", "fp32 bytes of the weights over bytes sent in the last exchange");
     partner_distance_ = gauge(r, "starling_partner_distance",
@@ -47,18 +66,15 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
                        .Help("Rounds finished, by whether the outer step had a partner")
                        .Register(r);
     paired_ = &rounds.Add({{"outcome", "paired"}});
-    auto& refusals = prometheus::BuildCounter()
-                         .Name("starling_wrong_secret_total")
-                         .Help("Peer calls refused for a wrong swarm secret: others' refused here, or this node's "
-                               "joins refused by a seed")
-                         .Register(r);
-    refused_here_ = &refusals.Add({{"direction", "refused_here"}});
-    refused_by_seeds_ = &refusals.Add({{"direction", "refused_by_seed"}});
     solo_ = &rounds.Add({{"outcome", "solo"}});
-    bytes_sent_ = counter(r, "starling_exchange_bytes_sent_total", "Exchange payload bytes sent");
-    bytes_received_ = counter(r, "starling_exchange_bytes_received_total", "Exchange payload bytes received");
-    checkpoint_failures_ = counter(r, "starling_checkpoint_failures_total",
-                                   "Checkpoints that could not be written (a full disk, say)");
+    bytes_sent_ = counter(r, "starling_exchange_sent_bytes_total", "Exchange payload bytes sent");
+    bytes_received_ = counter(r, "starling_exchange_received_bytes_total", "Exchange payload bytes received");
+    auto& failures = prometheus::BuildCounter()
+                         .Name("starling_failures_total")
+                         .Help("Failures by reason: auth, timeout, refused_message, state_sync, checkpoint")
+                         .Register(r);
+    for (FailureReason reason : kFailureReasons)
+        failures_.push_back(&failures.Add({{"reason", std::string(failure_reason_name(reason))}}));
     exchange_seconds_ = seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ = seconds_histogram(r, "starling_pair_seconds", "Time spent choosing a round's partner");
     auto& peers = prometheus::BuildGauge()
@@ -69,18 +85,43 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     suspect_ = &peers.Add({{"state", "suspect"}});
     dead_ = &peers.Add({{"state", "dead"}});
     left_ = &peers.Add({{"state", "left"}});
-    // Last, once every metric exists: scrapes start as soon as the server listens.
-    server_ = std::make_unique<MetricsHttpServer>(
-        listen, [registry = registry_] { return prometheus::TextSerializer().Serialize(registry->Collect()); });
+    peer_rtt_ = &prometheus::BuildGauge()
+                     .Name("starling_peer_rtt_seconds")
+                     .Help("Round-trip time of the last direct probe of each live member, by its node id")
+                     .Register(r);
+    // Last, once every metric exists: scrapes start as soon as the server listens. Declared
+    // after the registry, the server goes before it, so no scrape outlives what it reads.
+    server_ = std::make_unique<MetricsHttpServer>(listen, [this] { return scrape(); });
 }
 
 NodeMetrics::~NodeMetrics() = default;
+
+std::string NodeMetrics::scrape() const {
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (prometheus::MetricFamily& f : process_metric_families()) families.push_back(std::move(f));
+    return prometheus::TextSerializer().Serialize(families);
+}
+
+void NodeMetrics::record_identity(const v1::NodeStatus& identity) {
+    build_info_->Add({{"version", identity.version()},
+                      {"fingerprint", identity.model_fingerprint()},
+                      {"node", identity.node_id()},
+                      {"swarm", identity.swarm_id()}})
+        .Set(1);
+    steps_target_->Set(static_cast<double>(identity.total_steps()));
+    set_position(identity.round(), static_cast<int64_t>(identity.inner_step()));
+}
+
+void NodeMetrics::set_phase(v1::NodePhase phase) {
+    for (const auto& [p, g] : phases_) g->Set(p == phase ? 1.0 : 0.0);
+}
 
 void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                                uint64_t weight_bytes) {
     set_position(next_round, inner_step);
     train_loss_->Set(round.train_loss);
     if (round.inner_seconds > 0.0) tokens_per_second_->Set(static_cast<double>(round.tokens) / round.inner_seconds);
+    train_tokens_->Increment(static_cast<double>(round.tokens));
     (round.solo ? solo_ : paired_)->Increment();
     bytes_sent_->Increment(static_cast<double>(round.bytes_sent));
     bytes_received_->Increment(static_cast<double>(round.bytes_received));
@@ -103,20 +144,27 @@ void NodeMetrics::record_checkpoint(uint64_t round) {
     checkpoint_time_->SetToCurrentTime();
 }
 
-void NodeMetrics::record_checkpoint_failure() {
-    checkpoint_failures_->Increment();
+void NodeMetrics::record_failures(const FailureCounts& totals) {
+    for (size_t i = 0; i < totals.size(); i++) follow(*failures_[i], totals[i]);
 }
 
-void NodeMetrics::record_auth_refusals(uint64_t refused_here, uint64_t refused_by_seeds) {
-    // Counters only go up: add what the totals gained since the last call.
-    refused_here_->Increment(static_cast<double>(refused_here) - refused_here_->Value());
-    refused_by_seeds_->Increment(static_cast<double>(refused_by_seeds) - refused_by_seeds_->Value());
-}
-
-void NodeMetrics::record_peers(const std::vector<Member>& members, uint64_t self) {
+void NodeMetrics::record_peers(const PeerNode& peer) {
     double counts[5] = {};
-    for (const Member& m : members)
-        if (m.node_id != self) counts[static_cast<int>(m.state)]++;
+    std::map<uint64_t, prometheus::Gauge*> live;
+    std::lock_guard lock(rtt_mutex_);
+    for (const Member& m : peer.members()) {
+        if (m.node_id == peer.node_id()) continue;
+        counts[static_cast<int>(m.state)]++;
+        if (m.state != MemberState::Alive && m.state != MemberState::Suspect) continue;
+        const std::optional<double> rtt_ms = peer.round_trip_ms(m.node_id);
+        if (!rtt_ms) continue;
+        const auto known = rtt_by_peer_.extract(m.node_id);
+        prometheus::Gauge* series = known ? known.mapped() : &peer_rtt_->Add({{"peer", format_node_id(m.node_id)}});
+        series->Set(*rtt_ms / 1000.0);
+        live.emplace(m.node_id, series);
+    }
+    for (const auto& [id, series] : rtt_by_peer_) peer_rtt_->Remove(series);
+    rtt_by_peer_ = std::move(live);
     alive_->Set(counts[static_cast<int>(MemberState::Alive)]);
     suspect_->Set(counts[static_cast<int>(MemberState::Suspect)]);
     dead_->Set(counts[static_cast<int>(MemberState::Dead)]);

@@ -1,9 +1,13 @@
-// Prometheus /metrics for starlingd (prometheus-cpp's registry, served on [metrics].listen): rounds,
-// loss, tokens/s, exchange bytes and latency, paired and solo rounds, peers by state, compression
-// ratio and the distance to partners. docs/operator.md lists them with what to watch.
+// Prometheus /metrics for starlingd (prometheus-cpp's registry, served on [metrics].listen): what the
+// node is (build info), where it is (phase, round, inner step of how many), how it learns (losses,
+// tokens), how it exchanges (bytes, latency, paired and solo rounds, compression, distance to
+// partners), the swarm it sees (peers by state, round-trip time per peer), what failed by reason,
+// and the standard process_* figures. docs/operator.md lists them with what to watch.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,7 @@
 
 #include "daemon/service/metrics_http.h"
 #include "daemon/swarm/swarm_node.h"
+#include "starling/v1/control.pb.h"
 
 namespace starling {
 
@@ -23,25 +28,37 @@ public:
     explicit NodeMetrics(const std::string& listen);
     ~NodeMetrics();
 
+    // The fixed facts NodeState starts from (node id, swarm, release, model fingerprint, the
+    // schedule's length) and the position the node starts at.
+    void record_identity(const v1::NodeStatus& identity);
+    void set_phase(v1::NodePhase phase);
     void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes);
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
-    void record_checkpoint_failure();
-    void record_peers(const std::vector<Member>& members, uint64_t self);
-    // The peer node's running totals of calls refused for a wrong swarm secret, either way.
-    void record_auth_refusals(uint64_t refused_here, uint64_t refused_by_seeds);
+    // Members by state, and the round-trip time of each live one; a member that died, left or
+    // was forgotten loses its series, so their number stays the swarm's size.
+    void record_peers(const PeerNode& peer);
+    // The node's running totals of failures by reason (PeerNode::failures).
+    void record_failures(const FailureCounts& totals);
     uint16_t port() const { return server_->port(); }
+    // What a scrape of /metrics gets: every family above and the process_* ones, as text.
+    std::string scrape() const;
 
 private:
     std::shared_ptr<prometheus::Registry> registry_;
     std::unique_ptr<MetricsHttpServer> server_;
-    prometheus::Gauge *round_, *inner_step_, *train_loss_, *val_loss_, *tokens_per_second_, *compression_ratio_,
-        *partner_distance_, *checkpoint_round_, *checkpoint_time_;
-    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *checkpoint_failures_;
+    prometheus::Gauge *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_, *tokens_per_second_,
+        *compression_ratio_, *partner_distance_, *checkpoint_round_, *checkpoint_time_;
+    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_;
-    prometheus::Counter *refused_here_, *refused_by_seeds_;
+    prometheus::Family<prometheus::Gauge>* build_info_;
+    std::map<v1::NodePhase, prometheus::Gauge*> phases_;
+    std::vector<prometheus::Counter*> failures_;  // indexed as kFailureReasons
+    prometheus::Family<prometheus::Gauge>* peer_rtt_;
+    std::mutex rtt_mutex_;
+    std::map<uint64_t, prometheus::Gauge*> rtt_by_peer_;  // under rtt_mutex_
 };
 
 }  // namespace starling

@@ -55,9 +55,10 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
         spdlog::info("resumed from checkpoint {} (round {}, inner step {})", saved->path.string(), node_->round(),
                      node_->inner_step());
     }
-    state_ = std::make_unique<NodeState>(identity_of(config_, *node_, version));
+    const v1::NodeStatus identity = identity_of(config_, *node_, version);
+    state_ = std::make_unique<NodeState>(identity);
+    if (metrics_) metrics_->record_identity(identity);
     if (checkpointed_round_) state_->record_checkpoint(*checkpointed_round_);
-    if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     node_->set_phase_listener([this](RoundPhase phase) {
         // An exchange ends within T_pair and its budget (at most exchange_timeout_max), each of
         // its two streams by the same deadline; the second's cancellation and the outer step get
@@ -94,7 +95,9 @@ void NodeRunner::reload(const NodeConfig& config) {
 
 void NodeRunner::set_phase(v1::NodePhase phase) {
     // A drain is what the node is doing from the moment it is asked for.
-    state_->set_phase(drain_.load() ? v1::NODE_PHASE_DRAINING : phase);
+    const v1::NodePhase now = drain_.load() ? v1::NODE_PHASE_DRAINING : phase;
+    state_->set_phase(now);
+    if (metrics_) metrics_->set_phase(now);
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
@@ -155,6 +158,7 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
         state_->set_position(node_->round(), node_->inner_step());
         if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
+        node_->peer().count_failure(FailureReason::StateSync);
         spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(), e.what());
     }
 }
@@ -192,9 +196,7 @@ void NodeRunner::after_round(const SwarmRound& round) {
     const uint64_t weight_bytes = node_->replica().size() * sizeof(float);
     state_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
     if (metrics_) metrics_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
-    const std::vector<Member> members = node_->peer().members();
-    state_->forget_departed(members);
-    if (metrics_) metrics_->record_peers(members, node_->node_id());
+    state_->forget_departed(node_->peer().members());
     watch_.mark();
     if (config_.eval_every > 0 && node_->round() % static_cast<uint64_t>(config_.eval_every) == 0) {
         // The validation shards are opened here for the first time: a failure (no file
@@ -215,7 +217,7 @@ void NodeRunner::after_round(const SwarmRound& round) {
             const std::string why = fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
             spdlog::error("{}", why);
             state_->record_checkpoint_failure(why);
-            if (metrics_) metrics_->record_checkpoint_failure();
+            node_->peer().count_failure(FailureReason::Checkpoint);
         }
     }
 }

@@ -1,7 +1,7 @@
 // starlingd: one node of a swarm as a long-lived service. Standalone Asio runs the event loop:
 // signals (SIGTERM and SIGINT drain, SIGHUP reloads), systemd's watchdog and STATUS line, and the
-// peer gauges; the round loop has a thread of its own; gRPC serves the peer port and the Control
-// API on its threads. See daemon/README.md.
+// peer and failure metrics; the round loop has a thread of its own; gRPC serves the peer port and
+// the Control API on its threads. See daemon/README.md.
 #include <asio.hpp>
 #include <CLI/CLI.hpp>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -123,8 +123,8 @@ private:
         if (line != last_status_) notify_status(line);
         last_status_ = line;
         if (metrics_) {
-            metrics_->record_peers(peer.members(), peer.node_id());
-            metrics_->record_auth_refusals(peer.wrong_secret_refusals(), peer.joins_refused());
+            metrics_->record_peers(peer);
+            metrics_->record_failures(peer.failures());
         }
         tick_.expires_after(watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
                                       : std::chrono::seconds(1));

@@ -243,7 +243,10 @@ void SwarmNode::noloco_step(SwarmRound& report) {
         noloco_outer_step(config_.outer, config_.exchange.mode, own, partners, replica_->partner_checks(),
                           replica_->phi(), replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
-    for (const std::string& why : step.refused) report.failure += (report.failure.empty() ? "" : "; ") + why;
+    for (const std::string& why : step.refused) {
+        report.failure += (report.failure.empty() ? "" : "; ") + why;
+        peer_->count_failure(FailureReason::RefusedMessage);
+    }
 }
 
 bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {

@@ -20,6 +20,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
+#include "tests/support/metrics_text.h"
 
 using namespace starling::test;
 using namespace std::chrono_literals;
@@ -294,11 +295,10 @@ TEST_CASE("a checkpoint that cannot be written shows in status and /metrics and 
         return failure.find("checkpoint of round") != std::string::npos;
     });
     CHECK(failure.find(checkpoints.string()) != std::string::npos);
-    const std::string metrics = http_get(a.metrics_port(), "/metrics");
-    std::smatch m;
-    INFO(metrics);
-    REQUIRE(std::regex_search(metrics, m, std::regex(R"(\nstarling_checkpoint_failures_total (\d+))")));
-    CHECK(std::stoi(m[1]) >= 1);
+    eventually("the failure counted in /metrics", 5s, [&] {
+        return sample_value(http_get(a.metrics_port(), "/metrics"), R"(starling_failures_total{reason="checkpoint"})")
+                   .value_or(0.0) >= 1.0;
+    });
 
     std::filesystem::remove(checkpoints);
     eventually("the next round's checkpoint is written", 60s, [&] {

@@ -16,6 +16,7 @@
 
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
+#include "tests/support/metrics_text.h"
 
 using namespace starling::test;
 using namespace std::chrono_literals;
@@ -55,6 +56,78 @@ void check_rounds_bounded(const TestDaemon& daemon, uint64_t from) {
                            << r.exchange_seconds << " s");
         CHECK(r.pair_seconds + r.exchange_seconds <= bound);
     }
+}
+
+// The families docs/operator.md lists, with their types, from its metric table's rows
+// (| `name{labels}` | type | ...): what dashboards and alert rules (deploy/) may rely on.
+std::map<std::string, std::string> documented_metric_families() {
+    std::ifstream doc(std::string(STARLING_SOURCE_DIR) + "/docs/operator.md");
+    static const std::regex row(R"(^\| `([a-z_]+)[^`]*` \| (counter|gauge|histogram) \|)");
+    std::map<std::string, std::string> families;
+    std::smatch m;
+    for (std::string line; std::getline(doc, line);)
+        if (std::regex_search(line, m, row)) families[m[1]] = m[2];
+    return families;
+}
+
+// A process's resident memory as the kernel reports it in /proc/<pid>/status, in bytes.
+double resident_bytes(pid_t pid) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) * 1024;
+    return 0;
+}
+
+// A live daemon's scrape: every documented family with its type, and nothing else; the build
+// and the phase as its status says them; the round-trip time of each peer; its memory as the
+// kernel counts it; and promtool's lint of the names and units, where promtool is installed.
+void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peers, const std::filesystem::path& dir) {
+    const std::string metrics = http_get(daemon.metrics_port(), "/metrics");
+    INFO(daemon.name() << "'s scrape:\n" << metrics);
+    const std::map<std::string, std::string> documented = documented_metric_families();
+    REQUIRE(documented.size() >= 25);
+    CHECK(metric_families(metrics) == documented);
+
+    const json s = daemon.status();
+    const std::string build = "starling_build_info{fingerprint=\"" + s["model_fingerprint"].get<std::string>() +
+                              "\",node=\"" + s["node_id"].get<std::string>() + "\",swarm=\"integration\",version=\"" +
+                              s["version"].get<std::string>() + "\"}";
+    CHECK(sample_value(metrics, build) == 1.0);
+    const std::regex phase_at_one(R"re(\nstarling_phase\{phase="([a-z]+)"\} 1\n)re");
+    const auto phases_at_one = std::sregex_iterator(metrics.begin(), metrics.end(), phase_at_one);
+    CHECK(std::distance(phases_at_one, std::sregex_iterator()) == 1);
+    CHECK(sample_value(metrics, "starling_train_steps_target") == 100000.0);
+    CHECK(sample_value(metrics, "starling_train_tokens_total") > 0.0);
+    for (const TestDaemon* peer : peers) {
+        const auto rtt = sample_value(metrics, "starling_peer_rtt_seconds{peer=\"" +
+                                                   peer->status()["node_id"].get<std::string>() + "\"}");
+        REQUIRE(rtt.has_value());
+        CHECK(*rtt > 0.0);
+        CHECK(*rtt < 1.0);
+    }
+    const double rss = resident_bytes(daemon.process().pid());
+    const auto reported = sample_value(metrics, "process_resident_memory_bytes");
+    REQUIRE(reported.has_value());
+    CHECK(*reported > 0.5 * rss);
+    CHECK(*reported < 2.0 * rss);
+
+    const std::filesystem::path scrape = dir / (daemon.name() + ".prom");
+    std::ofstream(scrape) << metrics;
+    const CommandResult lint =
+        run_command({"/bin/sh", "-c", "command -v promtool >/dev/null || exit 127; promtool check metrics < " +
+                                          scrape.string()});
+    if (lint.status == 127) {
+        WARN("promtool is not installed (scripts/setup installs it): the scrape's names were not linted");
+    } else {
+        INFO(lint.output);
+        CHECK(lint.status == 0);
+    }
+}
+
+// Whether a daemon's scrape holds a round-trip time for `peer_id`.
+bool has_rtt_of(const TestDaemon& daemon, const std::string& peer_id) {
+    const std::string series = "starling_peer_rtt_seconds{peer=\"" + peer_id + "\"}";
+    return sample_value(http_get(daemon.metrics_port(), "/metrics"), series).has_value();
 }
 
 }  // namespace
@@ -98,8 +171,10 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     std::smatch m;
     REQUIRE(std::regex_search(metrics, m, std::regex(R"(starling_rounds_total\{outcome="paired"\} (\d+))")));
     CHECK(std::stoi(m[1]) >= 3);
+    check_scrape(a, {&b, &c}, root.path());
 
-    // kill -9: the others go on, never waiting past the deadlines.
+    // kill -9: the others go on, never waiting past the deadlines, and forget its round-trip time.
+    const std::string c_id = c.status()["node_id"];
     const uint64_t c_checkpoint = [&] {
         eventually("c has a checkpoint", 30s, [&] { return std::filesystem::exists(c.data_dir() / "checkpoints"); });
         eventually("c has a checkpoint", 30s, [&] { return newest_checkpoint_round(c) > 0; });
@@ -108,6 +183,7 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     const uint64_t a_round_at_kill = status_u64(a, "round");
     c.process().signal(SIGKILL);
     REQUIRE(c.process().wait(5s) == 128 + SIGKILL);
+    eventually("a's /metrics drops c's round-trip time once c is dead", 15s, [&] { return !has_rtt_of(a, c_id); });
     for (TestDaemon* d : {&a, &b})
         eventually(d->name() + " goes 4 rounds past the kill", 60s,
                    [&] { return status_u64(*d, "round") >= a_round_at_kill + 4; });
@@ -317,14 +393,12 @@ TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, a
         return a.log().find("wrong swarm secret") != std::string::npos &&
                b.log().find("seed " + a.peer_address() + " refused this node") != std::string::npos;
     });
-    const auto counted = [](const TestDaemon& d, const std::string& direction) {
-        const std::string metrics = http_get(d.metrics_port(), "/metrics");
-        std::smatch m;
-        const std::regex line("starling_wrong_secret_total\\{direction=\"" + direction + "\"\\} (\\d+)");
-        return std::regex_search(metrics, m, line) ? std::stoull(m[1]) : 0ULL;
+    // a refused b's calls, and b had its joins refused: both are auth failures.
+    const auto auth_failures = [](const TestDaemon& d) {
+        return sample_value(http_get(d.metrics_port(), "/metrics"), R"(starling_failures_total{reason="auth"})")
+            .value_or(0.0);
     };
-    eventually("both count it in /metrics", 10s,
-               [&] { return counted(a, "refused_here") >= 1 && counted(b, "refused_by_seed") >= 1; });
+    eventually("both count it in /metrics", 10s, [&] { return auth_failures(a) >= 1 && auth_failures(b) >= 1; });
 
     Environment check_env = daemon_environment();
     check_env["STARLING_PEER_SECRET"] = wrong.at("STARLING_PEER_SECRET");
