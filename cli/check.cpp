@@ -17,7 +17,9 @@
 #include "common/error.h"
 #include "daemon/config_reader.h"
 #include "daemon/data_dir_lock.h"
+#include "data/prepare.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 #include "kernels/backend.h"
 #include "peer/tls.h"
 
@@ -134,6 +136,21 @@ CheckResult check_data(const NodeConfig& config) {
     }
 }
 
+CheckResult check_tokenizer(const NodeConfig& config) {
+    const DataConfig& data = config.swarm.train.data;
+    try {
+        const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(data.tokenizer);
+        check_shards_tokenizer(data.dir, data.tokenizer);
+        return {CheckLevel::Ok, "tokenizer",
+                fmt::format("{}, model vocabulary {}", tokenizer->describe(), config.swarm.train.model.vocab_size),
+                ""};
+    } catch (const Error& e) {
+        return {CheckLevel::Fail, "tokenizer", e.what(),
+                fmt::format("prepare the shards with the configured tokenizer: starling data prepare{} --out {}",
+                            data.tokenizer.empty() ? "" : " --tokenizer " + data.tokenizer, data.dir)};
+    }
+}
+
 CheckResult check_data_dir(const NodeConfig& config) {
     const fs::path& dir = config.data_dir;
     const std::string move_it = "set [node].data_dir (or --data-dir) to a directory this user can write";
@@ -233,6 +250,7 @@ int run_check(const CheckOptions& options) {
     }
     report(check_device(config));
     report(check_data(config));
+    report(check_tokenizer(config));
     report(check_data_dir(config));
     for (const CheckResult& port : check_ports(config)) report(port);
     report(check_announce(config));

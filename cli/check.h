@@ -25,6 +25,8 @@ std::string format_check(const CheckResult& result);
 
 CheckResult check_device(const NodeConfig& config);
 CheckResult check_data(const NodeConfig& config);
+// [data].tokenizer (bytes when empty), and that the shards of [data].dir were made with it.
+CheckResult check_tokenizer(const NodeConfig& config);
 CheckResult check_data_dir(const NodeConfig& config);
 CheckResult check_credentials(const NodeConfig& config);
 

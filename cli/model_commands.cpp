@@ -13,7 +13,6 @@
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "daemon/swarm/swarm_snapshot.h"
-#include "data/tokenizer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/hf_format.h"
 #include "model/manifest.h"
@@ -140,15 +139,35 @@ LoadedModel load_model(const ModelSource& source) {
     return load_live_model(source.control);
 }
 
+std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source, const LoadedModel& model) {
+    std::string path;
+    if (source.tokenizer) {
+        path = source.tokenizer->string();
+    } else if (source.config_path) {
+        path = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints).swarm.train.data.tokenizer;
+    } else if (source.hf_dir && std::filesystem::exists(*source.hf_dir / "tokenizer.json")) {
+        path = (*source.hf_dir / "tokenizer.json").string();
+    }
+    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(path);
+    const int vocab = model.config.vocab_size;
+    if (path.empty() && !tokenizer->fits(vocab))
+        throw Error(model.origin + " has a vocabulary of " + std::to_string(vocab) +
+                    " tokens, not the byte vocabulary's 256: give its tokenizer.json with --tokenizer FILE");
+    if (!tokenizer->fits(vocab))
+        throw Error(tokenizer->describe() + " does not fit " + model.origin + ", whose vocabulary has " +
+                    std::to_string(vocab) + " tokens");
+    return tokenizer;
+}
+
 int run_export(const ModelSource& source, const std::filesystem::path& out) {
     return with_exit_status([&] {
         const LoadedModel model = load_model(source);
+        const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(source, model);
         const ParameterManifest manifest(model.config);
-        write_hf_model_dir(out, model.config, manifest, model.params.data());
-        std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json%s\n", model.origin.c_str(),
-                    manifest.total(), out.c_str(),
-                    model.config.vocab_size == ByteTokenizer::kVocabSize ? ", tokenizer.json, tokenizer_config.json"
-                                                                         : "");
+        write_hf_model_dir(out, model.config, manifest, model.params.data(), tokenizer->hf_json());
+        std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json, tokenizer.json, "
+                    "tokenizer_config.json; tokenizer: %s\n",
+                    model.origin.c_str(), manifest.total(), out.c_str(), tokenizer->describe().c_str());
         return kExitOk;
     });
 }
@@ -156,18 +175,17 @@ int run_export(const ModelSource& source, const std::filesystem::path& out) {
 int run_sample(const ModelSource& source, const std::string& prompt, const SampleOptions& options) {
     return with_exit_status([&] {
         const LoadedModel loaded = load_model(source);
-        const ByteTokenizer tokenizer;
-        if (loaded.config.vocab_size != tokenizer.vocab_size())
-            throw Error("sample reads and writes the byte vocabulary (256 tokens); " + loaded.origin + " has " +
-                        std::to_string(loaded.config.vocab_size));
+        const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(source, loaded);
         CpuOps<float> ops;
         Model<float> model(loaded.config, ops, 1, loaded.config.context);
         ops.from_host(model.params(), loaded.params.data(), loaded.params.size());
-        const std::vector<uint16_t> encoded = tokenizer.encode(prompt);
+        const std::vector<uint16_t> encoded = tokenizer->encode(prompt);
         const std::vector<int32_t> tokens(encoded.begin(), encoded.end());
-        const std::vector<int32_t> continuation = continue_tokens(model, tokens, options);
-        const std::vector<uint16_t> bytes(continuation.begin(), continuation.end());
-        const std::string text = prompt + tokenizer.decode(bytes);
+        SampleOptions within_vocabulary = options;
+        within_vocabulary.vocab = tokenizer->vocab_size();  // never a padding row of the embedding
+        const std::vector<int32_t> continuation = continue_tokens(model, tokens, within_vocabulary);
+        const std::vector<uint16_t> ids(continuation.begin(), continuation.end());
+        const std::string text = prompt + tokenizer->decode(ids);
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fputc('\n', stdout);
         return kExitOk;

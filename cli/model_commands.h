@@ -6,11 +6,13 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "data/tokenizer.h"
 #include "model/config.h"
 #include "model/generate.h"
 
@@ -22,6 +24,7 @@ struct ModelSource {
     std::optional<std::filesystem::path> checkpoint;      // one swarm checkpoint directory (step_*)
     std::optional<std::filesystem::path> hf_dir;          // or a Hugging Face model directory
     std::string control;                                  // or else the running node's Control API
+    std::optional<std::filesystem::path> tokenizer;       // the model's tokenizer.json, over the source's
 };
 
 struct LoadedModel {
@@ -41,11 +44,17 @@ public:
 // or other model's checkpoint; ControlCallFailed when the live node does not give its model.
 LoadedModel load_model(const ModelSource& source);
 
-// Writes the source's model to `out` as a Hugging Face directory; prints what it wrote. Returns
-// the exit status (2 when no node answered at the control address).
+// The model's tokenizer: source.tokenizer, else the config's [data].tokenizer, else the Hugging
+// Face directory's tokenizer.json, else bytes. Throws Error when it does not fit the model (a
+// vocabulary larger than the model's; bytes for a model whose vocabulary is not 256, which needs
+// --tokenizer).
+std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source, const LoadedModel& model);
+
+// Writes the source's model and its tokenizer.json to `out` as a Hugging Face directory; prints
+// what it wrote. Returns the exit status (2 when no node answered at the control address).
 int run_export(const ModelSource& source, const std::filesystem::path& out);
 
-// Prints the prompt and its continuation (byte vocabulary only); returns the exit status.
+// Prints the prompt and its continuation, through the model's tokenizer; returns the exit status.
 int run_sample(const ModelSource& source, const std::string& prompt, const SampleOptions& options);
 
 }  // namespace starling::cli

@@ -3,7 +3,9 @@
 // through its Control API (status, peers, watch, join, leave), and exports and samples the model
 // from a node's checkpoints.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <spdlog/spdlog.h>
 #include <string>
@@ -14,8 +16,10 @@
 #include "cli/control_client.h"
 #include "cli/model_commands.h"
 #include "cli/node_commands.h"
+#include "common/atomic_file.h"
 #include "daemon/config.h"
 #include "daemon/trainer.h"
+#include "data/bpe_trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
 #include "experiment/experiment.h"
@@ -86,18 +90,45 @@ int run_experiment(const ExperimentFlags& flags) {
 struct PrepareFlags {
     std::string input;
     std::string out = "out/kjv";
+    std::string tokenizer;
     double val_fraction = 0.05;
 };
 
+std::string read_input(const std::string& input) {
+    return input.empty() ? starling::read_kjv_text() : starling::read_text_file(input);
+}
+
 int run_prepare(const PrepareFlags& flags) {
-    const std::string text = flags.input.empty() ? starling::read_kjv_text()
-                                                 : starling::read_text_file(flags.input);
+    const std::string text = read_input(flags.input);
     starling::PrepareOptions options;
     options.out_dir = flags.out;
+    options.tokenizer = flags.tokenizer;
     options.val_fraction = flags.val_fraction;
     const starling::PrepareResult r = starling::prepare_shards(text, options);
-    spdlog::info("{}: {} tokens ({} train in {} shard(s), {} validation)", flags.out,
-                 r.total_tokens, r.train_tokens, r.train_paths.size(), r.val_tokens);
+    spdlog::info("{}: {} tokens ({} train in {} shard(s), {} validation), vocabulary {}, {:.3f} tokens per byte",
+                 flags.out, r.total_tokens, r.train_tokens, r.train_paths.size(), r.val_tokens, r.vocab_size,
+                 double(r.total_tokens) / double(text.size()));
+    return 0;
+}
+
+struct TrainTokenizerFlags {
+    std::string input;
+    std::string out;
+    int vocab_size = 0;
+};
+
+int run_train_tokenizer(const TrainTokenizerFlags& flags) {
+    const std::string text = read_input(flags.input);
+    const auto start = std::chrono::steady_clock::now();
+    const starling::TrainedBpe trained = starling::train_bpe(text, flags.vocab_size);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (const std::filesystem::path parent = std::filesystem::path(flags.out).parent_path(); !parent.empty())
+        std::filesystem::create_directories(parent);
+    starling::write_file_atomic(flags.out, trained.hf_json);
+    spdlog::info("{}: {} tokens ({} merges) learned from {} bytes in {:.1f} s", flags.out,
+                 trained.token_bytes.size(), trained.merges.size(), text.size(), seconds);
+    if (trained.token_bytes.size() < size_t(flags.vocab_size))
+        spdlog::warn("the text ran out of pairs to merge below the {} tokens asked for", flags.vocab_size);
     return 0;
 }
 
@@ -198,8 +229,8 @@ struct ModelCommands {
 
     explicit ModelCommands(CLI::App& app) {
         export_cmd = app.add_subcommand(
-            "export", "write a node's model as a Hugging Face directory (model.safetensors, config.json and the byte "
-                      "vocabulary's tokenizer.json): the running node's, or with --config its newest checkpoint");
+            "export", "write a node's model as a Hugging Face directory (model.safetensors, config.json and its "
+                      "tokenizer.json): the running node's, or with --config its newest checkpoint");
         add_source(export_cmd);
         export_cmd->add_option("--hf", out, "the directory to write (created if missing)")->required();
 
@@ -209,10 +240,10 @@ struct ModelCommands {
         sample_cmd->add_option("--model", source.hf_dir,
                                "a Hugging Face directory instead: an export, or a `starling train` checkpoint step");
         sample_cmd->add_option("-p,--prompt", prompt, "the text to continue")->required();
-        sample_cmd->add_option("-n,--tokens", sample_options.tokens, "tokens (bytes) to add")
+        sample_cmd->add_option("-n,--tokens", sample_options.tokens, "tokens to add")
             ->check(CLI::Range(0, 1 << 20))
             ->capture_default_str();
-        sample_cmd->add_option("--temperature", sample_options.temperature, "0: always the most likely byte")
+        sample_cmd->add_option("--temperature", sample_options.temperature, "0: always the most likely token")
             ->check(CLI::Range(0.0, 100.0))
             ->capture_default_str();
         sample_cmd->add_option("--top-k", sample_options.top_k, "draw among the k most likely (0: all)")
@@ -230,6 +261,9 @@ struct ModelCommands {
         command->add_option("--data-dir", source.data_dir, "[node].data_dir, where checkpoints/ is");
         command->add_option("--checkpoint", source.checkpoint,
                             "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
+        command->add_option("--tokenizer", source.tokenizer,
+                            "the model's tokenizer.json (default: the config's [data].tokenizer, the --model "
+                            "directory's tokenizer.json, else bytes)");
     }
 
     std::optional<int> run(const std::string& control) {
@@ -272,11 +306,23 @@ int main(int argc, char** argv) {
     data_cmd->require_subcommand(1);
     PrepareFlags prepare;
     CLI::App* prepare_cmd =
-        data_cmd->add_subcommand("prepare", "turn text into byte-token train/val shards");
+        data_cmd->add_subcommand("prepare", "turn text into train/val token shards (bytes, or --tokenizer)");
     prepare_cmd->add_option("--input", prepare.input, "text file (default: the KJV Bible)");
     prepare_cmd->add_option("--out", prepare.out, "output directory")->capture_default_str();
     prepare_cmd->add_option("--val-fraction", prepare.val_fraction, "held-out tail of the text")
         ->capture_default_str();
+    prepare_cmd->add_option("--tokenizer", prepare.tokenizer,
+                            "a byte-level BPE tokenizer.json (default: bytes, vocabulary 256); copied into --out");
+    TrainTokenizerFlags train_tokenizer;
+    CLI::App* train_tokenizer_cmd = data_cmd->add_subcommand(
+        "train-tokenizer", "learn byte-level BPE merges from text and write them as a Hugging Face tokenizer.json");
+    train_tokenizer_cmd->add_option("--input,--text", train_tokenizer.input, "text file (default: the KJV Bible)");
+    train_tokenizer_cmd->add_option("--out", train_tokenizer.out, "the tokenizer.json to write")->required();
+    train_tokenizer_cmd
+        ->add_option("--vocab-size", train_tokenizer.vocab_size,
+                     "tokens in all: 256 bytes, one per merge, and <|endoftext|> (the last id)")
+        ->required()
+        ->check(CLI::Range(257, 65536));
 
     ExperimentFlags experiment;
     CLI::App* experiment_cmd = app.add_subcommand(
@@ -319,6 +365,7 @@ int main(int argc, char** argv) {
         }
         if (train_cmd->parsed()) return run_train(train);
         if (prepare_cmd->parsed()) return run_prepare(prepare);
+        if (train_tokenizer_cmd->parsed()) return run_train_tokenizer(train_tokenizer);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
         if (const std::optional<int> status = node.run(control)) return *status;
         if (const std::optional<int> status = model.run(control)) return *status;

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "daemon/config_reader.h"
+#include "data/tokenizer.h"
 #include "kernels/backend.h"
 
 extern char** environ;
@@ -67,6 +68,17 @@ void TrainConfig::validate() const {
     lr_schedule().validate();
     adamw.validate();
     need(!data.dir.empty(), "[data].dir must not be empty");
+    if (!data.tokenizer.empty()) {
+        std::unique_ptr<Tokenizer> tokenizer;
+        try {
+            tokenizer = load_tokenizer(data.tokenizer);
+        } catch (const Error& e) {
+            need(false, "[data].tokenizer: " + std::string(e.what()));
+        }
+        need(tokenizer->fits(model.vocab_size),
+             "[model].vocab_size " + std::to_string(model.vocab_size) + " is below the " +
+                 std::to_string(tokenizer->vocab_size()) + " tokens of [data].tokenizer " + data.tokenizer);
+    }
     need(data.partition_count >= 1 && data.partition_index < data.partition_count,
          "[data].partition_index must be below partition_count");
     need(log_every >= 1, "[log].every must be at least 1");
@@ -149,6 +161,7 @@ void read_engine_sections(const std::string& path, const toml::table& root, Trai
     read_optimizer_section(o, c);
     TableReader d = config_section(path, root, "data");
     d.read("dir", c.data.dir);
+    d.read("tokenizer", c.data.tokenizer);
     d.read("node_id", c.data.node_id);
     d.read("partition_index", c.data.partition_index);
     d.read("partition_count", c.data.partition_count);

@@ -13,6 +13,7 @@ namespace starling {
 
 struct DataConfig {
     std::string dir = "out/kjv";  // holds train_*.bin and val_*.bin from `starling data prepare`
+    std::string tokenizer;        // the tokenizer.json the shards were made with; empty: bytes
     uint64_t node_id = 0;         // seeds this node's order through the data
     uint32_t partition_index = 0; // disjoint subsets for replicas of one experiment
     uint32_t partition_count = 1;
@@ -44,7 +45,9 @@ struct TrainConfig {
         s.total_steps = steps;
         return s;
     }
-    void validate() const;  // throws starling::Error naming the key
+    // Throws starling::Error naming the key. Reads [data].tokenizer when set, which must fit the
+    // model: [model].vocab_size at least its vocabulary.
+    void validate() const;
 };
 
 // Reads and validates a TOML config. Unknown sections or keys are errors (a typo must not

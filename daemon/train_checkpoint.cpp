@@ -21,8 +21,8 @@ std::string describe(const ModelConfig& c) {
 
 void write_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                const ParameterManifest& manifest, const TrainingArenas& arenas,
-                               const TrainingState& state) {
-    write_hf_model_dir(dir, config, manifest, arenas.params.data());
+                               const TrainingState& state, const std::optional<std::string>& tokenizer_json) {
+    write_hf_model_dir(dir, config, manifest, arenas.params.data(), tokenizer_json);
     const int64_t n = static_cast<int64_t>(manifest.total());
     const uint64_t data_state[2] = {state.data.epoch, state.data.position};
     write_safetensors(dir / kStateFile,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "data/loader.h"
@@ -25,9 +27,10 @@ struct TrainingArenas {
     std::vector<float> params, adam_m, adam_v;
 };
 
+// tokenizer_json: the vocabulary's tokenizer.json, written beside the model when given.
 void write_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                const ParameterManifest& manifest, const TrainingArenas& arenas,
-                               const TrainingState& state);
+                               const TrainingState& state, const std::optional<std::string>& tokenizer_json);
 
 // Checks that the checkpoint was written for this model (config.json and fingerprint) before
 // reading anything into arenas; every problem names the file.

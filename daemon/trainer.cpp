@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/train_checkpoint.h"
+#include "data/prepare.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 #include "kernels/backend.h"
 #include "common/error.h"
 
@@ -33,6 +35,11 @@ Trainer::Trainer(const TrainConfig& config)
     spdlog::info("device {}: {}", config_.device, backend_.description);
     const int B = config_.batch_size, T = config_.effective_seq_len();
     group_ = std::make_unique<DeviceGroup>(backend_, config_.model, config_.adamw, B, T);
+
+    check_shards_tokenizer(config_.data.dir, config_.data.tokenizer);
+    if (const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(config_.data.tokenizer);
+        tokenizer->fits(config_.model.vocab_size))
+        tokenizer_json_ = tokenizer->hf_json();
 
     DataLoaderOptions train;
     train.shard_paths = list_shards(config_.data.dir, "train");
@@ -113,7 +120,7 @@ std::filesystem::path Trainer::save_checkpoint() {
     state.data = train_data_->state();
     state.seed = config_.seed;
     return checkpoints_.save(static_cast<uint64_t>(step_), [&](const std::filesystem::path& dir) {
-        write_training_checkpoint(dir, config_.model, model.manifest(), arenas, state);
+        write_training_checkpoint(dir, config_.model, model.manifest(), arenas, state, tokenizer_json_);
     });
 }
 

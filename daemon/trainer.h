@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "daemon/checkpoint_dir.h"
@@ -58,6 +59,7 @@ private:
     CheckpointDir checkpoints_;
     LrSchedule schedule_;
     std::vector<int32_t> inputs_, targets_;
+    std::optional<std::string> tokenizer_json_;  // written into each checkpoint when the model fits it
     int64_t step_ = 0;
     bool resumed_ = false;
 };

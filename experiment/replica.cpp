@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "data/prepare.h"
 #include "data/shard.h"
 
 namespace starling {
 
 std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, int index,
                                               uint64_t node_id) {
+    check_shards_tokenizer(config.train.data.dir, config.train.data.tokenizer);
     DataLoaderOptions options;
     options.shard_paths = list_shards(config.train.data.dir, "train");
     options.B = config.train.batch_size;

@@ -38,6 +38,11 @@ std::vector<int32_t> continue_tokens(Model<float>& model, std::span<const int32_
     if (!(options.temperature >= 0.0f) || !std::isfinite(options.temperature))
         throw Error("sample: the temperature must be 0 or more");
     if (options.top_k < 0) throw Error("sample: top_k must be 0 (all) or more");
+    const int V = model.config().vocab_size;
+    if (options.vocab < 0 || options.vocab > V)
+        throw Error("sample: vocab " + std::to_string(options.vocab) + " is outside [0, the model's " +
+                    std::to_string(V) + "]");
+    const size_t drawn = size_t(options.vocab > 0 ? options.vocab : V);
     const int T = model.seq_len();
     std::vector<int32_t> text(prompt.begin(), prompt.end());
     std::vector<int32_t> window(T), targets(T, 0);
@@ -49,7 +54,7 @@ std::vector<int32_t> continue_tokens(Model<float>& model, std::span<const int32_
         std::copy(text.end() - length, text.end(), window.begin());
         model.forward(window.data(), targets.data());
         const std::vector<float> logits = model.logits_at(0, length - 1);
-        text.push_back(draw_token(logits, options.temperature, options.top_k, uniform(rng)));
+        text.push_back(draw_token(std::span(logits).first(drawn), options.temperature, options.top_k, uniform(rng)));
     }
     return {text.begin() + static_cast<std::ptrdiff_t>(prompt.size()), text.end()};
 }

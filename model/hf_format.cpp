@@ -11,31 +11,6 @@ namespace starling {
 namespace {
 
 constexpr const char* kFingerprintKey = "starling.fingerprint";
-constexpr int kByteVocabulary = 256;
-
-void append_utf8(std::string& out, uint32_t code_point) {
-    if (code_point < 0x80) {
-        out += static_cast<char>(code_point);
-    } else {  // GPT-2's map stays below U+0800: two bytes
-        out += static_cast<char>(0xC0 | (code_point >> 6));
-        out += static_cast<char>(0x80 | (code_point & 0x3F));
-    }
-}
-
-// GPT-2's byte-to-character map: printable Latin-1 bytes stand for themselves, the other 68 take
-// the code points from U+0100 on in byte order, so every byte has a visible character.
-std::string byte_character(int byte) {
-    const auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
-    uint32_t code_point = static_cast<uint32_t>(byte);
-    if (!printable(byte)) {
-        int before = 0;
-        for (int b = 0; b < byte; b++) before += printable(b) ? 0 : 1;
-        code_point = 256 + static_cast<uint32_t>(before);
-    }
-    std::string out;
-    append_utf8(out, code_point);
-    return out;
-}
 
 }  // namespace
 
@@ -109,33 +84,6 @@ ModelConfig read_llama_config(const std::filesystem::path& path) {
     return model_config_from_llama_json(json, path.string());
 }
 
-nlohmann::json byte_tokenizer_json() {
-    nlohmann::json vocab = nlohmann::json::object();
-    for (int b = 0; b < kByteVocabulary; b++) vocab[byte_character(b)] = b;
-    const nlohmann::json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-    return {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens", nlohmann::json::array()},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", byte_level},
-        {"post_processor", nullptr},
-        {"decoder", byte_level},
-        {"model",
-         {{"type", "BPE"},
-          {"dropout", nullptr},
-          {"unk_token", nullptr},
-          {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr},
-          {"fuse_unk", false},
-          {"byte_fallback", false},
-          {"vocab", vocab},
-          {"merges", nlohmann::json::array()}}},
-    };
-}
-
 void write_model_safetensors(const std::filesystem::path& path, const ParameterManifest& manifest,
                              const float* params) {
     std::vector<TensorRef> refs;
@@ -160,12 +108,13 @@ void read_model_safetensors(const std::filesystem::path& path, const ParameterMa
 }
 
 void write_hf_model_dir(const std::filesystem::path& dir, const ModelConfig& config,
-                        const ParameterManifest& manifest, const float* params) {
+                        const ParameterManifest& manifest, const float* params,
+                        const std::optional<std::string>& tokenizer_json) {
     std::filesystem::create_directories(dir);
     write_model_safetensors(dir / "model.safetensors", manifest, params);
     write_file_atomic(dir / "config.json", llama_config_json(config).dump(2) + "\n");
-    if (config.vocab_size != kByteVocabulary) return;
-    write_file_atomic(dir / "tokenizer.json", byte_tokenizer_json().dump(2) + "\n");
+    if (!tokenizer_json) return;
+    write_file_atomic(dir / "tokenizer.json", *tokenizer_json);
     const nlohmann::json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                                              {"model_max_length", config.context},
                                              {"clean_up_tokenization_spaces", false}};

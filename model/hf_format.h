@@ -1,11 +1,13 @@
 // The model on disk in Hugging Face form: model.safetensors with Llama tensor names (fp32) and a
 // config.json in LlamaConfig form, so the files load with LlamaForCausalLM without conversion,
-// and for the byte vocabulary a tokenizer.json that AutoTokenizer loads. Our RoPE uses Hugging
+// and the tokenizer.json of its vocabulary, so AutoTokenizer loads it too. Our RoPE uses Hugging
 // Face's rotate-half pairing, so q_proj and k_proj need no permutation.
 #pragma once
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -20,11 +22,6 @@ ModelConfig model_config_from_llama_json(const nlohmann::json& json, const std::
 // Reads a config.json; throws starling::Error naming the file for unreadable or invalid JSON too.
 ModelConfig read_llama_config(const std::filesystem::path& path);
 
-// tokenizer.json for the byte vocabulary (token id = byte value) in the form of Hugging Face's
-// tokenizers library: a byte-level BPE without merges, GPT-2's byte-to-character map as its
-// vocabulary, so text encodes to our ids and ids decode to the bytes.
-nlohmann::json byte_tokenizer_json();
-
 // params: the flat arena in manifest order, on the host.
 void write_model_safetensors(const std::filesystem::path& path, const ParameterManifest& manifest,
                              const float* params);
@@ -33,10 +30,12 @@ void write_model_safetensors(const std::filesystem::path& path, const ParameterM
 void read_model_safetensors(const std::filesystem::path& path, const ParameterManifest& manifest,
                             float* params);
 
-// A directory that from_pretrained loads: model.safetensors, config.json and, when the vocabulary
-// is the byte one, tokenizer.json and tokenizer_config.json; each file written atomically.
+// A directory that from_pretrained loads: model.safetensors, config.json and, given the model's
+// tokenizer.json (data/tokenizer.h makes it), that file and tokenizer_config.json; each file
+// written atomically.
 void write_hf_model_dir(const std::filesystem::path& dir, const ModelConfig& config,
-                        const ParameterManifest& manifest, const float* params);
+                        const ParameterManifest& manifest, const float* params,
+                        const std::optional<std::string>& tokenizer_json);
 
 struct HfModel {
     ModelConfig config;

@@ -282,3 +282,26 @@ TEST_CASE("the device check names the missing GPU of a list, and a batch that do
         CHECK(result.detail.find("trains on " + std::to_string(devices) + " GPUs") != std::string::npos);
     }
 }
+
+TEST_CASE("the tokenizer check names the vocabulary and fails for shards of another") {
+    test::TempDir dir;
+    NodeConfig config = local_config();
+    config.swarm.train.data.dir = dir.path().string();
+    CheckResult result = check_tokenizer(config);
+    CHECK(result.level == CheckLevel::Ok);
+    CHECK(result.detail == "bytes (256 tokens), model vocabulary 256");
+
+    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    test::put(dir.file("tokenizer.json"), test::slurp(fixture));  // shards prepared with it
+    result = check_tokenizer(config);
+    CHECK(result.level == CheckLevel::Fail);
+    CHECK(result.detail.find("[data].tokenizer is empty") != std::string::npos);
+    CHECK(result.fix == "prepare the shards with the configured tokenizer: starling data prepare --out " +
+                            dir.path().string());
+
+    config.swarm.train.data.tokenizer = fixture;
+    config.swarm.train.model.vocab_size = 50304;
+    result = check_tokenizer(config);
+    CHECK(result.level == CheckLevel::Ok);
+    CHECK(result.detail == "byte-level BPE " + fixture + " (50257 tokens, 14 merges), model vocabulary 50304");
+}

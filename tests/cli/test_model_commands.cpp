@@ -1,10 +1,15 @@
 // `starling export` and `starling sample` (cli/model_commands.h) on swarm checkpoints written the
 // way starlingd writes them: the exported files against the checkpoint's phi and an independent
 // numpy Llama (tests/support/hf_export_check.py), and the sources that must be refused.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -16,6 +21,8 @@
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "daemon/swarm/swarm_snapshot.h"
+#include "data/bpe_tokenizer.h"
+#include "data/bpe_trainer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/hf_format.h"
 #include "model/model.h"
@@ -140,4 +147,99 @@ TEST_CASE("export skips a corrupt newest checkpoint and leaves it in place, and 
     const fs::path other = dir.path() / "other";
     save_checkpoint(other, 4, peaked_phi(1), "another model's fingerprint");
     CHECK_THROWS_WITH(load_model(node_source(other)), Contains("saved for model"));
+}
+
+namespace {
+
+// What f prints on stdout.
+std::string captured_stdout(const std::function<void()>& f) {
+    test::TempDir dir;
+    const fs::path file = dir.path() / "stdout";
+    std::fflush(stdout);
+    const int saved = ::dup(1);
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::close(fd);
+    f();
+    std::fflush(stdout);
+    ::dup2(saved, 1);
+    ::close(saved);
+    return test::slurp(file);
+}
+
+}  // namespace
+
+TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample speaks through it") {
+    test::TempDir dir;
+    const std::string verse = "In the beginning God created the heaven and the earth. ";
+    std::string corpus;
+    for (int i = 0; i < 10; i++) corpus += verse;
+    const TrainedBpe trained = train_bpe(corpus, 300);
+    REQUIRE(trained.token_bytes.size() < 300);  // the corpus runs out of pairs first
+    const fs::path tokenizer_path = dir.path() / "kjv-tokenizer.json";
+    test::put(tokenizer_path, trained.hf_json);
+
+    // pico with its embedding padded to 320 rows and [data].tokenizer set.
+    std::string toml = test::slurp(kPico);
+    const auto replace = [&](const std::string& from, const std::string& to) {
+        const size_t at = toml.find(from);
+        REQUIRE(at != std::string::npos);
+        toml.replace(at, from.size(), to);
+    };
+    replace("vocab_size = 256", "vocab_size = 320");
+    replace("[data]\n", "[data]\ntokenizer = \"" + tokenizer_path.string() + "\"\n");
+    const fs::path config_path = dir.path() / "pico-bpe.toml";
+    test::put(config_path, toml);
+    const ModelConfig config = load_node_config(config_path, NodeConfigUse::ReadCheckpoints).swarm.train.model;
+    REQUIRE(config.vocab_size == 320);
+    CpuOps<float> init_ops;
+    Model<float> init(config, init_ops, 1, 4);
+    init.init_weights(4);
+    std::vector<float> phi(init.params(), init.params() + init.num_params());
+    for (float& v : phi) v *= 15.0f;
+    const fs::path data_dir = dir.path() / "node";
+    save_checkpoint(data_dir, 2, phi, ParameterManifest(config).fingerprint());
+    ModelSource source;
+    source.config_path = config_path;
+    source.data_dir = data_dir;
+
+    const fs::path out = dir.path() / "hf";
+    REQUIRE(run_export(source, out) == 0);
+    CHECK(test::slurp(out / "tokenizer.json") == trained.hf_json);
+    CHECK(fs::exists(out / "tokenizer_config.json"));
+
+    // The prompt through the trained tokenizer ("In" " the" " beginning" are whole tokens of a
+    // corpus made of them), the greedy continuation decoded by it.
+    const BpeTokenizer tokenizer = BpeTokenizer::parse(trained.hf_json, "trained");
+    const std::string prompt = "In the beginning";
+    const std::vector<uint16_t> encoded = tokenizer.encode(prompt);
+    CHECK(encoded.size() == 3);
+    SampleOptions greedy;
+    greedy.temperature = 0.0f;
+    greedy.tokens = 20;
+    greedy.vocab = tokenizer.vocab_size();
+    CpuOps<float> ops;
+    Model<float> model(config, ops, 1, config.context);
+    ops.from_host(model.params(), phi.data(), phi.size());
+    const std::vector<int32_t> continuation =
+        continue_tokens(model, std::vector<int32_t>(encoded.begin(), encoded.end()), greedy);
+    const std::string expected =
+        prompt + tokenizer.decode(std::vector<uint16_t>(continuation.begin(), continuation.end())) + "\n";
+    greedy.vocab = 0;  // sample sets it from the tokenizer
+    CHECK(captured_stdout([&] { REQUIRE(run_sample(source, prompt, greedy) == 0); }) == expected);
+
+    // The exported directory carries its tokenizer; without it the vocabulary is not the byte one.
+    ModelSource exported;
+    exported.hf_dir = out;
+    const LoadedModel loaded = load_model(exported);
+    CHECK(load_model_tokenizer(exported, loaded)->path() == (out / "tokenizer.json").string());
+    fs::remove(out / "tokenizer.json");
+    CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded),
+                      Contains("has a vocabulary of 320 tokens, not the byte vocabulary's 256") &&
+                          Contains("--tokenizer FILE"));
+    exported.tokenizer = tokenizer_path;
+    CHECK(load_model_tokenizer(exported, loaded)->vocab_size() == tokenizer.vocab_size());
+    exported.tokenizer = fs::path(STARLING_SOURCE_DIR) / "tests/data/gpt2_style_tokenizer.json";
+    CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded),
+                      Contains("50257 tokens") && Contains("does not fit") && Contains("320 tokens"));
 }

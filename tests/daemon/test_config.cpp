@@ -143,3 +143,20 @@ TEST_CASE("a STARLING_ variable that no setting reads is reported, the settings'
     CHECK_FALSE(contains(unknown, "STARLING_CONTROL"));
     CHECK_FALSE(contains(unknown, "STARLINGX_TRAIN_STEPS"));
 }
+
+TEST_CASE("[data].tokenizer is read, and the model's vocabulary must hold the tokenizer's") {
+    // The fixture's vocabulary is GPT-2's size, 50257 tokens.
+    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    const auto config = [&](int vocab, const std::string& tokenizer) {
+        return "[model]\nvocab_size = " + std::to_string(vocab) + "\n[data]\ntokenizer = \"" + tokenizer + "\"\n";
+    };
+    const ConfigFile small(config(50256, fixture));
+    CHECK_THROWS_WITH(small.load(), Catch::Contains(small.path.string()) &&
+                                        Catch::Contains("[model].vocab_size 50256 is below the 50257 tokens of "
+                                                        "[data].tokenizer " + fixture));
+    CHECK(ConfigFile(config(50257, fixture)).load().data.tokenizer == fixture);
+    CHECK(ConfigFile(config(50304, fixture)).load().model.vocab_size == 50304);  // padded to a multiple of 64
+    const ConfigFile missing(config(50304, "/nonexistent/tokenizer.json"));
+    CHECK_THROWS_WITH(missing.load(), Catch::Contains("[data].tokenizer: /nonexistent/tokenizer.json"));
+    CHECK(ConfigFile("").load().data.tokenizer.empty());  // bytes
+}

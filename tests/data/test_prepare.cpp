@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "data/bpe_tokenizer.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "test_util.h"
@@ -136,4 +138,45 @@ TEST_CASE("prepare_shards rejects bad options and too little text", "[data][prep
     options.out_dir = tmp.file("a_file");
     put(options.out_dir, "\x01\x02\x03");
     CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains(options.out_dir));
+}
+
+TEST_CASE("prepare_shards with a tokenizer writes its tokens and copies its file", "[data][prepare][bpe]") {
+    TempDir tmp;
+    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    std::string text;
+    for (int i = 0; i < 20; i++) text += "In the beginning God created the heaven and the earth.\n";
+    starling::PrepareOptions options;
+    options.out_dir = tmp.path().string();
+    options.tokenizer = fixture;
+    options.val_fraction = 0.1;
+    const starling::PrepareResult result = starling::prepare_shards(text, options);
+    CHECK(result.vocab_size == 50257);
+
+    // Genesis 1:1 is 31 tokens with the fixture (test_bpe_tokenizer.cpp), the newline one more.
+    CHECK(result.total_tokens == 20 * 32);
+    std::vector<uint16_t> tokens = read_tokens(result.train_paths[0]);
+    const std::vector<uint16_t> val = read_tokens(result.val_paths[0]);
+    tokens.insert(tokens.end(), val.begin(), val.end());
+    CHECK(tokens.size() == result.total_tokens);
+    CHECK(std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2) == std::vector<uint16_t>{259, 258});  // In, " the"
+    CHECK(starling::BpeTokenizer::read(fixture).decode(tokens) == text);
+    CHECK(slurp(tmp.file("tokenizer.json")) == slurp(fixture));
+    CHECK_NOTHROW(starling::check_shards_tokenizer(options.out_dir, fixture));
+    CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, ""); }),
+               Contains("prepared with " + tmp.file("tokenizer.json").string()) && Contains("[data].tokenizer is empty"));
+    const std::string other = tmp.file("other.json").string();
+    put(other, slurp(fixture) + " ");
+    CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, other); }),
+               Contains("another tokenizer") && Contains(other));
+
+    // Bytes again: the directory no longer claims the BPE vocabulary.
+    options.tokenizer.clear();
+    CHECK(starling::prepare_shards(text, options).vocab_size == 256);
+    CHECK_FALSE(std::filesystem::exists(tmp.file("tokenizer.json")));
+    CHECK_NOTHROW(starling::check_shards_tokenizer(options.out_dir, ""));
+    CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, fixture); }),
+               Contains("no tokenizer.json") && Contains("starling data prepare --tokenizer " + fixture));
+
+    options.tokenizer = tmp.file("missing.json").string();
+    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains("missing.json"));
 }

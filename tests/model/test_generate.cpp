@@ -1,5 +1,6 @@
 // Sampling (model/generate.h): the draw against hand-computed probabilities, and the sliding
 // window against a model that sees only what fits.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -73,4 +74,23 @@ TEST_CASE("a continuation past the context sees only the last context tokens") {
     cold.temperature = -1.0f;
     CHECK_THROWS_WITH(continue_tokens(model, prompt, cold), Contains("temperature"));
     CHECK_THROWS_WITH(model.logits_at(0, T), Contains("position " + std::to_string(T)));
+}
+
+TEST_CASE("draws stay below the tokenizer's vocabulary inside a padded embedding") {
+    ModelConfig config = test::tiny_model_config(1);  // vocabulary 11
+    CpuOps<float> ops;
+    Model<float> model(config, ops, 1, config.context);
+    model.init_weights(3);
+    SampleOptions hot;
+    hot.temperature = 100.0f;  // nearly uniform: all 11 ids come up among 300 draws
+    hot.tokens = 300;
+    const std::vector<int32_t> prompt{1, 2};
+    const std::vector<int32_t> all = continue_tokens(model, prompt, hot);
+    CHECK(*std::max_element(all.begin(), all.end()) >= 5);
+    hot.vocab = 5;
+    const std::vector<int32_t> within = continue_tokens(model, prompt, hot);
+    CHECK(*std::max_element(within.begin(), within.end()) < 5);
+    CHECK(*std::max_element(within.begin(), within.end()) == 4);
+    hot.vocab = 12;
+    CHECK_THROWS_WITH(continue_tokens(model, prompt, hot), Contains("vocab 12 is outside [0, the model's 11]"));
 }
