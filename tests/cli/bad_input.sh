@@ -32,6 +32,12 @@ expect 1 "wrong shard magic" "train_000000.bin" "magic" -- \
 expect 1 "missing input text" "$work/none.txt" -- \
     "$starling" data prepare --input "$work/none.txt" --out "$work/prepared"
 
+printf '{"model": {"type": "WordPiece"}}' > "$work/wordpiece.json"
+expect 1 "a tokenizer that is not BPE" "wordpiece.json" "only BPE" -- \
+    "$starling" data prepare --input "$work/wordpiece.json" --tokenizer "$work/wordpiece.json" --out "$work/prepared"
+expect 1 "a vocabulary below the bytes" "257" -- \
+    "$starling" data train-tokenizer --vocab-size 100 --out "$work/tokenizer.json"
+
 # A real prepared dataset, then a corrupt checkpoint in the run directory.
 head -c 20000 /dev/urandom | base64 > "$work/text.txt"
 "$starling" data prepare --input "$work/text.txt" --out "$work/prepared" > /dev/null 2>&1 ||

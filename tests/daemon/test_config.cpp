@@ -7,6 +7,8 @@
 
 #include "daemon/config.h"
 #include "daemon/config_reader.h"
+#include "data/bpe_trainer.h"
+#include "data/corpus.h"
 #include "common/error.h"
 #include "tests/support/files.h"
 
@@ -159,4 +161,18 @@ TEST_CASE("[data].tokenizer is read, and the model's vocabulary must hold the to
     const ConfigFile missing(config(50304, "/nonexistent/tokenizer.json"));
     CHECK_THROWS_WITH(missing.load(), Catch::Contains("[data].tokenizer: /nonexistent/tokenizer.json"));
     CHECK(ConfigFile("").load().data.tokenizer.empty());  // bytes
+}
+
+TEST_CASE("nano-bpe.toml's model holds the 4096-token KJV tokenizer its README makes") {
+    const std::string configs = std::string(STARLING_SOURCE_DIR) + "/configs/";
+    const int64_t nano_parameters = load_train_config(configs + "nano.toml").model.num_parameters();
+    TempDir dir;
+    const std::string tokenizer = dir.file("kjv-4096.json").string();
+    put(tokenizer, train_bpe(read_kjv_text(), 4096).hf_json);
+    const EnvVar where("STARLING_DATA_TOKENIZER", tokenizer.c_str());  // instead of out/tokenizers/
+    const TrainConfig c = load_train_config(configs + "nano-bpe.toml");
+    CHECK(c.model.vocab_size == 4096);
+    CHECK(c.model.num_parameters() == 1377408);  // nano's plus 3840 more embedding rows of 128 (tied)
+    CHECK(c.model.num_parameters() - nano_parameters == 3840 * 128);
+    CHECK(c.data.dir == "out/kjv-bpe");
 }
