@@ -195,7 +195,7 @@ CheckResult check_credentials(const NodeConfig& config) {
     const PeerConfig& peer = config.swarm.peer;
     if (peer.tls.enabled()) {
         try {
-            server_credentials(peer.tls);  // reads all three files, naming the one that fails
+            check_tls_files(peer.tls);  // readable, the key the certificate's, the CA its signer
             return {CheckLevel::Ok, "secret/TLS",
                     fmt::format("mutual TLS (CA {}, certificate {}){}", peer.tls.ca.string(),
                                 peer.tls.cert.string(),
@@ -203,7 +203,8 @@ CheckResult check_credentials(const NodeConfig& config) {
                     ""};
         } catch (const Error& e) {
             return {CheckLevel::Fail, "secret/TLS", e.what(),
-                    "set [peer].tls_ca, tls_cert and tls_key to readable PEM files"};
+                    "set [peer].tls_ca, tls_cert and tls_key to readable PEM files: a CA bundle, a certificate it "
+                    "signed and that certificate's key"};
         }
     }
     // Anyone who guesses the secret can join the swarm and feed it weights.

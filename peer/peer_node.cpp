@@ -226,7 +226,11 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
     : config_(std::move(config)),
       identity_(std::move(identity)),
       auth_(swarm_key_material(config_), identity_, config_.rate_limit),
-      channel_credentials_(channel_credentials(config_.tls)),
+      tls_(config_.tls.enabled()
+               ? std::make_unique<TlsCertificates>(config_.tls, config_.data_dir.empty() ? std::filesystem::path()
+                                                                                        : config_.data_dir / "tls")
+               : nullptr),
+      channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
       snapshots_(config_.snapshots_kept),
       rng_(random_u64()) {}
 
@@ -240,7 +244,8 @@ void PeerNode::start() {
     quota.SetMaxThreads(config_.max_server_threads);
     grpc::ServerBuilder builder;
     state_sync_ = std::make_unique<StateSyncService>(snapshots_, auth_, config_.max_concurrent_snapshot_chunks);
-    builder.AddListeningPort(config_.listen, server_credentials(config_.tls), &bound_port);
+    builder.AddListeningPort(config_.listen, tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials(),
+                             &bound_port);
     builder.RegisterService(service_.get());
     builder.RegisterService(state_sync_.get());
     // Exchange frames carry whole chunks; membership handlers check their own, smaller cap.
@@ -313,6 +318,14 @@ void PeerNode::start() {
     running_ = true;
     stopping_ = false;
     thread_ = std::thread([this] { run(); });
+}
+
+void PeerNode::reload_tls(const TlsConfig& tls) {
+    if (!tls_ && !tls.enabled()) return;
+    if (!tls_ || !tls.enabled())
+        throw Error(std::string("TLS cannot be turned ") + (tls_ ? "off" : "on") + " while the node runs: restart it");
+    tls_->reload(tls);
+    spdlog::info("peer: TLS certificate {} in use for new connections", tls.cert.string());
 }
 
 void PeerNode::add_seeds(const std::vector<std::string>& seeds) {

@@ -121,6 +121,11 @@ public:
     void count_failure(FailureReason reason) { failures_.count(reason); }
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
+    // Puts the TLS files at `tls`'s paths in use for connections made from now on, once they pass
+    // check_tls_files (peer/tls.h); throws starling::Error naming the problem and keeps the old
+    // ones otherwise, or when `tls` would turn TLS on or off, which takes a restart. Nothing to do
+    // without TLS.
+    void reload_tls(const TlsConfig& tls);
 
     // CHOOSE_PARTNERS for groups of two (peer/pairing.h): the partner for `round`, which becomes
     // this node's advertised round, or nullopt for a solo round. Returns within pair_timeout,
@@ -200,6 +205,7 @@ private:
     PeerConfig config_;
     NodeIdentity identity_;
     SwarmAuth auth_;
+    std::unique_ptr<TlsCertificates> tls_;  // with TLS: the files in use, replaceable by reload_tls
     std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
     SnapshotStore snapshots_;
     RoundMessageBoard round_messages_;

@@ -2,14 +2,16 @@
 // client certificate from the same CA (mutual TLS): a caller without a certificate the swarm
 // trusts cannot even open a connection, and every byte on the wire is encrypted and
 // integrity-checked. Without TLS the peer port is plaintext and membership rests on the swarm
-// secret alone (peer/auth.h).
+// secret alone (peer/auth.h). A running node's certificates can be replaced (TlsCertificates).
 #pragma once
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
 
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace starling {
@@ -28,5 +30,39 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsConfig& t
 
 // The CA certificate's PEM text ("" without TLS): what nodes trusting one CA have in common.
 std::string trust_anchor(const TlsConfig& tls);
+
+// Throws starling::Error naming the setting and the problem unless the three files form a set a
+// peer would accept: the key belongs to the certificate, and the CA bundle verifies the
+// certificate (through any intermediates after it in its file) as of now.
+void check_tls_files(const TlsConfig& tls);
+
+// A node's TLS files as gRPC serves and presents them: checked copies under stage_dir that gRPC's
+// file watcher reads again every second. reload() reads the configured files again and puts them
+// in place only when check_tls_files passes, so a broken rotation never goes live; connections
+// made afterwards use the new certificate, open ones keep theirs.
+class TlsCertificates {
+public:
+    // Creates stage_dir (owner-only) when missing, or a temporary one, removed with this object,
+    // when it is empty; throws starling::Error as check_tls_files does.
+    TlsCertificates(const TlsConfig& tls, std::filesystem::path stage_dir);
+    ~TlsCertificates();
+    TlsCertificates(const TlsCertificates&) = delete;
+    TlsCertificates& operator=(const TlsCertificates&) = delete;
+    // The files at `tls`'s paths (the same as before or others); throws, changing nothing, when
+    // they do not pass check_tls_files.
+    void reload(const TlsConfig& tls);
+    std::shared_ptr<grpc::ServerCredentials> server_credentials() const;
+    std::shared_ptr<grpc::ChannelCredentials> channel_credentials() const;
+    // How often gRPC looks at the staged files: a reload reaches new connections within this.
+    static constexpr unsigned kRefreshSeconds = 1;
+
+private:
+    void stage(const TlsConfig& tls);
+
+    std::filesystem::path stage_dir_;
+    bool temporary_ = false;
+    std::mutex stage_mutex_;
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+};
 
 }  // namespace starling

@@ -91,6 +91,8 @@ void NodeRunner::reload(const NodeConfig& config) {
     if (!added.empty()) add_seeds(added);
     spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)", config.checkpoint_every,
                  config.keep_checkpoints, added.size());
+    // Last: certificates that would not work throw, and the settings above are in effect already.
+    peer().reload_tls(config.swarm.peer.tls);
 }
 
 void NodeRunner::set_phase(v1::NodePhase phase) {

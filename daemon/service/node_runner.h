@@ -47,7 +47,8 @@ public:
     // Thread-safe; returns at once.
     void request_drain();
     bool draining() const { return drain_.load(); }
-    // Settings SIGHUP may change: checkpoint cadence, log level, new seeds.
+    // Settings SIGHUP may change: checkpoint cadence, log level, new seeds, and the TLS files (read
+    // again and put in use once checked; throws starling::Error naming the problem otherwise).
     void reload(const NodeConfig& config);
     void add_seeds(const std::vector<std::string>& seeds) { node_->peer().add_seeds(seeds); }
 

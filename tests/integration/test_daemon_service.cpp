@@ -19,10 +19,13 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/integration/daemon_harness.h"
+#include "tests/peer/tls_util.h"
 #include "tests/support/files.h"
 #include "tests/support/metrics_text.h"
 
 using namespace starling::test;
+using starling::read_file;
+using starling::write_file_atomic;
 using namespace std::chrono_literals;
 
 namespace {
@@ -116,6 +119,62 @@ TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running s
     CHECK(a.cli({"status"}).status == 0);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE("SIGHUP puts rotated TLS certificates in use once they check out", "[integration]") {
+    TempDir root;
+    const std::filesystem::path pki = root.path() / "pki";
+    std::filesystem::create_directories(pki);
+    make_ca(pki, "old-ca");
+    make_ca(pki, "new-ca");
+    write_file_atomic(pki / "both.pem", read_file(pki / "old-ca.pem") + read_file(pki / "new-ca.pem"));
+    // a's files live where its config points, and are replaced in place, as certbot or
+    // cert-manager do.
+    const std::filesystem::path live = root.path() / "a-tls";
+    std::filesystem::create_directories(live);
+    const auto install = [&](const starling::TlsConfig& tls, const std::filesystem::path& ca) {
+        write_file_atomic(live / "ca.pem", read_file(ca));
+        write_file_atomic(live / "cert.pem", read_file(tls.cert));
+        write_file_atomic(live / "key.pem", read_file(tls.key));
+    };
+    const auto tls_environment = [](const starling::TlsConfig& tls) {
+        return Environment{{"STARLING_PEER_TLS_CA", tls.ca.string()},
+                           {"STARLING_PEER_TLS_CERT", tls.cert.string()},
+                           {"STARLING_PEER_TLS_KEY", tls.key.string()}};
+    };
+    install(make_node_tls(pki, "old-ca", "a-old"), pki / "old-ca.pem");
+    TestDaemon a("a", root.path());
+    a.start({}, tls_environment({live / "ca.pem", live / "cert.pem", live / "key.pem"}));
+    eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
+    // b already has a new-CA certificate, which a does not trust yet.
+    starling::TlsConfig b_tls = make_node_tls(pki, "new-ca", "b");
+    b_tls.ca = pki / "both.pem";
+    TestDaemon b("b", root.path());
+    b.start({a.peer_address()}, tls_environment(b_tls));
+    eventually("b answers", 30s, [&] { return b.cli({"status"}).status == 0; });
+    std::this_thread::sleep_for(2s);
+    CHECK(a.peers()["peers"].empty());
+
+    // A key that is not the new certificate's: refused, the old files stay in use.
+    const starling::TlsConfig a_new = make_node_tls(pki, "new-ca", "a-new");
+    install({pki / "both.pem", a_new.cert, b_tls.key}, pki / "both.pem");
+    a.process().signal(SIGHUP);
+    eventually("the mismatched key is refused", 10s,
+               [&] { return a.log().find("is not the key of the certificate") != std::string::npos; });
+    CHECK(a.log().find("(the running settings are kept)") != std::string::npos);
+
+    install(a_new, pki / "both.pem");
+    a.process().signal(SIGHUP);
+    eventually("the new certificate is in use", 10s,
+               [&] { return a.log().find("in use for new connections") != std::string::npos; });
+    eventually("b joins a", 20s, [&] {
+        const nlohmann::json peers = a.peers()["peers"];
+        return peers.size() == 1 && peers[0]["state"] == "alive";
+    });
+    a.process().signal(SIGTERM);
+    b.process().signal(SIGTERM);
+    CHECK(a.process().wait(20s) == 0);
+    CHECK(b.process().wait(20s) == 0);
 }
 
 TEST_CASE("starling watch follows a running node and stops after --count updates", "[integration]") {

@@ -96,7 +96,74 @@ TEST_CASE("TLS settings that cannot work are named") {
         tls.ca = dir.path() / "missing.pem";
         REQUIRE_THROWS_WITH(PeerNode(tls_config(tls, {})), Catch::Contains("peer.tls_ca") && Catch::Contains("missing.pem"));
     }
+    SECTION("a key that is not the certificate's, or a CA that did not sign it") {
+        const TlsConfig other = make_node_tls(dir.path(), "swarm-ca", "b");
+        TlsConfig crossed = tls;
+        crossed.key = other.key;
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(crossed, {})), Catch::Contains("b.key") &&
+                                                                   Catch::Contains("is not the key of the certificate"));
+        make_ca(dir.path(), "other-ca");
+        crossed = tls;
+        crossed.ca = dir.path() / "other-ca.pem";
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(crossed, {})), Catch::Contains("does not verify against") &&
+                                                                   Catch::Contains("unable to get local issuer"));
+    }
     SECTION("neither TLS nor a swarm secret") {
         REQUIRE_THROWS_WITH(PeerNode(tls_config(TlsConfig{}, {})), Catch::Contains("swarm_secret is empty"));
     }
+}
+
+TEST_CASE("a running node's certificates are replaced on reload, and a set that would not work is refused") {
+    TempDir dir;
+    make_ca(dir.path(), "old-ca");
+    make_ca(dir.path(), "new-ca");
+    make_ca(dir.path(), "rogue-ca");
+    // Mid-rotation, nodes trust both CAs; the swarm secret keeps the key the same on both sides.
+    write_file_atomic(dir.path() / "both.pem",
+                      read_file(dir.path() / "old-ca.pem") + read_file(dir.path() / "new-ca.pem"));
+    const auto rotated = [&](const std::string& node) {
+        TlsConfig tls = make_node_tls(dir.path(), "new-ca", node);
+        tls.ca = dir.path() / "both.pem";
+        return tls;
+    };
+    const auto config = [](const TlsConfig& tls, const std::vector<std::string>& seeds) {
+        PeerConfig c = tls_config(tls, seeds);
+        c.swarm_secret = "rotation test";
+        return c;
+    };
+    PeerNode a(config(make_node_tls(dir.path(), "old-ca", "a"), {}));
+    a.start();
+    // b's certificate is from the new CA, which a does not trust yet: b gets nowhere.
+    PeerNode b(config(rotated("b"), {a.address()}));
+    b.start();
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(knows(a, b.node_id()));
+
+    SECTION("a key that is not the certificate's is refused, and the old files stay in use") {
+        TlsConfig wrong = rotated("a2");
+        wrong.key = dir.path() / "b.key";
+        REQUIRE_THROWS_WITH(a.reload_tls(wrong), Catch::Contains("peer.tls_key") &&
+                                                     Catch::Contains("is not the key of the certificate"));
+    }
+    SECTION("a certificate the CA bundle does not sign is refused") {
+        TlsConfig foreign = make_node_tls(dir.path(), "rogue-ca", "a3");
+        foreign.ca = dir.path() / "both.pem";
+        REQUIRE_THROWS_WITH(a.reload_tls(foreign), Catch::Contains("does not verify against") &&
+                                                       Catch::Contains("both.pem"));
+    }
+    SECTION("TLS is not turned off by a reload") {
+        REQUIRE_THROWS_WITH(a.reload_tls(TlsConfig{}), Catch::Contains("restart"));
+    }
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE_FALSE(knows(a, b.node_id()));
+
+    // The rotation proper: a trusts both CAs and presents a new-CA certificate from now on.
+    a.reload_tls(rotated("a"));
+    const auto took = wait_for("b joins a after a's reload", 5000ms, [&] { return all_see_all_alive({&a, &b}); });
+    WARN("b joined " << took.count() << " ms after a's certificates were replaced");
+    // A node that trusts the new CA alone reaches a too: a presents the new certificate.
+    TlsConfig new_only = make_node_tls(dir.path(), "new-ca", "c");
+    PeerNode c(config(new_only, {a.address()}));
+    c.start();
+    wait_for("c joins", 5000ms, [&] { return all_see_all_alive({&a, &b, &c}); });
 }
