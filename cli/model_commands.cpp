@@ -13,6 +13,7 @@
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "daemon/swarm/swarm_snapshot.h"
+#include "data/bpe_tokenizer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/hf_format.h"
 #include "model/manifest.h"
@@ -78,6 +79,7 @@ LoadedModel load_live_model(const std::string& address) {
     ControlClient client(address);
     std::optional<ModelConfig> config;
     uint64_t round = 0, parameters = 0;
+    std::string tokenizer_json;
     std::vector<float> phi;
     size_t filled = 0;  // bytes of phi received
     std::string problem;
@@ -93,6 +95,7 @@ LoadedModel load_live_model(const std::string& address) {
             }
             round = chunk.round();
             parameters = chunk.parameters();
+            tokenizer_json = chunk.tokenizer_json();
             if (parameters != ParameterManifest(*config).total()) {
                 problem = "the node sent " + std::to_string(parameters) + " weights for a model of " +
                           std::to_string(ParameterManifest(*config).total());
@@ -112,7 +115,8 @@ LoadedModel load_live_model(const std::string& address) {
     if (!problem.empty()) throw Error("the model from the node at " + address + ": " + problem);
     if (!config || filled != phi.size() * sizeof(float))
         throw Error("the model from the node at " + address + " ended early");
-    return {*config, std::move(phi), "round " + std::to_string(round) + " of the node at " + address};
+    return {*config, std::move(phi), "round " + std::to_string(round) + " of the node at " + address,
+            std::move(tokenizer_json)};
 }
 
 // Errors of the live node carry their own exit status; everything else is bad input (1).
@@ -148,7 +152,11 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source, const
     } else if (source.hf_dir && std::filesystem::exists(*source.hf_dir / "tokenizer.json")) {
         path = (*source.hf_dir / "tokenizer.json").string();
     }
-    std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(path);
+    // A live node sends the tokenizer.json it trains with (the byte one is a BPE without merges).
+    std::unique_ptr<Tokenizer> tokenizer =
+        path.empty() && !model.tokenizer_json.empty() && model.tokenizer_json != ByteTokenizer().hf_json()
+            ? std::make_unique<BpeTokenizer>(BpeTokenizer::parse(model.tokenizer_json, "the tokenizer of " + model.origin))
+            : load_tokenizer(path);
     const int vocab = model.config.vocab_size;
     if (path.empty() && !tokenizer->fits(vocab))
         throw Error(model.origin + " has a vocabulary of " + std::to_string(vocab) +

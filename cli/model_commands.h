@@ -31,6 +31,7 @@ struct LoadedModel {
     ModelConfig config;
     std::vector<float> params;  // phi of the checkpoint, in manifest order
     std::string origin;         // "round 120 of out/node/checkpoints/step_00000120"
+    std::string tokenizer_json;  // a live node's tokenizer.json; empty: found by the source's kind
 };
 
 // A live node's Control API that failed: the exit status it means (control_client.h) and why.

@@ -16,11 +16,12 @@ namespace starling {
 
 class ControlServer::Service final : public v1::Control::Service {
 public:
-    Service(NodeState& state, PeerNode& peer, const ModelConfig& model, ControlHandlers handlers,
-            const std::atomic<bool>& stopping)
+    Service(NodeState& state, PeerNode& peer, const ModelConfig& model, std::string tokenizer_json,
+            ControlHandlers handlers, const std::atomic<bool>& stopping)
         : state_(state),
           peer_(peer),
           model_json_(llama_config_json(model).dump()),
+          tokenizer_json_(std::move(tokenizer_json)),
           handlers_(std::move(handlers)),
           stopping_(stopping) {}
 
@@ -87,6 +88,7 @@ public:
         constexpr size_t kChunkBytes = 1 << 20;
         v1::ModelChunk chunk;
         chunk.set_llama_config_json(model_json_);
+        chunk.set_tokenizer_json(tokenizer_json_);
         chunk.set_round(snapshot->round());
         chunk.set_parameters(n);
         size_t at = 0;
@@ -105,13 +107,16 @@ private:
     NodeState& state_;
     PeerNode& peer_;
     std::string model_json_;
+    std::string tokenizer_json_;
     ControlHandlers handlers_;
     const std::atomic<bool>& stopping_;
 };
 
 ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer, const ModelConfig& model,
-                             ControlHandlers handlers)
-    : address_(address), service_(std::make_unique<Service>(state, peer, model, std::move(handlers), stopping_)) {
+                             std::string tokenizer_json, ControlHandlers handlers)
+    : address_(address),
+      service_(std::make_unique<Service>(state, peer, model, std::move(tokenizer_json), std::move(handlers),
+                                         stopping_)) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);

@@ -26,6 +26,7 @@
 #include "daemon/service/node_runner.h"
 #include "daemon/service/systemd_notify.h"
 #include "daemon/swarm/node_config.h"
+#include "data/tokenizer.h"
 
 namespace {
 
@@ -215,7 +216,7 @@ int main(int argc, char** argv) {
         };
         control = std::make_unique<ControlServer>(
             config.control_listen, runner.state(), runner.peer(), config.swarm.train.model,
-            ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
+            load_tokenizer(config.swarm.train.data.tokenizer)->hf_json(), ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
         serving_control = control.get();
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,
                      format_node_id(runner.peer().node_id()), runner.peer().address(), config.swarm.peer.swarm_id,

@@ -242,4 +242,14 @@ TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample 
     exported.tokenizer = fs::path(STARLING_SOURCE_DIR) / "tests/data/gpt2_style_tokenizer.json";
     CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded),
                       Contains("50257 tokens") && Contains("does not fit") && Contains("320 tokens"));
+
+    // A live node sends its tokenizer.json with the weights (GetModel): no file needed here.
+    LoadedModel live = loaded;
+    live.tokenizer_json = trained.hf_json;
+    const std::unique_ptr<Tokenizer> sent = load_model_tokenizer(ModelSource{}, live);
+    CHECK(sent->hf_json() == trained.hf_json);
+    CHECK(sent->encode(prompt) == encoded);
+    live.tokenizer_json = ByteTokenizer().hf_json();
+    live.config.vocab_size = 256;
+    CHECK(load_model_tokenizer(ModelSource{}, live)->describe() == ByteTokenizer().describe());
 }
