@@ -48,6 +48,9 @@ public:
 private:
     std::vector<Replica*> live_replicas();
     void apply_churn(int64_t round);
+    // H inner steps; with overlapped rounds the pending outer step lands after overlap_steps.
+    // Returns the mean training loss.
+    double inner_phase_landing_outer_step(Replica& r);
     void exchange_noloco(int64_t round);
     void step_noloco_member(int64_t round, Replica& self, const std::vector<Replica*>& group);
     void exchange_diloco(int64_t round);
@@ -69,6 +72,9 @@ private:
     std::vector<std::vector<float>> wire_a_, wire_b_;  // each replica's outgoing messages, decoded
     std::vector<float> mean_a_, mean_b_;
     std::vector<RoundRecord> records_;
+    // Overlapped rounds: the theta each replica's last message was made of, while the outer step
+    // it fed waits to land in the next inner phase; empty when none waits.
+    std::vector<std::vector<float>> sent_;
     std::ofstream csv_;
     ExperimentSummary summary_;
     uint64_t live_replica_rounds_ = 0;
@@ -106,6 +112,7 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     mean_a_.resize(n);
     mean_b_.resize(n);
     records_.resize(replicas_.size());
+    sent_.resize(replicas_.size());
 
     std::filesystem::create_directories(config_.out_dir);
     const std::filesystem::path csv_path =
@@ -119,10 +126,14 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     summary_.method = config_.method;
     summary_.params = n;
     summary_.rounds = config_.rounds();
-    spdlog::info("experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps, "
+    spdlog::info("experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps{}, "
                  "{} validation batches, {} threads",
-                 config_.name, method_name(config_.method), config_.replicas, n,
-                 summary_.rounds, config_.inner_steps, evaluator_->batches(), cpu_threads());
+                 config_.name, method_name(config_.method), config_.replicas, n, summary_.rounds,
+                 config_.inner_steps,
+                 config_.overlap_steps > 0
+                     ? fmt::format(" (outer steps land {} inner steps late)", config_.overlap_steps)
+                     : std::string(),
+                 evaluator_->batches(), cpu_threads());
 }
 
 std::vector<Replica*> ExperimentRun::live_replicas() {
@@ -146,6 +157,7 @@ void ExperimentRun::apply_churn(int64_t round) {
         Replica& joiner = *replicas_[i];
         const Replica& sponsor = *replicas_[churn_->pick_sponsor(sponsors)];
         joiner.rejoin_from(sponsor, hash_index(joiner.node_id(), static_cast<uint64_t>(round)));
+        sent_[i].clear();  // it starts from the sponsor's phi: no step of its own waits
         joiner.live = true;
         records_[i].received += joiner.snapshot_bytes();
         summary_.rejoins++;
@@ -339,9 +351,8 @@ ExperimentSummary ExperimentRun::execute() {
         std::vector<Replica*> live = live_replicas();
         for (Replica* r : live) {
             records_[r->index()].train_loss =
-                config_.method == Method::Ddp
-                    ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
-                    : r->inner_phase(H, schedule_);
+                config_.method == Method::Ddp ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
+                                              : inner_phase_landing_outer_step(*r);
         }
         summary_.tokens += tokens_per_step * H * live.size() *
                            (config_.method == Method::Ddp ? config_.replicas : 1);
@@ -368,7 +379,14 @@ ExperimentSummary ExperimentRun::execute() {
                 exchange_noloco(round);
                 break;
         }
-        for (Replica* r : live) r->restart_from_phi();
+        for (Replica* r : live) {
+            if (config_.overlap_steps == 0) {
+                r->restart_from_phi();
+            } else {
+                const std::span<const float> theta = r->theta();
+                sent_[r->index()].assign(theta.begin(), theta.end());
+            }
+        }
         const int64_t done = round + 1;
         if (done % config_.eval_every == 0 || done == summary_.rounds) evaluate_live();
         const double sigma = spread();
@@ -388,6 +406,18 @@ ExperimentSummary ExperimentRun::execute() {
     finish_summary();
     append_summary_line();
     return summary_;
+}
+
+double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
+    const int H = config_.inner_steps;
+    const int late = config_.overlap_steps;
+    std::vector<float>& sent = sent_[r.index()];
+    if (sent.empty()) return r.inner_phase(H, schedule_);
+    const double before = r.inner_phase(late, schedule_);
+    r.rebase_onto_phi(sent);
+    sent.clear();
+    if (late == H) return before;
+    return (before * late + r.inner_phase(H - late, schedule_) * (H - late)) / H;
 }
 
 void ExperimentRun::finish_summary() {

@@ -45,6 +45,10 @@ void ExperimentConfig::validate() const {
     need(group_size >= 2 && group_size <= replicas,
          "[experiment].group_size must be in [2, replicas]");
     need(eval_every >= 1, "[experiment].eval_every must be at least 1");
+    need(overlap_steps >= 0 && overlap_steps <= inner_steps,
+         "[experiment].overlap_steps must be in [0, inner_steps]");
+    need(overlap_steps == 0 || method == Method::NoLoCo || method == Method::DiLoCo,
+         "[experiment].overlap_steps needs an outer step to delay: method noloco or diloco");
     need(!out_dir.empty() && !name.empty(), "[experiment].out_dir and name must not be empty");
     need(name.find('/') == std::string::npos, "[experiment].name must not contain '/'");
     outer.validate();
@@ -107,6 +111,7 @@ ExperimentConfig load_experiment_config(const std::string& path) {
     x.read("replicas", c.replicas);
     x.read("inner_steps", c.inner_steps);
     x.read("group_size", c.group_size);
+    x.read("overlap_steps", c.overlap_steps);
     x.read("out_dir", c.out_dir);
     x.read("name", c.name);
     x.reject_unknown();

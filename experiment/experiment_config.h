@@ -50,6 +50,10 @@ struct ExperimentConfig {
     int inner_steps = 50;  // H: inner steps per round; train.steps must be a multiple
     int group_size = 2;    // NoLoCo
     int eval_every = 1;    // rounds between evaluations of every replica's phi
+    // Overlapped rounds (NoLoCo, DiLoCo): the outer step of round r lands this many inner steps
+    // into round r+1, as if its exchange ran beside them (docs/overlap.md); 0: sequential rounds,
+    // inner_steps: an exchange that takes a whole inner phase.
+    int overlap_steps = 0;
     OuterConfig outer;
     ExchangeConfig exchange;
     ChurnConfig churn;

@@ -5,6 +5,7 @@
 
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "optimizer/outer.h"
 
 namespace starling {
 
@@ -106,6 +107,14 @@ void Replica::compute_displacement() {
 void Replica::restart_from_phi() {
     group_->set_params(phi_.data());
     if (!theta_mirror_.empty()) theta_mirror_ = phi_;
+}
+
+void Replica::rebase_onto_phi(std::span<const float> theta_sent) {
+    const std::span<const float> t = theta();
+    std::vector<float> rebased(t.begin(), t.end());
+    starling::rebase_onto_phi<float>(rebased, phi_, theta_sent);
+    group_->set_params(rebased.data());
+    if (!theta_mirror_.empty()) theta_mirror_ = std::move(rebased);
 }
 
 void Replica::adopt_theta() {

@@ -37,6 +37,9 @@ public:
     void compute_displacement();
     // theta = phi: the start of the next round.
     void restart_from_phi();
+    // theta = phi + (theta - theta_sent): an outer step that lands after training went on from
+    // theta_sent (overlapped rounds, optimizer/outer.h).
+    void rebase_onto_phi(std::span<const float> theta_sent);
     // phi = theta: a round with no outer step (local-only and data-parallel training).
     void adopt_theta();
     // Rejoining after a drop-out (section 7.6): phi, outer momentum, AdamW state and step counts

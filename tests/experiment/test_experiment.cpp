@@ -189,6 +189,25 @@ TEST_CASE("experiment: data-parallel steps equal one model trained on the concat
     CHECK(max_diff < 1e-5);
 }
 
+TEST_CASE("experiment: overlapped rounds land the outer step late, send the same bytes and still train") {
+    // Without zstd the bytes are the layout's alone, so both schedules must send exactly as many.
+    ExperimentConfig base = small("sequential", Method::NoLoCo);
+    base.exchange.zstd = false;
+    const ExperimentSummary sequential = run_experiment(base);
+    for (int late : {5, 10}) {  // half an inner phase late, and a whole one
+        INFO("overlap_steps " << late);
+        ExperimentConfig c = base;
+        c.name = "overlap" + std::to_string(late);
+        c.overlap_steps = late;
+        const ExperimentSummary overlapped = run_experiment(c);
+        CHECK(overlapped.sent_per_round == sequential.sent_per_round);  // the messages are the same size
+        CHECK(overlapped.paired == sequential.paired);
+        CHECK(overlapped.final_loss_mean != sequential.final_loss_mean);  // the delay is real
+        CHECK(overlapped.final_loss_mean < 3.5);                          // from about 5.5
+        CHECK(std::abs(overlapped.final_loss_mean - sequential.final_loss_mean) < 0.05 * sequential.final_loss_mean);
+    }
+}
+
 TEST_CASE("experiment: config mistakes are refused with the key named") {
     ExperimentConfig c = small("bad", Method::NoLoCo);
     c.outer.pull = 0.35f;
@@ -199,6 +218,12 @@ TEST_CASE("experiment: config mistakes are refused with the key named") {
     c = small("bad", Method::NoLoCo);
     c.exchange.state_codec = codec::Codec::Q4;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].state_codec"));
+    c = small("bad", Method::NoLoCo);
+    c.overlap_steps = 11;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[experiment].overlap_steps must be in [0, inner_steps]"));
+    c = small("bad", Method::Local);
+    c.overlap_steps = 5;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("overlap_steps needs an outer step"));
 
     TempDir tmp;
     std::string text;

@@ -57,4 +57,15 @@ TEST_CASE("a replica on the GPU follows one on the CPU through its host views", 
     want.inner_phase(1, schedule);
     got.inner_phase(1, schedule);
     CHECK(normalized_error(got.theta(), want.theta()) < 1e-4);
+
+    // An outer step landing late (overlapped rounds) rebases theta onto phi: with nothing trained
+    // since the message was made, theta is phi again, bit for bit, and the device trains on from
+    // there as the CPU replica does from its restart.
+    const std::vector<float> sent(got.theta().begin(), got.theta().end());
+    got.rebase_onto_phi(sent);
+    want.restart_from_phi();
+    CHECK(same_bits(got.theta(), got.phi()));
+    want.inner_phase(1, schedule);
+    got.inner_phase(1, schedule);
+    CHECK(normalized_error(got.theta(), want.theta()) < 1e-4);
 }

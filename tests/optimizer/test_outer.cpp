@@ -219,7 +219,7 @@ TEST_CASE("group_mean is the mean up to rounding, in any order of the members") 
     // Magnitudes far apart, so the order of the float sums shows in the last bits.
     const size_t n = 1000;
     std::vector<std::vector<float>> members = {
-        random_vector<float>(n, 5, -1e3, 1e3), random_vector<float>(n, 6, -1.0, 1.0),
+        random_vector<float>(n, 5, -1e3, 1e3), random_vector<float>(n, 6),
         random_vector<float>(n, 7, -1e-3, 1e-3), random_vector<float>(n, 8, -10.0, 10.0)};
     std::vector<double> reference(n, 0.0), largest(n, 0.0);
     for (const auto& m : members) {
@@ -303,4 +303,67 @@ TEST_CASE("outer steps refuse spans of different sizes") {
     CHECK_THROWS_AS(outer_step_towards(config, phi, short_delta, right), Error);
     // Nothing was written before the refusal.
     CHECK(phi == std::vector<float>(4, 0.0f));
+}
+
+TEST_CASE("a delayed outer step rebased onto the new phi is the sequential step: exact with nothing in between") {
+    const std::vector<float> phi = random_vector<float>(257, 1);
+    const std::vector<float> sent = random_vector<float>(257, 2);
+    std::vector<float> theta = sent;  // nothing trained since the message left
+    rebase_onto_phi<float>(theta, phi, sent);
+    CHECK(theta == phi);  // bit for bit
+}
+
+TEST_CASE("overlapped NoLoCo rounds equal sequential ones in double when inner updates do not depend on the start") {
+    // Two members, heavy-ball NoLoCo with pull (Eq. 2 in the code's sign), written out in double.
+    // Each round's inner phase adds a fixed vector to theta, split into the part trained before
+    // the delayed outer step lands and the part after it: such updates commute with the rebase,
+    // so the overlapped schedule must reproduce the sequential one up to rounding.
+    constexpr size_t n = 64;
+    constexpr int rounds = 6;
+    constexpr double alpha = 0.5, beta = 0.7, gamma = 0.7;
+    std::vector<std::vector<double>> start(2), early(rounds * 2), late(rounds * 2);
+    for (int i = 0; i < 2; i++) start[i] = random_vector<double>(n, 10 + i);
+    for (int k = 0; k < rounds * 2; k++) {
+        early[k] = random_vector<double>(n, 100 + k);
+        late[k] = random_vector<double>(n, 200 + k);
+    }
+    struct Member {
+        std::vector<double> phi, delta, theta;
+    };
+    const auto outer_round = [&](std::vector<Member>& m) {
+        for (size_t j = 0; j < n; j++) {
+            const double mean_d = 0.5 * ((m[0].theta[j] - m[0].phi[j]) + (m[1].theta[j] - m[1].phi[j]));
+            const double mean_phi = 0.5 * (m[0].phi[j] + m[1].phi[j]);
+            for (Member& x : m) x.delta[j] = alpha * x.delta[j] + beta * mean_d - gamma * (x.phi[j] - mean_phi);
+        }
+        for (Member& x : m)
+            for (size_t j = 0; j < n; j++) x.phi[j] += x.delta[j];
+    };
+    const auto add = [](std::vector<double>& x, const std::vector<double>& u) {
+        for (size_t j = 0; j < x.size(); j++) x[j] += u[j];
+    };
+    std::vector<Member> sequential(2), overlapped(2);
+    for (int i = 0; i < 2; i++) {
+        sequential[i] = overlapped[i] = {start[i], std::vector<double>(n, 0.0), start[i]};
+    }
+    std::vector<std::vector<double>> sent(2);
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < 2; i++) {
+            Member& s = sequential[i];
+            s.theta = s.phi;  // the sequential restart
+            add(s.theta, early[r * 2 + i]);
+            add(s.theta, late[r * 2 + i]);
+            Member& o = overlapped[i];
+            add(o.theta, early[r * 2 + i]);  // on from what was sent, the outer step still in flight
+            if (r > 0) rebase_onto_phi<double>(o.theta, o.phi, sent[i]);
+            add(o.theta, late[r * 2 + i]);
+        }
+        outer_round(sequential);
+        outer_round(overlapped);
+        for (int i = 0; i < 2; i++) sent[i] = overlapped[i].theta;
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK(max_rel_diff(overlapped[i].phi, sequential[i].phi) < 1e-12);
+        CHECK(max_rel_diff(overlapped[i].delta, sequential[i].delta) < 1e-12);
+    }
 }
