@@ -1,4 +1,4 @@
-// An experiment run (research/algorithms.md section 7.8): config.replicas replicas stepped in
+// An experiment run (docs/spec.md section 8): config.replicas replicas stepped in
 // lockstep in one process, each on its own disjoint partition of the training data, joined every
 // H inner steps by the method's outer step over a simulated exchange that carries real codec
 // messages. Writes <out_dir>/<name>.csv (a row per replica per evaluated round) and appends a line

@@ -1,5 +1,5 @@
 // The configuration of one experiment run: N replicas of a model trained in one process, joined by
-// a simulated exchange that carries real codec messages (research/algorithms.md section 7.8).
+// a simulated exchange that carries real codec messages (docs/spec.md section 8).
 // One TOML file holds the engine sections of a training config ([model], [train], [optimizer],
 // [data], [eval]) plus [experiment], [outer], [exchange] and [churn]; see configs/experiments/.
 #pragma once
@@ -31,7 +31,7 @@ struct ExchangeConfig {
     bool zstd = true;
 };
 
-// Replicas leave and come back (section 7.6 and run R6): up-times are exponential with the given
+// Replicas leave and come back (docs/spec.md section 6 and run R6): up-times are exponential with the given
 // mean, down-times fixed, both in inner steps and rounded up to whole rounds. A returning replica
 // copies a live sponsor's snapshot and takes a new node id (so a new data order).
 struct ChurnConfig {

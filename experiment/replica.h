@@ -1,7 +1,7 @@
 // One node's replica: its engine (theta is the model's parameter arena, trained by AdamW on one
 // device or, data-parallel, on several GPUs of one box: optimizer/device_group.h), its own
-// disjoint stream of the training data, and the outer state of research/algorithms.md section
-// 7.1: phi, the outer momentum and the error-feedback residual. The experiment runs many in one
+// disjoint stream of the training data, and the outer state of docs/spec.md section 1:
+// phi, the outer momentum and the error-feedback residual. The experiment runs many in one
 // process; a swarm node runs one.
 #pragma once
 
@@ -42,7 +42,7 @@ public:
     void rebase_onto_phi(std::span<const float> theta_sent);
     // phi = theta: a round with no outer step (local-only and data-parallel training).
     void adopt_theta();
-    // Rejoining after a drop-out (section 7.6): phi, outer momentum, AdamW state and step counts
+    // Rejoining after a drop-out (docs/spec.md section 6): phi, outer momentum, AdamW state and step counts
     // from the sponsor, theta = phi, residual zero, and a new node id, so a new data order.
     void rejoin_from(const Replica& sponsor, uint64_t new_node_id);
     // Bytes of the snapshot a rejoining replica fetches.

@@ -1,4 +1,4 @@
-// One node's outer step at the end of a round, as research/algorithms.md section 7.4 (NoLoCo) and
+// One node's outer step at the end of a round, as docs/spec.md section 4 (NoLoCo) and
 // 7.3 (DiLoCo) spell it out, on top of the arithmetic of outer.h: which values enter the group
 // means, in which order, and what happens when partners are missing or refused. The experiment
 // harness and the daemon both call these, so a simulated swarm and a real one step alike.

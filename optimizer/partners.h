@@ -1,4 +1,4 @@
-// Deterministic partner matching (CHOOSE_PARTNERS step 1 of research/algorithms.md section 7.4):
+// Deterministic partner matching (CHOOSE_PARTNERS step 1 of docs/spec.md section 4):
 // every node that holds the same membership view computes the same groups for a round without
 // talking to anyone. The node ids are sorted, shuffled by a seed hashed from (round, membership
 // digest), and cut into consecutive groups; a last group of one means a solo round for that node.

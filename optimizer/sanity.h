@@ -1,4 +1,4 @@
-// The sane() check of research/algorithms.md section 7.4: a partner's decoded values join the outer
+// The sane() check of docs/spec.md section 4: a partner's decoded values join the outer
 // step only if every one is finite and their distance from this node's own values is not far
 // beyond the usual. A corrupt, mismatched or hostile state otherwise drags phi away in one round.
 #pragma once

@@ -1,4 +1,4 @@
-// Partner choice for groups of two (CHOOSE_PARTNERS of research/algorithms.md section 7.4): the
+// Partner choice for groups of two (CHOOSE_PARTNERS of docs/spec.md section 4): the
 // rules a node applies to proposals, kept apart from the network so each is testable alone.
 // peer_node.h sends the proposals (Pair) and answers them with a PairingBook.
 //

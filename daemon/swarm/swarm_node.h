@@ -1,4 +1,4 @@
-// One node of a swarm, as research/algorithms.md section 7.4 runs it: a replica trained locally
+// One node of a swarm, as docs/spec.md section 4 runs it: a replica trained locally
 // (experiment/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
 // started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
 // messages with it (fused: theta under the state codec; split: D and phi), a check of what arrived

@@ -8,7 +8,7 @@
 //   offset 24  u64 n            checked against the joiner's model
 //   offset 32  f32 phi[n], f32 outer_momentum[n], f32 adamw_m[n], f32 adamw_v[n]
 // so 32 + 16 n bytes. Theta is not sent (it equals phi at a round's start) and neither is the
-// error-feedback residual (a joiner starts it at zero, research/algorithms.md section 7.6).
+// error-feedback residual (a joiner starts it at zero, docs/spec.md section 6).
 #pragma once
 
 #include <cstddef>

@@ -121,7 +121,7 @@ TEST_CASE("experiment: a state message costs what its layout says") {
         }
     }
     CHECK(s.sent_per_round == Approx(message_bytes(segments)).epsilon(1e-12));
-    // Research section 7.5's estimate for fused bf16 messages: about 2 bytes per parameter.
+    // docs/spec.md section 5's estimate for fused bf16 messages: about 2 bytes per parameter.
     CHECK(s.sent_per_round / static_cast<double>(s.params) == Approx(2.0).epsilon(0.01));
 }
 

@@ -1,8 +1,8 @@
-// U6 of research/algorithms.md section 7.8: the noisy quadratic of section 6A (NoLoCo's Appendix A
+// U6 of docs/spec.md section 8: the noisy quadratic of its section 9 (NoLoCo's Appendix A
 // model) run through the library's outer step and partner matching. Each worker minimises
 // 0.5 * sum_k a_k (x_k - c_k)^2 with c ~ N(0, 1) drawn afresh at every inner step, so the replicas
 // never agree exactly: their spread is set by the inner LR and by how hard the outer step pulls
-// them together. The bounds come from the section 6A table (6 seeds there, 4 here, averaged over
+// them together. The bounds come from the section 9 table (6 seeds there, 4 here, averaged over
 // the last rounds), wide enough for seed noise and narrow enough to catch a wrong sign or weight.
 #include <catch2/catch.hpp>
 #include <cmath>

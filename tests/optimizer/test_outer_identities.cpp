@@ -1,4 +1,4 @@
-// U1, U2, U3 and U5 of research/algorithms.md section 7.8 on the real engine: a tiny Llama
+// U1, U2, U3 and U5 of docs/spec.md section 8 on the real engine: a tiny Llama
 // (tests/support/model_configs.h) on CpuOps<float>, each replica training on its own random token
 // batches, with plain SGD inner steps (theta -= lr * g) so nothing but the outer step is in play.
 // Messages go through the real framing (encode_message / decode_message).

@@ -1,5 +1,5 @@
 // Partner matching (optimizer/partners.h) and the sane() check on partners' messages
-// (optimizer/sanity.h), against the properties research/algorithms.md section 7.4 asks of them.
+// (optimizer/sanity.h), against the properties docs/spec.md section 4 asks of them.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
