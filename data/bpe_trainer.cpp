@@ -46,36 +46,14 @@ std::string tokenizer_json(const TrainedBpe& trained) {
     for (const auto& [first, second] : trained.merges)
         merges.push_back(characters_of(trained.token_bytes[size_t(first)]) + " " +
                          characters_of(trained.token_bytes[size_t(second)]));
-    const ordered_json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-    const ordered_json json = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens",
-         {{{"id", end_of_text},
-           {"content", std::string(kEndOfText)},
-           {"single_word", false},
-           {"lstrip", false},
-           {"rstrip", false},
-           {"normalized", false},
-           {"special", true}}}},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", byte_level},
-        {"post_processor", nullptr},
-        {"decoder", byte_level},
-        {"model",
-         {{"type", "BPE"},
-          {"dropout", nullptr},
-          {"unk_token", nullptr},
-          {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr},
-          {"fuse_unk", false},
-          {"byte_fallback", false},
-          {"vocab", vocab},
-          {"merges", merges}}},
-    };
-    return json.dump(2) + "\n";
+    const ordered_json added_tokens = ordered_json::array({{{"id", end_of_text},
+                                                           {"content", std::string(kEndOfText)},
+                                                           {"single_word", false},
+                                                           {"lstrip", false},
+                                                           {"rstrip", false},
+                                                           {"normalized", false},
+                                                           {"special", true}}});
+    return byte_level_bpe_json(vocab, merges, added_tokens, true);
 }
 
 class Trainer {

@@ -73,4 +73,31 @@ std::optional<std::string> byte_level_decode(std::string_view characters) {
     return bytes;
 }
 
+std::string byte_level_bpe_json(const nlohmann::ordered_json& vocab, const nlohmann::ordered_json& merges,
+                                const nlohmann::ordered_json& added_tokens, bool split_words) {
+    const nlohmann::ordered_json byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", split_words}, {"use_regex", split_words}};
+    const nlohmann::ordered_json json = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added_tokens},
+        {"normalizer", nullptr},
+        {"pre_tokenizer", byte_level},
+        {"post_processor", nullptr},
+        {"decoder", byte_level},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"vocab", vocab},
+          {"merges", merges}}},
+    };
+    return json.dump(2) + "\n";
+}
+
 }  // namespace starling

@@ -29,30 +29,8 @@ std::string ByteTokenizer::decode(std::span<const uint16_t> tokens) const {
 std::string ByteTokenizer::hf_json() const {
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     for (int b = 0; b < kVocabSize; b++) vocab[std::string(byte_level_char(uint8_t(b)))] = b;
-    // use_regex false: without merges the words change nothing, so none are cut.
-    const nlohmann::ordered_json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-    const nlohmann::ordered_json json = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens", nlohmann::ordered_json::array()},
-        {"normalizer", nullptr},
-        {"pre_tokenizer", byte_level},
-        {"post_processor", nullptr},
-        {"decoder", byte_level},
-        {"model",
-         {{"type", "BPE"},
-          {"dropout", nullptr},
-          {"unk_token", nullptr},
-          {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr},
-          {"fuse_unk", false},
-          {"byte_fallback", false},
-          {"vocab", vocab},
-          {"merges", nlohmann::ordered_json::array()}}},
-    };
-    return json.dump(2) + "\n";
+    // No word splitting: without merges the words change nothing.
+    return byte_level_bpe_json(vocab, nlohmann::ordered_json::array(), nlohmann::ordered_json::array(), false);
 }
 
 const std::string& ByteTokenizer::path() const {
