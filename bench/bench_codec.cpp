@@ -45,14 +45,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) x[i] = static_cast<float>(1e-3 * normal_at(7, i));
     const double gb = static_cast<double>(n) * sizeof(float) / 1e9;
 
-    std::printf("%zu fp32 values (%.2f GB), median of %d runs, GB/s of fp32 input\n\n", n, gb, reps);
+    std::printf("%zu fp32 values (%.2f GB), median of %d runs, GB/s of fp32 input\n\n", n, gb,
+                reps);
     std::printf("%-8s %8s %10s %10s %12s %12s\n", "codec", "threads", "encode", "decode",
                 "enc/memcpy", "dec/memcpy");
     for (int threads : {1, 2}) {
         set_cpu_threads(threads);
-        const double memcpy_s = median_seconds(reps, [&] {
-            std::memcpy(copy.data(), x.data(), n * sizeof(float));
-        });
+        const double memcpy_s =
+            median_seconds(reps, [&] { std::memcpy(copy.data(), x.data(), n * sizeof(float)); });
         const double memcpy_gbs = gb / memcpy_s;
         std::printf("%-8s %8d %10.2f %10s\n", "memcpy", threads, memcpy_gbs, "");
         for (codec::Codec c : {codec::Codec::Q8, codec::Codec::Q4, codec::Codec::BF16SR}) {
@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
         }
     }
     std::printf("\nbytes per parameter on the wire (no framing, no zstd):");
-    for (codec::Codec c : {codec::Codec::F32, codec::Codec::BF16SR, codec::Codec::Q8, codec::Codec::Q4}) {
+    for (codec::Codec c :
+         {codec::Codec::F32, codec::Codec::BF16SR, codec::Codec::Q8, codec::Codec::Q4}) {
         std::printf("  %s %.4f", std::string(codec::codec_name(c)).c_str(),
                     static_cast<double>(codec::encoded_bytes(c, n)) / n);
     }

@@ -44,7 +44,8 @@ struct Rep {
     double cpu_seconds = 0;  // this process's, all threads: on a shared machine, how much it got
     uint64_t bytes_sent = 0;
     uint64_t bytes_received = 0;
-    // Pages the kernel had to map in: fresh buffers where reused ones would do (common/allocator.h).
+    // Pages the kernel had to map in: fresh buffers where reused ones would do
+    // (common/allocator.h).
     long page_faults = 0;
 };
 
@@ -56,7 +57,9 @@ struct ProcessUsage {
 ProcessUsage process_usage() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+    const auto seconds = [](const timeval& t) {
+        return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6;
+    };
     return {seconds(usage.ru_utime) + seconds(usage.ru_stime), usage.ru_minflt};
 }
 
@@ -67,8 +70,10 @@ auto timed(Run&& run) {
     const ProcessUsage before = process_usage();
     auto result = run();
     const ProcessUsage after = process_usage();
-    return std::tuple{std::move(result), std::chrono::duration<double>(Clock::now() - start).count(),
-                      ProcessUsage{after.cpu_seconds - before.cpu_seconds, after.page_faults - before.page_faults}};
+    return std::tuple{std::move(result),
+                      std::chrono::duration<double>(Clock::now() - start).count(),
+                      ProcessUsage{after.cpu_seconds - before.cpu_seconds,
+                                   after.page_faults - before.page_faults}};
 }
 
 // Median time of one encoding's reps, and the goodput it gives.
@@ -97,14 +102,17 @@ Summary summarize(const std::vector<Rep>& reps) {
 double gbit(double bps) { return bps / 1e9; }
 
 void print_rep(const char* label, const Rep& rep) {
-    std::printf("  %-8s round %-3llu %7.3f s (cpu %5.2f s, %6ld page faults)  %6.2f Gbit/s each way  %6.2f Gbit/s both\n",
-                label, static_cast<unsigned long long>(rep.round), rep.seconds, rep.cpu_seconds, rep.page_faults,
-                gbit(8.0 * rep.bytes_sent / rep.seconds), gbit(8.0 * (rep.bytes_sent + rep.bytes_received) / rep.seconds));
+    std::printf(
+        "  %-8s round %-3llu %7.3f s (cpu %5.2f s, %6ld page faults)  %6.2f Gbit/s each way  %6.2f Gbit/s both\n",
+        label, static_cast<unsigned long long>(rep.round), rep.seconds, rep.cpu_seconds,
+        rep.page_faults, gbit(8.0 * rep.bytes_sent / rep.seconds),
+        gbit(8.0 * (rep.bytes_sent + rep.bytes_received) / rep.seconds));
 }
 
 // The median line, with each goodput as a share of the same run's baselines where there are any.
 void print_summary(const Summary& s, const std::optional<TcpRates>& tcp, double link_bps) {
-    std::printf("  median   %7.3f s (cpu %5.2f s): %.2f Gbit/s each way", s.seconds, s.cpu_seconds, gbit(s.one_way_bps));
+    std::printf("  median   %7.3f s (cpu %5.2f s): %.2f Gbit/s each way", s.seconds, s.cpu_seconds,
+                gbit(s.one_way_bps));
     if (tcp) std::printf(" (%.0f%% of iperf3 one direction)", 100 * s.one_way_bps / tcp->one_way);
     if (link_bps > 0) std::printf(" (%.0f%% of the link's rate)", 100 * s.one_way_bps / link_bps);
     std::printf(", %.2f Gbit/s both", gbit(s.both_bps));
@@ -117,16 +125,17 @@ std::string iperf3_runs(int seconds, int reps) {
 }
 
 void print_tcp(const std::string& what, const TcpRates& tcp) {
-    std::printf("raw TCP %s: one direction %.2f Gbit/s, --bidir %.2f Gbit/s (both summed)\n", what.c_str(),
-                gbit(tcp.one_way), gbit(tcp.bidir));
+    std::printf("raw TCP %s: one direction %.2f Gbit/s, --bidir %.2f Gbit/s (both summed)\n",
+                what.c_str(), gbit(tcp.one_way), gbit(tcp.bidir));
 }
 
 void print_message(const DeltaModel& model) {
     const codec::MessageEncoder encoder(model.plan, {0, 0, 0}, model.delta.data(), nullptr, false);
     const size_t bytes = codec::kHeaderBytes + encoder.chunk_count() * codec::kChunkHeaderBytes +
                          codec::encoded_bytes(codec::Codec::Q8, model.manifest.total());
-    std::printf("Q8 delta: %zu parameters, %.1f MB each way (header and %u chunks of up to %zu MiB)\n",
-                model.manifest.total(), bytes / 1e6, encoder.chunk_count(), codec::kMaxChunkBytes >> 20);
+    std::printf(
+        "Q8 delta: %zu parameters, %.1f MB each way (header and %u chunks of up to %zu MiB)\n",
+        model.manifest.total(), bytes / 1e6, encoder.chunk_count(), codec::kMaxChunkBytes >> 20);
 }
 
 void write_json(const std::string& path, const nlohmann::json& doc) {
@@ -169,7 +178,8 @@ template <typename Done>
 void wait_until(const char* what, std::chrono::seconds limit, Done done) {
     const auto until = Clock::now() + limit;
     while (!done()) {
-        if (Clock::now() > until) throw Error(std::string(what) + ": not within " + std::to_string(limit.count()) + " s");
+        if (Clock::now() > until)
+            throw Error(std::string(what) + ": not within " + std::to_string(limit.count()) + " s");
         std::this_thread::sleep_for(20ms);
     }
 }
@@ -179,8 +189,10 @@ void pair_both(PeerNode& a, PeerNode& b, uint64_t round) {
     std::thread other([&] { partner_of_b = b.choose_partner(round); });
     const auto partner_of_a = a.choose_partner(round);
     other.join();
-    if (!partner_of_a || !partner_of_b || partner_of_a->node_id != b.node_id() || partner_of_b->node_id != a.node_id())
-        throw Error("round " + std::to_string(round) + ": the two nodes did not pair with each other");
+    if (!partner_of_a || !partner_of_b || partner_of_a->node_id != b.node_id() ||
+        partner_of_b->node_id != a.node_id())
+        throw Error("round " + std::to_string(round) +
+                    ": the two nodes did not pair with each other");
 }
 
 int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) {
@@ -210,7 +222,11 @@ int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) 
             });
             check(results.first, "node a");
             check(results.second, "node b");
-            return Rep{round, seconds, usage.cpu_seconds, results.first.bytes_sent, results.first.bytes_received,
+            return Rep{round,
+                       seconds,
+                       usage.cpu_seconds,
+                       results.first.bytes_sent,
+                       results.first.bytes_received,
                        usage.page_faults};
         });
         print_summary(summarize(counted), tcp, 0);
@@ -254,7 +270,8 @@ void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::se
     wait_until(("pairing for round " + std::to_string(round)).c_str(), limit, [&] {
         const auto chosen = node.choose_partner(round);
         if (chosen && chosen->node_id != partner)
-            throw Error("round " + std::to_string(round) + ": paired with an unexpected node " + format_node_id(chosen->node_id));
+            throw Error("round " + std::to_string(round) + ": paired with an unexpected node " +
+                        format_node_id(chosen->node_id));
         return chosen.has_value();
     });
 }
@@ -282,15 +299,22 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     if (baseline) print_tcp("on this path (" + options.baseline + ")", *baseline);
 
     std::vector<float> received(model.manifest.total());
-    nlohmann::json report{{"node", format_node_id(node.node_id())}, {"partner", format_node_id(partner)}};
+    nlohmann::json report{{"node", format_node_id(node.node_id())},
+                          {"partner", format_node_id(partner)}};
     uint64_t round = 0;
     for (Encoding encoding : kEncodings) {
         const auto counted = run_reps(encoding, options.reps, [&] {
             RoundMessages messages(model, node.node_id(), partner, ++round, encoding, received);
             pair_with(node, partner, round, wait);
-            const auto [result, seconds, usage] = timed([&] { return node.exchange(messages.slot()); });
+            const auto [result, seconds, usage] =
+                timed([&] { return node.exchange(messages.slot()); });
             check(result, "this node");
-            return Rep{round, seconds, usage.cpu_seconds, result.bytes_sent, result.bytes_received, usage.page_faults};
+            return Rep{round,
+                       seconds,
+                       usage.cpu_seconds,
+                       result.bytes_sent,
+                       result.bytes_received,
+                       usage.page_faults};
         });
         const Summary summary = summarize(counted);
         print_summary(summary, baseline, options.link_gbit * 1e9);
@@ -318,35 +342,55 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (!keep_freed_buffers_for_reuse()) std::fprintf(stderr, "bench_exchange: malloc refused starlingd's settings\n");
+    if (!keep_freed_buffers_for_reuse())
+        std::fprintf(stderr, "bench_exchange: malloc refused starlingd's settings\n");
     CLI::App app{"bench_exchange: the peer layer's exchange goodput against raw TCP"};
     app.require_subcommand(1);
     std::string config_path = "configs/124m.toml";
-    app.add_option("--config", config_path, "the model whose Q8 delta is exchanged")->capture_default_str();
+    app.add_option("--config", config_path, "the model whose Q8 delta is exchanged")
+        ->capture_default_str();
     int reps = 5, tcp_seconds = 5, tcp_reps = 3;
-    CLI::App* loopback_cmd = app.add_subcommand("loopback", "two nodes in this process on 127.0.0.1");
-    loopback_cmd->add_option("--reps", reps, "exchanges per variant after a warm-up (median reported)")->capture_default_str();
-    loopback_cmd->add_option("--tcp-seconds", tcp_seconds, "length of each iperf3 run")->capture_default_str();
-    loopback_cmd->add_option("--tcp-reps", tcp_reps, "iperf3 runs per mode (median reported)")->capture_default_str();
+    CLI::App* loopback_cmd =
+        app.add_subcommand("loopback", "two nodes in this process on 127.0.0.1");
+    loopback_cmd
+        ->add_option("--reps", reps, "exchanges per variant after a warm-up (median reported)")
+        ->capture_default_str();
+    loopback_cmd->add_option("--tcp-seconds", tcp_seconds, "length of each iperf3 run")
+        ->capture_default_str();
+    loopback_cmd->add_option("--tcp-reps", tcp_reps, "iperf3 runs per mode (median reported)")
+        ->capture_default_str();
 
     std::string connect, tcp_out;
-    CLI::App* tcp_cmd = app.add_subcommand("tcp", "iperf3 client runs against a listening iperf3 server");
-    tcp_cmd->add_option("--connect", connect, "host:port of the server (or of a relay to it)")->required();
-    tcp_cmd->add_option("--out", tcp_out, "where to write the medians, for node --baseline")->required();
+    CLI::App* tcp_cmd =
+        app.add_subcommand("tcp", "iperf3 client runs against a listening iperf3 server");
+    tcp_cmd->add_option("--connect", connect, "host:port of the server (or of a relay to it)")
+        ->required();
+    tcp_cmd->add_option("--out", tcp_out, "where to write the medians, for node --baseline")
+        ->required();
     tcp_cmd->add_option("--seconds", tcp_seconds, "length of each run")->capture_default_str();
-    tcp_cmd->add_option("--reps", tcp_reps, "runs per mode (median reported)")->capture_default_str();
+    tcp_cmd->add_option("--reps", tcp_reps, "runs per mode (median reported)")
+        ->capture_default_str();
 
     NodeOptions node_options;
     CLI::App* node_cmd = app.add_subcommand("node", "one node of two, one per process");
     node_cmd->add_option("--listen", node_options.listen, "host:port to serve on")->required();
-    node_cmd->add_option("--announce", node_options.announce, "host:port the other node dials to reach this one");
-    node_cmd->add_option("--seed", node_options.seeds, "host:port of the other node, for the one started second");
-    node_cmd->add_option("--secret", node_options.secret, "swarm secret, the same on both")->required();
-    node_cmd->add_option("--reps", node_options.reps, "exchanges per variant after a warm-up")->capture_default_str();
+    node_cmd->add_option("--announce", node_options.announce,
+                         "host:port the other node dials to reach this one");
+    node_cmd->add_option("--seed", node_options.seeds,
+                         "host:port of the other node, for the one started second");
+    node_cmd->add_option("--secret", node_options.secret, "swarm secret, the same on both")
+        ->required();
+    node_cmd->add_option("--reps", node_options.reps, "exchanges per variant after a warm-up")
+        ->capture_default_str();
     node_cmd->add_option("--out", node_options.out, "where to write the figures (JSON)");
-    node_cmd->add_option("--baseline", node_options.baseline, "medians written by bench_exchange tcp on this path");
-    node_cmd->add_option("--link-gbit", node_options.link_gbit, "the link's rate each way, to report goodput against");
-    node_cmd->add_option("--wait-s", node_options.wait_s, "longest wait for the other node, and to pair")->capture_default_str();
+    node_cmd->add_option("--baseline", node_options.baseline,
+                         "medians written by bench_exchange tcp on this path");
+    node_cmd->add_option("--link-gbit", node_options.link_gbit,
+                         "the link's rate each way, to report goodput against");
+    node_cmd
+        ->add_option("--wait-s", node_options.wait_s,
+                     "longest wait for the other node, and to pair")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     spdlog::set_level(spdlog::level::warn);
 

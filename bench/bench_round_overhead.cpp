@@ -1,7 +1,8 @@
 // What starlingd adds to a round besides training and the exchange, for a model from a config
 // (default configs/124m.toml): packing the round's snapshot (phi, outer momentum, AdamW m and v:
 // 16 bytes a parameter; every round), hashing it into the manifest joiners verify (only when one
-// fetches it) and writing a checkpoint (fsynced; every checkpoint_every rounds). memcpy of the same bytes, measured in the same run, is the baseline. Medians of
+// fetches it) and writing a checkpoint (fsynced; every checkpoint_every rounds). memcpy of the same
+// bytes, measured in the same run, is the baseline. Medians of
 // --reps repetitions after one warm-up.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -33,28 +34,35 @@ int main(int argc, char** argv) {
     const size_t n = manifest.total();
     std::vector<float> phi(n, 0.01f), momentum(n, 0.001f), m(n, 1e-4f), v(n, 1e-8f);
     const size_t bytes = swarm_snapshot_bytes(n);
-    std::printf("model %s: %zu parameters, snapshot %.1f MB\n", config_path.c_str(), n, bytes / 1e6);
+    std::printf("model %s: %zu parameters, snapshot %.1f MB\n", config_path.c_str(), n,
+                bytes / 1e6);
 
     std::vector<std::byte> copy_target(bytes);
     const std::vector<std::byte> source = pack_swarm_snapshot({1, 2, 3}, phi, momentum, m, v);
-    const double memcpy_s = bench::median_seconds(reps, [&] { std::memcpy(copy_target.data(), source.data(), bytes); });
-    const double pack_s = bench::median_seconds(reps, [&] { (void)pack_swarm_snapshot({1, 2, 3}, phi, momentum, m, v); });
+    const double memcpy_s =
+        bench::median_seconds(reps, [&] { std::memcpy(copy_target.data(), source.data(), bytes); });
+    const double pack_s = bench::median_seconds(reps, [&] {
+        (void)pack_swarm_snapshot({1, 2, 3}, phi, momentum, m, v);
+    });
     // What SwarmNode does: refill a buffer a snapshot published a few rounds ago no longer uses.
-    const double repack_s =
-        bench::median_seconds(reps, [&] { pack_swarm_snapshot_into(copy_target, {1, 2, 3}, phi, momentum, m, v); });
+    const double repack_s = bench::median_seconds(reps, [&] {
+        pack_swarm_snapshot_into(copy_target, {1, 2, 3}, phi, momentum, m, v);
+    });
     const double manifest_s = bench::median_seconds(reps, [&] {
         const Snapshot snapshot(manifest.fingerprint(), 1, "bench", source);
         (void)snapshot.manifest();
     });
     uint64_t round = 0;
     const double checkpoint_s = bench::median_seconds(reps, [&] {
-        auto snapshot = std::make_shared<const Snapshot>(manifest.fingerprint(), ++round, "bench", source);
+        auto snapshot =
+            std::make_shared<const Snapshot>(manifest.fingerprint(), ++round, "bench", source);
         save_swarm_checkpoint(dir, 2, manifest.fingerprint(), {snapshot, {}});
     });
     std::filesystem::remove_all(dir);
 
     auto line = [&](const char* what, double s) {
-        std::printf("%-38s %8.3f s  %7.2f GB/s  %5.1fx memcpy\n", what, s, bytes / s / 1e9, s / memcpy_s);
+        std::printf("%-38s %8.3f s  %7.2f GB/s  %5.1fx memcpy\n", what, s, bytes / s / 1e9,
+                    s / memcpy_s);
     };
     line("memcpy (baseline)", memcpy_s);
     line("pack snapshot, fresh memory", pack_s);

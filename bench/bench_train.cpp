@@ -68,7 +68,8 @@ void run_model(const BenchModel& m, int steps) {
     model.init_weights(1);
     AdamW<float> adamw(ops, model.manifest(), AdamWConfig{});
     std::vector<int32_t> tokens(static_cast<size_t>(m.B) * m.T + 1);
-    for (size_t i = 0; i < tokens.size(); i++) tokens[i] = static_cast<int32_t>((i * 131 + 7) % 256);
+    for (size_t i = 0; i < tokens.size(); i++)
+        tokens[i] = static_cast<int32_t>((i * 131 + 7) % 256);
     std::vector<double> times;
     for (int s = 0; s < steps + 3; s++) {  // the first steps warm caches and page in arenas
         const auto start = Clock::now();
@@ -95,7 +96,8 @@ int main(int argc, char** argv) {
     int threads = 2, steps = 20, only = -1;
     CLI::App app{"bench_train: CPU training throughput"};
     app.add_option("--threads", threads, "threads (0 = all cores)")->capture_default_str();
-    app.add_option("--steps", steps, "timed steps per model (median reported)")->capture_default_str();
+    app.add_option("--steps", steps, "timed steps per model (median reported)")
+        ->capture_default_str();
     app.add_option("--only", only, "run just model number N, without the header (internal)");
     CLI11_PARSE(app, argc, argv);
     set_cpu_threads(threads);
@@ -116,14 +118,14 @@ int main(int argc, char** argv) {
     std::printf("  512 x 768 x 256 (qkv)    %8.1f GFLOP/s\n", sgemm_gflops(512, 768, 256, 50));
     std::printf("  512 x 1408 x 256 (mlp)   %8.1f GFLOP/s\n\n", sgemm_gflops(512, 1408, 256, 50));
 
-    std::printf("%-28s %11s %11s %12s %10s %9s %9s\n", "model", "params", "B x T", "step",
-                "tok/s", "GFLOP/s", "RSS MiB");
+    std::printf("%-28s %11s %11s %12s %10s %9s %9s\n", "model", "params", "B x T", "step", "tok/s",
+                "GFLOP/s", "RSS MiB");
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
     for (size_t i = 0; i < models.size(); i++) {
         std::fflush(stdout);
-        const std::string child = "'" + self + "' --threads " +
-                                  std::to_string(threads) + " --steps " + std::to_string(steps) +
-                                  " --only " + std::to_string(i);
+        const std::string child = "'" + self + "' --threads " + std::to_string(threads) +
+                                  " --steps " + std::to_string(steps) + " --only " +
+                                  std::to_string(i);
         if (std::system(child.c_str()) != 0) {
             std::fprintf(stderr, "%s: benchmark child failed\n", models[i].name);
             return 1;

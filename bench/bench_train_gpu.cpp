@@ -32,13 +32,10 @@ struct DevicePeak {
 };
 
 constexpr DevicePeak kPeaks[] = {
-    {"H100 PCIe", 51.2, 378.0, 756.0},
-    {"H100 NVL", 60.0, 417.0, 835.0},
+    {"H100 PCIe", 51.2, 378.0, 756.0}, {"H100 NVL", 60.0, 417.0, 835.0},
     {"H100", 66.9, 494.7, 989.4},  // SXM
-    {"H200", 66.9, 494.7, 989.4},
-    {"GH200", 66.9, 494.7, 989.4},
-    {"A100", 19.5, 156.0, 312.0},
-    {"L40S", 91.6, 183.0, 362.0},
+    {"H200", 66.9, 494.7, 989.4},      {"GH200", 66.9, 494.7, 989.4},
+    {"A100", 19.5, 156.0, 312.0},      {"L40S", 91.6, 183.0, 362.0},
 };
 
 std::optional<DevicePeak> peak_of(const std::string& device_name) {
@@ -91,8 +88,8 @@ cuda::CudaOps& gpu(const Backend& backend, size_t r) {
 }
 
 // One precision on the GPUs `device` names, `batch` sequences on each; returns tokens/s.
-double run(const TrainConfig& config, const std::string& device, const Precision& precision, int batch,
-           int steps, std::optional<double> one_gpu_tokens_per_s) {
+double run(const TrainConfig& config, const std::string& device, const Precision& precision,
+           int batch, int steps, std::optional<double> one_gpu_tokens_per_s) {
     const Backend backend = make_backend({device, 0, precision.name});
     const size_t gpus = backend.devices.size();
     const int B = batch * static_cast<int>(gpus), T = config.effective_seq_len();
@@ -116,14 +113,17 @@ double run(const TrainConfig& config, const std::string& device, const Precision
     const std::optional<DevicePeak> peak = peak_of(gpu(backend, 0).device().name);
     char mfu[32] = "unknown";
     if (peak) {
-        std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * tflops / (static_cast<double>(gpus) * ((*peak).*precision.peak)));
+        std::snprintf(mfu, sizeof mfu, "%.1f%%",
+                      100.0 * tflops / (static_cast<double>(gpus) * ((*peak).*precision.peak)));
     }
     char scaling[32] = "";
     if (one_gpu_tokens_per_s) {
-        std::snprintf(scaling, sizeof scaling, "%.1f%%", 100.0 * tokens_per_s / (static_cast<double>(gpus) * *one_gpu_tokens_per_s));
+        std::snprintf(scaling, sizeof scaling, "%.1f%%",
+                      100.0 * tokens_per_s / (static_cast<double>(gpus) * *one_gpu_tokens_per_s));
     }
-    std::printf("%-5s %4zu %9.1f ms %11.0f %9.1f %9s %14.1f %12.1f%%  %9.0f %8s\n", precision.name, gpus,
-                step * 1e3, tokens_per_s, tflops, mfu, ceiling, 100.0 * tflops / (static_cast<double>(gpus) * ceiling),
+    std::printf("%-5s %4zu %9.1f ms %11.0f %9.1f %9s %14.1f %12.1f%%  %9.0f %8s\n", precision.name,
+                gpus, step * 1e3, tokens_per_s, tflops, mfu, ceiling,
+                100.0 * tflops / (static_cast<double>(gpus) * ceiling),
                 group.peak_device_bytes() / 1048576.0, scaling);
     std::fflush(stdout);
     return tokens_per_s;
@@ -138,12 +138,14 @@ int main(int argc, char** argv) {
     std::optional<int> batch, seq;
     std::vector<std::string> maths = {"fp32", "tf32", "bf16"};
     CLI::App app{"bench_train_gpu: training throughput, MFU and memory on one GPU or several"};
-    app.add_option("--config", config_path, "model and batch from this TOML")->capture_default_str();
+    app.add_option("--config", config_path, "model and batch from this TOML")
+        ->capture_default_str();
     app.add_option("--device", device, "cuda:N, cuda:N,M,... or cuda:all")->capture_default_str();
     app.add_option("--batch", batch, "sequences per step on each GPU (default: the config's)");
     app.add_option("--seq", seq, "tokens per sequence (default: the model's context)");
     app.add_option("--steps", steps, "timed steps (median reported)")->capture_default_str();
-    app.add_option("--math", maths, "matmul precisions to run: fp32, tf32, bf16")->capture_default_str();
+    app.add_option("--math", maths, "matmul precisions to run: fp32, tf32, bf16")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
     DeviceChoice choice;
@@ -154,8 +156,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (choice.kind != DeviceChoice::Kind::Cuda) {
-        std::fprintf(stderr, "bench_train_gpu: --device %s names no GPU (cuda:N, cuda:N,M,... or cuda:all)\n",
-                     device.c_str());
+        std::fprintf(
+            stderr,
+            "bench_train_gpu: --device %s names no GPU (cuda:N, cuda:N,M,... or cuda:all)\n",
+            device.c_str());
         return 1;
     }
     std::string reason;
@@ -168,11 +172,12 @@ int main(int argc, char** argv) {
     if (seq) config.seq_len = *seq;
     config.validate();
     const ModelConfig& m = config.model;
-    std::printf("%s: L%d H%d C%d F%d V%d, %.2fM parameters, batch %d x %d tokens per GPU, %.2f GFLOP "
-                "per token; median of %d steps after 3 warm-up steps\n",
-                config_path.c_str(), m.n_layer, m.n_head, m.d_model, m.d_ff, m.vocab_size,
-                m.num_parameters() / 1e6, config.batch_size, config.effective_seq_len(),
-                m.flops_per_token(config.effective_seq_len()) / 1e9, steps);
+    std::printf(
+        "%s: L%d H%d C%d F%d V%d, %.2fM parameters, batch %d x %d tokens per GPU, %.2f GFLOP "
+        "per token; median of %d steps after 3 warm-up steps\n",
+        config_path.c_str(), m.n_layer, m.n_head, m.d_model, m.d_ff, m.vocab_size,
+        m.num_parameters() / 1e6, config.batch_size, config.effective_seq_len(),
+        m.flops_per_token(config.effective_seq_len()) / 1e9, steps);
     const bool several = choice.all_gpus ? cuda::cuda_device_count() > 1 : choice.gpus.size() > 1;
     const std::string first = "cuda:" + std::to_string(choice.all_gpus ? 0 : choice.gpus.front());
     std::printf("%-5s %4s %12s %11s %9s %9s %14s %13s %10s %8s\n", "math", "gpus", "step", "tok/s",
@@ -186,12 +191,14 @@ int main(int argc, char** argv) {
             return 1;
         }
         std::optional<double> one_gpu;
-        if (several) one_gpu = run(config, first, *precision, config.batch_size, steps, std::nullopt);
+        if (several)
+            one_gpu = run(config, first, *precision, config.batch_size, steps, std::nullopt);
         run(config, device, *precision, config.batch_size, steps, one_gpu);
     }
-    std::printf("device: %s; MFU is model FLOP/s over the dense peak of all the GPUs for that precision; "
-                "gemm is an 8192^3 cuBLAS product on one GPU in the same precision and run; scaling is "
-                "tok/s over the GPU count times one GPU's tok/s, measured just before\n",
-                make_backend({device, 0, "fp32"}).description.c_str());
+    std::printf(
+        "device: %s; MFU is model FLOP/s over the dense peak of all the GPUs for that precision; "
+        "gemm is an 8192^3 cuBLAS product on one GPU in the same precision and run; scaling is "
+        "tok/s over the GPU count times one GPU's tok/s, measured just before\n",
+        make_backend({device, 0, "fp32"}).description.c_str());
     return 0;
 }

@@ -33,8 +33,10 @@ int main(int argc, char** argv) {
     int warmup = 200, inner = 50;
     CLI::App app{"bench_wire: bytes per parameter of real messages, with and without zstd"};
     app.add_option("--config", config_path, "model to train")->capture_default_str();
-    app.add_option("--data-dir", data_dir, "prepared shards (starling data prepare)")->capture_default_str();
-    app.add_option("--warmup", warmup, "steps before the round starts (phi)")->capture_default_str();
+    app.add_option("--data-dir", data_dir, "prepared shards (starling data prepare)")
+        ->capture_default_str();
+    app.add_option("--warmup", warmup, "steps before the round starts (phi)")
+        ->capture_default_str();
     app.add_option("--inner", inner, "inner steps of the round (theta)")->capture_default_str();
     CLI11_PARSE(app, argc, argv);
     spdlog::set_level(spdlog::level::warn);
@@ -58,8 +60,8 @@ int main(int argc, char** argv) {
 
     std::printf("%s: %zu parameters, delta over %d inner steps after %d warm-up steps\n\n",
                 config_path.c_str(), n, inner, warmup);
-    std::printf("%-7s %-8s %-32s %12s %12s %8s\n", "kind", "codec", "source", "B/param", "zstd B/param",
-                "ratio");
+    std::printf("%-7s %-8s %-32s %12s %12s %8s\n", "kind", "codec", "source", "B/param",
+                "zstd B/param", "ratio");
     struct Row {
         codec::PlanKind kind;
         codec::Codec codec;
@@ -77,8 +79,10 @@ int main(int argc, char** argv) {
     };
     for (const Row& r : rows) {
         const codec::MessagePlan plan = codec::make_plan(model.manifest(), r.kind, r.codec);
-        const double raw = static_cast<double>(message_bytes(plan, r.source, false, r.feedback)) / n;
-        const double packed = static_cast<double>(message_bytes(plan, r.source, true, r.feedback)) / n;
+        const double raw =
+            static_cast<double>(message_bytes(plan, r.source, false, r.feedback)) / n;
+        const double packed =
+            static_cast<double>(message_bytes(plan, r.source, true, r.feedback)) / n;
         std::printf("%-7s %-8s %-32s %12.4f %12.4f %7.3fx\n",
                     std::string(codec::plan_kind_name(r.kind)).c_str(),
                     std::string(codec::codec_name(r.codec)).c_str(), r.what, raw, packed,

@@ -30,7 +30,8 @@ int connect_to(const starling::HostPort& at) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    if (getaddrinfo(at.host.c_str(), std::to_string(at.port).c_str(), &hints, &found) != 0) return -1;
+    if (getaddrinfo(at.host.c_str(), std::to_string(at.port).c_str(), &hints, &found) != 0)
+        return -1;
     int fd = -1;
     for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
@@ -88,9 +89,11 @@ private:
             }
             std::this_thread::sleep_until(piece.due);
             for (size_t sent = 0; sent < piece.bytes.size();) {
-                // MSG_NOSIGNAL: a peer that resets its connection (iperf3 closing a data socket with
-                // bytes unread) must end this connection's pipes, not the whole relay by SIGPIPE.
-                const ssize_t n = send(to_, piece.bytes.data() + sent, piece.bytes.size() - sent, MSG_NOSIGNAL);
+                // MSG_NOSIGNAL: a peer that resets its connection (iperf3 closing a data socket
+                // with bytes unread) must end this connection's pipes, not the whole relay by
+                // SIGPIPE.
+                const ssize_t n =
+                    send(to_, piece.bytes.data() + sent, piece.bytes.size() - sent, MSG_NOSIGNAL);
                 if (n <= 0) {
                     std::lock_guard lock(mutex_);
                     failed_ = true;
@@ -126,7 +129,8 @@ int main(int argc, char** argv) {
     app.add_option("--listen", listen_text, "host:port to accept on")->required();
     app.add_option("--target", target_text, "host:port to forward to")->required();
     app.add_option("--delay-ms", delay_ms, "one-way delay added in each direction");
-    app.add_option("--max-buffer-mb", max_buffer_mb, "bytes held per direction before reading pauses");
+    app.add_option("--max-buffer-mb", max_buffer_mb,
+                   "bytes held per direction before reading pauses");
     CLI11_PARSE(app, argc, argv);
     const auto listen_at = starling::parse_host_port(listen_text);
     const auto target = starling::parse_host_port(target_text);
@@ -141,11 +145,13 @@ int main(int argc, char** argv) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(listen_at->port);
     if (inet_pton(AF_INET, listen_at->host.c_str(), &addr.sin_addr) != 1 ||
-        bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(server, 64) != 0) {
+        bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        listen(server, 64) != 0) {
         std::perror(("delay_relay: cannot listen on " + listen_text).c_str());
         return 1;
     }
-    std::printf("delay_relay: %s -> %s, %d ms each way\n", listen_text.c_str(), target_text.c_str(), delay_ms);
+    std::printf("delay_relay: %s -> %s, %d ms each way\n", listen_text.c_str(), target_text.c_str(),
+                delay_ms);
     std::fflush(stdout);
     for (;;) {
         const int client = accept(server, nullptr, nullptr);
@@ -156,7 +162,8 @@ int main(int argc, char** argv) {
             close(client);
             continue;
         }
-        for (int fd : {client, upstream}) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
+        for (int fd : {client, upstream})
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
         std::thread([=] {
             const auto delay = std::chrono::milliseconds(delay_ms);
             DelayedPipe up(client, upstream, delay, max_buffer_mb << 20);

@@ -4,7 +4,8 @@
 
 namespace starling::bench {
 DeltaModel::DeltaModel(const ModelConfig& config)
-    : manifest(config), plan(codec::make_plan(manifest, codec::PlanKind::Delta, codec::Codec::Q8)),
+    : manifest(config),
+      plan(codec::make_plan(manifest, codec::PlanKind::Delta, codec::Codec::Q8)),
       delta(manifest.total()) {
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(1e-3 * normal_at(7, i));
 }
@@ -13,15 +14,16 @@ const char* encoding_name(Encoding encoding) {
     return encoding == Encoding::WhileSending ? "end to end" : "transport only";
 }
 
-RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t partner, uint64_t round,
-                             Encoding encoding, std::vector<float>& received)
+RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t partner,
+                             uint64_t round, Encoding encoding, std::vector<float>& received)
     : partner_(partner),
       round_(round),
       encoder_(model.plan, {self, round, 0}, model.delta.data(), nullptr, false),
       encoding_(encoding),
       decoder_(model.manifest.fingerprint(), model.manifest, received.data(), received.size()) {
     if (encoding == Encoding::Beforehand) {
-        auto parts = codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
+        auto parts =
+            codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
         header_ = std::move(parts.front());
         for (size_t i = 1; i < parts.size(); ++i)
             chunks_.push_back(std::make_shared<std::vector<std::byte>>(std::move(parts[i])));
@@ -29,7 +31,8 @@ RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t pa
 }
 
 ExchangeSlot RoundMessages::slot() {
-    if (encoding_ == Encoding::WhileSending) return {round_, partner_, outgoing_message(encoder_), decoder_, {}, 0};
+    if (encoding_ == Encoding::WhileSending)
+        return {round_, partner_, outgoing_message(encoder_), decoder_, {}, 0};
     OutgoingMessage handed_over{header_, [this](ChunkBuffer& out) {
                                     if (next_chunk_ == chunks_.size()) return false;
                                     out = chunks_[next_chunk_++];

@@ -1,5 +1,6 @@
 // What the exchange benchmark sends: a Q8 delta of a model (configs/124m.toml by default), its
-// values normal with std 1e-3 like the change of a few hundred steps, and where the partner's lands.
+// values normal with std 1e-3 like the change of a few hundred steps, and where the partner's
+// lands.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,8 @@ const char* encoding_name(Encoding encoding);  // "end to end", "transport only"
 // built before the clock starts. Both carry the round and the sender, which the exchange checks.
 class RoundMessages {
 public:
-    RoundMessages(const DeltaModel& model, uint64_t self, uint64_t partner, uint64_t round, Encoding encoding,
-                  std::vector<float>& received);
+    RoundMessages(const DeltaModel& model, uint64_t self, uint64_t partner, uint64_t round,
+                  Encoding encoding, std::vector<float>& received);
     RoundMessages(const RoundMessages&) = delete;
     RoundMessages& operator=(const RoundMessages&) = delete;
 

@@ -53,14 +53,17 @@ std::string output_of(const std::vector<std::string>& args) {
 // One client run; bits per second received, summed over both directions with --bidir. The
 // coreutils timeout bounds a run whose server stops answering.
 double client_run(const std::string& host, uint16_t port, int seconds, bool bidir) {
-    std::vector<std::string> args = {"timeout", std::to_string(seconds + 30), "iperf3", "-c", host, "-p",
-                                     std::to_string(port), "-t", std::to_string(seconds), "-J"};
+    std::vector<std::string> args = {
+        "timeout", std::to_string(seconds + 30), "iperf3", "-c", host, "-p", std::to_string(port),
+        "-t",      std::to_string(seconds),      "-J"};
     if (bidir) args.push_back("--bidir");
     const std::string output = output_of(args);
     const auto doc = nlohmann::json::parse(output, nullptr, false);
     if (doc.is_discarded())
-        throw Error("iperf3 printed no JSON (is it installed? scripts/setup installs it): " + output.substr(0, 200));
-    if (doc.contains("error")) throw Error("iperf3 to " + host + ":" + std::to_string(port) + ": " + doc["error"].dump());
+        throw Error("iperf3 printed no JSON (is it installed? scripts/setup installs it): " +
+                    output.substr(0, 200));
+    if (doc.contains("error"))
+        throw Error("iperf3 to " + host + ":" + std::to_string(port) + ": " + doc["error"].dump());
     try {
         const auto& end = doc.at("end");
         double bps = end.at("sum_received").at("bits_per_second").get<double>();
@@ -79,7 +82,8 @@ double client_run_patiently(const std::string& host, uint16_t port, int seconds,
             return client_run(host, port, seconds, bidir);
         } catch (const Error& e) {
             const std::string error = e.what();
-            const bool refused = error.find("unable to connect") != std::string::npos || error.find("busy") != std::string::npos;
+            const bool refused = error.find("unable to connect") != std::string::npos ||
+                                 error.find("busy") != std::string::npos;
             if (!refused || attempt == 50) throw;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -136,7 +140,8 @@ TcpRates medians(int reps, Run&& run) {
 }  // namespace
 
 TcpRates iperf3_rates(const std::string& host, uint16_t port, int seconds, int reps) {
-    return medians(reps, [&](bool bidir) { return client_run_patiently(host, port, seconds, bidir); });
+    return medians(reps,
+                   [&](bool bidir) { return client_run_patiently(host, port, seconds, bidir); });
 }
 
 TcpRates iperf3_loopback_rates(int seconds, int reps) {

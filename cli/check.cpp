@@ -23,7 +23,6 @@
 #include "kernels/backend.h"
 #include "peer/tls.h"
 
-
 namespace starling::cli {
 
 namespace fs = std::filesystem;
@@ -32,18 +31,16 @@ namespace {
 
 const char* level_word(CheckLevel level) {
     switch (level) {
-        case CheckLevel::Ok:
-            return "ok";
-        case CheckLevel::Warn:
-            return "warn";
-        case CheckLevel::Fail:
-            return "FAIL";
+        case CheckLevel::Ok: return "ok";
+        case CheckLevel::Warn: return "warn";
+        case CheckLevel::Fail: return "FAIL";
     }
     return "?";
 }
 
 std::string gpu_summary(int devices, const std::string& reason) {
-    return devices > 0 ? fmt::format("{} CUDA device(s) usable", devices) : "no usable GPU (" + reason + ")";
+    return devices > 0 ? fmt::format("{} CUDA device(s) usable", devices)
+                       : "no usable GPU (" + reason + ")";
 }
 
 // The tokens in the dir's shards of one split; opening a shard validates its header and size.
@@ -78,7 +75,8 @@ std::string write_problem(const fs::path& dir) {
 }  // namespace
 
 std::string format_check(const CheckResult& result) {
-    std::string text = fmt::format("{:<4}  {}: {}\n", level_word(result.level), result.name, result.detail);
+    std::string text =
+        fmt::format("{:<4}  {}: {}\n", level_word(result.level), result.name, result.detail);
     if (result.level != CheckLevel::Ok) text += fmt::format("      fix: {}\n", result.fix);
     return text;
 }
@@ -97,12 +95,14 @@ CheckResult check_device(const NodeConfig& config) {
         gpus.resize(static_cast<size_t>(devices));
         std::iota(gpus.begin(), gpus.end(), 0);
     }
-    const auto missing = std::find_if(gpus.begin(), gpus.end(), [&](int gpu) { return gpu >= devices; });
+    const auto missing =
+        std::find_if(gpus.begin(), gpus.end(), [&](int gpu) { return gpu >= devices; });
     if (choice.kind == DeviceChoice::Kind::Cuda && (gpus.empty() || missing != gpus.end())) {
         const std::string which = gpus.empty() ? train.device : "cuda:" + std::to_string(*missing);
-        return {CheckLevel::Fail, "device",
-                fmt::format("{}: not available, {}", which, gpu_summary(devices, reason)),
-                "set [train].device to \"auto\" (a GPU when there is one, else the CPU) or \"cpu\""};
+        return {
+            CheckLevel::Fail, "device",
+            fmt::format("{}: not available, {}", which, gpu_summary(devices, reason)),
+            "set [train].device to \"auto\" (a GPU when there is one, else the CPU) or \"cpu\""};
     }
     if (gpus.size() > 1 && train.batch_size % static_cast<int>(gpus.size()) != 0) {
         return {CheckLevel::Fail, "device",
@@ -125,14 +125,16 @@ CheckResult check_data(const NodeConfig& config) {
         const std::vector<std::string> train = list_shards(dir, "train");
         const std::vector<std::string> val = list_shards(dir, "val");
         return {CheckLevel::Ok, "data",
-                fmt::format("{}: {} train shard(s) of {} tokens, {} val shard(s) of {} tokens", dir, train.size(),
-                            count_tokens(train), val.size(), count_tokens(val)),
+                fmt::format("{}: {} train shard(s) of {} tokens, {} val shard(s) of {} tokens", dir,
+                            train.size(), count_tokens(train), val.size(), count_tokens(val)),
                 ""};
     } catch (const Error& e) {
-        return {CheckLevel::Fail, "data", e.what(),
-                fmt::format("starling data prepare --out {} (or set [data].dir, STARLING_DATA_DIR, to prepared "
-                            "shards)",
-                            dir)};
+        return {
+            CheckLevel::Fail, "data", e.what(),
+            fmt::format(
+                "starling data prepare --out {} (or set [data].dir, STARLING_DATA_DIR, to prepared "
+                "shards)",
+                dir)};
     }
 }
 
@@ -142,18 +144,22 @@ CheckResult check_tokenizer(const NodeConfig& config) {
         const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(data.tokenizer);
         check_shards_tokenizer(data.dir, data.tokenizer);
         return {CheckLevel::Ok, "tokenizer",
-                fmt::format("{}, model vocabulary {}", tokenizer->describe(), config.swarm.train.model.vocab_size),
+                fmt::format("{}, model vocabulary {}", tokenizer->describe(),
+                            config.swarm.train.model.vocab_size),
                 ""};
     } catch (const Error& e) {
-        return {CheckLevel::Fail, "tokenizer", e.what(),
-                fmt::format("prepare the shards with the configured tokenizer: starling data prepare{} --out {}",
-                            data.tokenizer.empty() ? "" : " --tokenizer " + data.tokenizer, data.dir)};
+        return {
+            CheckLevel::Fail, "tokenizer", e.what(),
+            fmt::format(
+                "prepare the shards with the configured tokenizer: starling data prepare{} --out {}",
+                data.tokenizer.empty() ? "" : " --tokenizer " + data.tokenizer, data.dir)};
     }
 }
 
 CheckResult check_data_dir(const NodeConfig& config) {
     const fs::path& dir = config.data_dir;
-    const std::string move_it = "set [node].data_dir (or --data-dir) to a directory this user can write";
+    const std::string move_it =
+        "set [node].data_dir (or --data-dir) to a directory this user can write";
     fs::path base;
     try {
         base = existing_ancestor(dir);
@@ -162,12 +168,14 @@ CheckResult check_data_dir(const NodeConfig& config) {
     }
     std::error_code error;
     if (!fs::is_directory(base, error))
-        return {CheckLevel::Fail, "data_dir", fmt::format("{} is not a directory", base.string()), move_it};
+        return {CheckLevel::Fail, "data_dir", fmt::format("{} is not a directory", base.string()),
+                move_it};
     if (const std::string problem = write_problem(base); !problem.empty())
-        return {CheckLevel::Fail, "data_dir", fmt::format("cannot write in {}: {}", base.string(), problem), move_it};
+        return {CheckLevel::Fail, "data_dir",
+                fmt::format("cannot write in {}: {}", base.string(), problem), move_it};
 
-    // What the daemon keeps: keep_checkpoints snapshots (daemon/swarm/swarm_snapshot.h: 32 + 16 n bytes)
-    // and one more being written before the oldest is pruned.
+    // What the daemon keeps: keep_checkpoints snapshots (daemon/swarm/swarm_snapshot.h: 32 + 16 n
+    // bytes) and one more being written before the oldest is pruned.
     const uint64_t parameters = static_cast<uint64_t>(config.swarm.train.model.num_parameters());
     const uint64_t per_checkpoint = 32 + 16 * parameters;
     const uint64_t needed = (static_cast<uint64_t>(config.keep_checkpoints) + 1) * per_checkpoint;
@@ -178,13 +186,16 @@ CheckResult check_data_dir(const NodeConfig& config) {
                 "make sure it has room for " + human_bytes(needed)};
     if (const auto holder = data_dir_lock_holder(dir))
         return {CheckLevel::Fail, "data_dir",
-                fmt::format("{} is in use by a running starlingd ({} holds its LOCK)", dir.string(), *holder),
+                fmt::format("{} is in use by a running starlingd ({} holds its LOCK)", dir.string(),
+                            *holder),
                 "stop that daemon first, or give this node a data directory of its own"};
-    const std::string where =
-        fs::exists(dir, error) ? dir.string() : dir.string() + " (created under " + base.string() + ")";
-    const std::string detail = fmt::format("{}: writable, {} free, checkpoints need {} ({} + 1 in flight of {})",
-                                           where, human_bytes(space.available), human_bytes(needed),
-                                           config.keep_checkpoints, human_bytes(per_checkpoint));
+    const std::string where = fs::exists(dir, error)
+                                  ? dir.string()
+                                  : dir.string() + " (created under " + base.string() + ")";
+    const std::string detail =
+        fmt::format("{}: writable, {} free, checkpoints need {} ({} + 1 in flight of {})", where,
+                    human_bytes(space.available), human_bytes(needed), config.keep_checkpoints,
+                    human_bytes(per_checkpoint));
     if (space.available < needed)
         return {CheckLevel::Warn, "data_dir", detail,
                 "free space there, lower [swarm].keep_checkpoints or move [node].data_dir"};
@@ -202,17 +213,19 @@ CheckResult check_credentials(const NodeConfig& config) {
                                 peer.swarm_secret.empty() ? "" : " and a swarm secret (not shown)"),
                     ""};
         } catch (const Error& e) {
-            return {CheckLevel::Fail, "secret/TLS", e.what(),
-                    "set [peer].tls_ca, tls_cert and tls_key to readable PEM files: a CA bundle, a certificate it "
-                    "signed and that certificate's key"};
+            return {
+                CheckLevel::Fail, "secret/TLS", e.what(),
+                "set [peer].tls_ca, tls_cert and tls_key to readable PEM files: a CA bundle, a certificate it "
+                "signed and that certificate's key"};
         }
     }
     // Anyone who guesses the secret can join the swarm and feed it weights.
     constexpr size_t kShortSecret = 16;
-    const std::string detail = "a swarm secret (not shown), no TLS: peers are authenticated, traffic is not encrypted";
+    const std::string detail =
+        "a swarm secret (not shown), no TLS: peers are authenticated, traffic is not encrypted";
     if (peer.swarm_secret.size() < kShortSecret)
-        return {CheckLevel::Warn, "secret/TLS", fmt::format("{}; the secret is shorter than {} characters", detail,
-                                                            kShortSecret),
+        return {CheckLevel::Warn, "secret/TLS",
+                fmt::format("{}; the secret is shorter than {} characters", detail, kShortSecret),
                 "use a long random secret on every node, e.g. from `openssl rand -hex 32`"};
     return {CheckLevel::Ok, "secret/TLS", detail, ""};
 }
@@ -223,11 +236,12 @@ int run_check(const CheckOptions& options) {
         config = load_node_config(options.config_path);
         apply_node_flags(options.flags, config);
     } catch (const std::exception& e) {  // starling::Error naming the file and key, or a TOML error
-        std::fputs(format_check({CheckLevel::Fail, "config", e.what(),
-                                 "correct that key in the file (or its STARLING_<SECTION>_<KEY> variable, "
-                                 "or the flag that sets it)"})
-                       .c_str(),
-                   stdout);
+        std::fputs(
+            format_check({CheckLevel::Fail, "config", e.what(),
+                          "correct that key in the file (or its STARLING_<SECTION>_<KEY> variable, "
+                          "or the flag that sets it)"})
+                .c_str(),
+            stdout);
         return 1;
     }
     int failed = 0;
@@ -240,14 +254,15 @@ int run_check(const CheckOptions& options) {
     };
     report({CheckLevel::Ok, "config",
             fmt::format("{}: {} parameters, method {}, swarm \"{}\"", options.config_path,
-                        config.swarm.train.model.num_parameters(), swarm_method_name(config.swarm.method),
-                        config.swarm.peer.swarm_id),
+                        config.swarm.train.model.num_parameters(),
+                        swarm_method_name(config.swarm.method), config.swarm.peer.swarm_id),
             ""});
     if (const std::vector<std::string> unknown = unknown_starling_variables(); !unknown.empty()) {
         std::string names;
         for (const std::string& name : unknown) names += (names.empty() ? "" : ", ") + name;
-        report({CheckLevel::Warn, "environment", names + ": not Starling settings, ignored",
-                "fix the spelling: a setting's variable is STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS"});
+        report(
+            {CheckLevel::Warn, "environment", names + ": not Starling settings, ignored",
+             "fix the spelling: a setting's variable is STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS"});
     }
     report(check_device(config));
     report(check_data(config));
@@ -258,10 +273,12 @@ int run_check(const CheckOptions& options) {
     report(check_seeds(config));
     report(check_credentials(config));
     if (failed > 0) {
-        std::printf("%d check(s) failed: starlingd would not start or not work with this config\n", failed);
+        std::printf("%d check(s) failed: starlingd would not start or not work with this config\n",
+                    failed);
         return 1;
     }
-    std::printf("ready to start starlingd%s\n", warned > 0 ? fmt::format(" ({} warning(s))", warned).c_str() : "");
+    std::printf("ready to start starlingd%s\n",
+                warned > 0 ? fmt::format(" ({} warning(s))", warned).c_str() : "");
     return 0;
 }
 

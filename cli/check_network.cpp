@@ -57,19 +57,21 @@ AddrInfoList resolve(const std::string& host, uint16_t port, int flags) {
 
 // "" when one address of the list accepts a connection before the deadline.
 std::string connect_one(const addrinfo& address, std::chrono::steady_clock::time_point deadline) {
-    const Socket socket(::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const Socket socket(
+        ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (socket.fd() < 0) return std::strerror(errno);
     if (::connect(socket.fd(), address.ai_addr, address.ai_addrlen) == 0) return "";
     if (errno != EINPROGRESS) return std::strerror(errno);
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     pollfd wait{socket.fd(), POLLOUT, 0};
     const int ready = ::poll(&wait, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (ready < 0) return std::strerror(errno);
     if (ready == 0) return "no answer";
     int error = 0;
     socklen_t size = sizeof(error);
-    if (::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &size) != 0) return std::strerror(errno);
+    if (::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &size) != 0)
+        return std::strerror(errno);
     return error == 0 ? "" : std::strerror(error);
 }
 
@@ -97,7 +99,8 @@ bool collide(const HostPort& a, const HostPort& b) {
 
 }  // namespace
 
-std::string connect_problem(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+std::string connect_problem(const std::string& host, uint16_t port,
+                            std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     AddrInfoList list;
     try {
@@ -110,7 +113,8 @@ std::string connect_problem(const std::string& host, uint16_t port, std::chrono:
         problem = connect_one(*at, deadline);
         if (problem.empty()) return "";
     }
-    return problem == "no answer" ? fmt::format("no answer within {} ms", timeout.count()) : problem;
+    return problem == "no answer" ? fmt::format("no answer within {} ms", timeout.count())
+                                  : problem;
 }
 
 std::string bind_problem(const std::string& host, uint16_t port) {
@@ -136,7 +140,8 @@ std::string bind_problem(const std::string& host, uint16_t port) {
         } else if (errno == EADDRINUSE) {
             return "in use";
         } else {
-            problem = std::strerror(errno);  // e.g. ::1 on a host without IPv6: fine if another binds
+            problem =
+                std::strerror(errno);  // e.g. ::1 on a host without IPv6: fine if another binds
         }
     }
     return bound ? "" : problem;
@@ -148,9 +153,10 @@ std::vector<CheckResult> check_ports(const NodeConfig& config) {
     for (const Listener& listener : listeners(config)) {
         const auto at = parse_host_port(listener.text);
         if (!at) {
-            results.push_back({CheckLevel::Fail, "ports",
-                               fmt::format("{} address '{}' is not host:port", listener.role, listener.text),
-                               "set " + listener.key + " to host:port"});
+            results.push_back(
+                {CheckLevel::Fail, "ports",
+                 fmt::format("{} address '{}' is not host:port", listener.role, listener.text),
+                 "set " + listener.key + " to host:port"});
             continue;
         }
         std::optional<std::string> clash;
@@ -158,22 +164,25 @@ std::vector<CheckResult> check_ports(const NodeConfig& config) {
             if (collide(*at, other_at)) clash = other.role + " " + other.text;
         parsed.emplace_back(listener, *at);
         if (clash) {
-            results.push_back({CheckLevel::Fail, "ports",
-                               fmt::format("{} {} takes the port of {}", listener.role, listener.text, *clash),
-                               "give " + listener.key + " a port of its own"});
+            results.push_back(
+                {CheckLevel::Fail, "ports",
+                 fmt::format("{} {} takes the port of {}", listener.role, listener.text, *clash),
+                 "give " + listener.key + " a port of its own"});
             continue;
         }
         const std::string problem = bind_problem(at->host, at->port);
         if (problem.empty()) {
-            results.push_back(
-                {CheckLevel::Ok, "ports", fmt::format("{} {} is free", listener.role, listener.text), ""});
+            results.push_back({CheckLevel::Ok, "ports",
+                               fmt::format("{} {} is free", listener.role, listener.text), ""});
         } else if (problem == "in use") {
-            results.push_back({CheckLevel::Fail, "ports", fmt::format("{} {} is in use", listener.role, listener.text),
+            results.push_back({CheckLevel::Fail, "ports",
+                               fmt::format("{} {} is in use", listener.role, listener.text),
                                "another starlingd running? stop it, or change " + listener.key});
         } else {
-            results.push_back({CheckLevel::Fail, "ports",
-                               fmt::format("{} {} cannot be bound: {}", listener.role, listener.text, problem),
-                               "set " + listener.key + " to an address of this machine"});
+            results.push_back(
+                {CheckLevel::Fail, "ports",
+                 fmt::format("{} {} cannot be bound: {}", listener.role, listener.text, problem),
+                 "set " + listener.key + " to an address of this machine"});
         }
     }
     return results;
@@ -182,18 +191,22 @@ std::vector<CheckResult> check_ports(const NodeConfig& config) {
 CheckResult check_announce(const NodeConfig& config) {
     const PeerConfig& peer = config.swarm.peer;
     const auto listen = parse_host_port(peer.listen);
-    // Port 0 asks for any free port, known only once the node binds; a stand-in serves for the rule.
+    // Port 0 asks for any free port, known only once the node binds; a stand-in serves for the
+    // rule.
     constexpr uint16_t kStandInPort = 7700;
     const uint16_t port = listen && listen->port != 0 ? listen->port : kStandInPort;
     const bool port_at_start = listen && listen->port == 0 && peer.announce.empty();
     try {
-        const std::string address = choose_announce_address(peer.listen, peer.announce, port, peer.seeds);
-        const std::string shown = port_at_start ? listen->host + " on the port it gets at start" : address;
+        const std::string address =
+            choose_announce_address(peer.listen, peer.announce, port, peer.seeds);
+        const std::string shown =
+            port_at_start ? listen->host + " on the port it gets at start" : address;
         return {CheckLevel::Ok, "announce", "peers will dial " + shown, ""};
     } catch (const Error& e) {
-        return {CheckLevel::Fail, "announce", e.what(),
-                "set [peer].announce (or --announce) to the host:port other nodes can dial, and [peer].listen to "
-                "an address that accepts them"};
+        return {
+            CheckLevel::Fail, "announce", e.what(),
+            "set [peer].announce (or --announce) to the host:port other nodes can dial, and [peer].listen to "
+            "an address that accepts them"};
     }
 }
 
@@ -211,7 +224,8 @@ CheckResult check_seeds(const NodeConfig& config) {
         const auto at = parse_host_port(seed);
         if (!at || at->port == 0) {
             malformed.push_back("'" + seed + "'");
-        } else if (const std::string problem = connect_problem(at->host, at->port, kSeedConnectTimeout);
+        } else if (const std::string problem =
+                       connect_problem(at->host, at->port, kSeedConnectTimeout);
                    !problem.empty()) {
             unreachable.push_back(fmt::format("{} ({})", seed, problem));
         } else {
@@ -224,7 +238,8 @@ CheckResult check_seeds(const NodeConfig& config) {
             }
             const std::string& why = answer.problem;
             if (answer.member) {
-                if (const std::string differs = incompatibility(*answer.member, self); !differs.empty())
+                if (const std::string differs = incompatibility(*answer.member, self);
+                    !differs.empty())
                     incompatible.push_back(fmt::format("{} {}", seed, differs));
             } else if (why.find("peer auth") != std::string::npos) {
                 refused.push_back(fmt::format("{} ({})", seed, why));
@@ -234,26 +249,30 @@ CheckResult check_seeds(const NodeConfig& config) {
         }
     }
     if (!incompatible.empty())
-        return {CheckLevel::Fail, "seeds",
-                fmt::format("{} of {} can never pair with this node: {}", incompatible.size(), seeds.size(),
-                            fmt::join(incompatible, "; ")),
-                "use the swarm's config for [model] and [peer].swarm_id (every node of a swarm trains the same model)"};
+        return {
+            CheckLevel::Fail, "seeds",
+            fmt::format("{} of {} can never pair with this node: {}", incompatible.size(),
+                        seeds.size(), fmt::join(incompatible, "; ")),
+            "use the swarm's config for [model] and [peer].swarm_id (every node of a swarm trains the same model)"};
     if (!refused.empty())
-        return {CheckLevel::Fail, "seeds",
-                fmt::format("{} of {} refused this node's credentials: {}", refused.size(), seeds.size(),
-                            fmt::join(refused, ", ")),
-                "use the swarm's [peer].secret (or its CA and certificates): with these the node would train alone"};
-    const std::string unreachable_text =
-        fmt::format("{} of {} unreachable: {}", unreachable.size(), seeds.size(), fmt::join(unreachable, ", "));
+        return {
+            CheckLevel::Fail, "seeds",
+            fmt::format("{} of {} refused this node's credentials: {}", refused.size(),
+                        seeds.size(), fmt::join(refused, ", ")),
+            "use the swarm's [peer].secret (or its CA and certificates): with these the node would train alone"};
+    const std::string unreachable_text = fmt::format("{} of {} unreachable: {}", unreachable.size(),
+                                                     seeds.size(), fmt::join(unreachable, ", "));
     if (!malformed.empty())
         return {CheckLevel::Fail, "seeds",
                 fmt::format("not host:port: {}{}", fmt::join(malformed, ", "),
                             unreachable.empty() ? "" : "; " + unreachable_text),
                 "write each of [peer].seeds (or --seed) as host:port"};
     if (!unreachable.empty())
-        return {CheckLevel::Warn, "seeds", unreachable_text,
-                "check the addresses and firewalls; the node starts anyway and keeps retrying its seeds"};
-    return {CheckLevel::Ok, "seeds", fmt::format("{} reachable: {}", seeds.size(), fmt::join(seeds, ", ")), ""};
+        return {
+            CheckLevel::Warn, "seeds", unreachable_text,
+            "check the addresses and firewalls; the node starts anyway and keeps retrying its seeds"};
+    return {CheckLevel::Ok, "seeds",
+            fmt::format("{} reachable: {}", seeds.size(), fmt::join(seeds, ", ")), ""};
 }
 
 }  // namespace starling::cli

@@ -26,7 +26,8 @@ CheckResult check_seeds(const NodeConfig& config);
 inline constexpr std::chrono::milliseconds kSeedConnectTimeout{2000};
 
 // "" when a TCP connection to host:port opens within the timeout, else why not.
-std::string connect_problem(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
+std::string connect_problem(const std::string& host, uint16_t port,
+                            std::chrono::milliseconds timeout);
 // "" when a listening socket could bind host:port now, else why not ("in use", ...).
 std::string bind_problem(const std::string& host, uint16_t port);
 

@@ -27,7 +27,8 @@ void add_options(const CLI::App& app, CommandWords& words) {
         for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
         for (const std::string& name : option->get_snames()) names.push_back("-" + name);
         for (const std::string& name : names) {
-            if (std::find(words.options.begin(), words.options.end(), name) != words.options.end()) continue;
+            if (std::find(words.options.begin(), words.options.end(), name) != words.options.end())
+                continue;
             words.options.push_back(name);
             if (option->get_expected_max() > 0) words.valued.push_back(name);
         }
@@ -36,11 +37,13 @@ void add_options(const CLI::App& app, CommandWords& words) {
 
 CommandWords command_words(const CLI::App& app) {
     CommandWords words;
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
+    for (const CLI::App* sub :
+         app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
         words.commands.push_back(sub->get_name());
     add_options(app, words);
     // CLI11 hands an option a command does not know to its parent when the command falls through.
-    for (const CLI::App* a = &app; a->get_fallthrough() && a->get_parent() != nullptr; a = a->get_parent())
+    for (const CLI::App* a = &app; a->get_fallthrough() && a->get_parent() != nullptr;
+         a = a->get_parent())
         add_options(*a->get_parent(), words);
     return words;
 }
@@ -49,8 +52,10 @@ CommandWords command_words(const CLI::App& app) {
 void add_case_arms(const CLI::App& app, const std::string& path, std::string& arms) {
     const CommandWords words = command_words(app);
     arms += fmt::format("        \"{}\") commands=\"{}\"; options=\"{}\"; valued=\"{}\" ;;\n", path,
-                        join_words(words.commands), join_words(words.options), join_words(words.valued));
-    for (const CLI::App* sub : app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
+                        join_words(words.commands), join_words(words.options),
+                        join_words(words.valued));
+    for (const CLI::App* sub :
+         app.get_subcommands([](const CLI::App* a) { return !a->get_name().empty(); }))
         add_case_arms(*sub, path + " " + sub->get_name(), arms);
 }
 

@@ -14,7 +14,8 @@ namespace {
 
 std::shared_ptr<grpc::Channel> control_channel(const std::string& address) {
     grpc::ChannelArguments args;
-    // The node is on this machine: an http_proxy meant for the internet must not be used to reach it.
+    // The node is on this machine: an http_proxy meant for the internet must not be used to reach
+    // it.
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
@@ -33,8 +34,9 @@ std::string default_control_address() {
 bool is_seed_address(std::string_view text) {
     const auto parsed = parse_host_port(text);
     if (!parsed || parsed->port == 0) return false;
-    return std::none_of(parsed->host.begin(), parsed->host.end(),
-                        [](unsigned char c) { return std::isspace(c) != 0 || std::iscntrl(c) != 0; });
+    return std::none_of(parsed->host.begin(), parsed->host.end(), [](unsigned char c) {
+        return std::isspace(c) != 0 || std::iscntrl(c) != 0;
+    });
 }
 
 bool is_control_address(std::string_view text) {
@@ -46,14 +48,16 @@ bool is_control_address(std::string_view text) {
 int exit_code_for(const grpc::Status& status, bool unary) {
     if (status.ok()) return kExitOk;
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) return kExitUnreachable;
-    if (unary && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return kExitUnreachable;
+    if (unary && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+        return kExitUnreachable;
     return kExitError;
 }
 
 std::string failure_message(const grpc::Status& status, bool unary, std::string_view address) {
     if (exit_code_for(status, unary) == kExitUnreachable)
-        return fmt::format("error: cannot reach starlingd at {} (is it running? --control or STARLING_CONTROL)",
-                           address);
+        return fmt::format(
+            "error: cannot reach starlingd at {} (is it running? --control or STARLING_CONTROL)",
+            address);
     if (status.error_message().empty())
         return fmt::format("error: starlingd at {} answered with status code {}", address,
                            static_cast<int>(status.error_code()));
@@ -75,7 +79,8 @@ grpc::Status ControlClient::list_peers(v1::ListPeersResponse& out) {
     return stub_->ListPeers(&context, v1::ListPeersRequest(), &out);
 }
 
-grpc::Status ControlClient::join(const std::vector<std::string>& seeds, v1::JoinSwarmResponse& out) {
+grpc::Status ControlClient::join(const std::vector<std::string>& seeds,
+                                 v1::JoinSwarmResponse& out) {
     grpc::ClientContext context;
     set_unary_deadline(context);
     v1::JoinSwarmRequest request;
@@ -99,7 +104,8 @@ grpc::Status ControlClient::get_model(const std::function<void(const v1::ModelCh
 }
 
 WatchEnd ControlClient::watch(uint32_t interval_ms, uint64_t max_updates,
-                              const std::function<void(const v1::NodeStatus&)>& on_update, grpc::Status& status) {
+                              const std::function<void(const v1::NodeStatus&)>& on_update,
+                              grpc::Status& status) {
     grpc::ClientContext context;
     {
         std::lock_guard lock(watch_mutex_);

@@ -44,10 +44,10 @@ std::string failure_message(const grpc::Status& status, bool unary, std::string_
 
 // Why a Watch stream ended and what to tell the operator.
 enum class WatchEnd {
-    Counted,    // the requested number of updates arrived
-    Stopped,    // the operator pressed Ctrl-C (or stop() was called)
-    NodeLeft,   // the node finished its stream or went away after draining
-    Failed,     // any other status: see the returned status
+    Counted,   // the requested number of updates arrived
+    Stopped,   // the operator pressed Ctrl-C (or stop() was called)
+    NodeLeft,  // the node finished its stream or went away after draining
+    Failed,    // any other status: see the returned status
 };
 
 class ControlClient {
@@ -69,7 +69,8 @@ public:
     // wants) until max_updates have arrived (0: no limit), stop() is called or the stream ends.
     // status receives the stream's final status when it ended by itself.
     WatchEnd watch(uint32_t interval_ms, uint64_t max_updates,
-                   const std::function<void(const v1::NodeStatus&)>& on_update, grpc::Status& status);
+                   const std::function<void(const v1::NodeStatus&)>& on_update,
+                   grpc::Status& status);
     // Ends a watch in progress from another thread; safe to call at any time.
     void stop();
 
@@ -79,7 +80,8 @@ private:
     std::string address_;
     std::unique_ptr<v1::Control::Stub> stub_;
     std::mutex watch_mutex_;
-    grpc::ClientContext* watch_context_ = nullptr;  // the watch in progress, guarded by watch_mutex_
+    grpc::ClientContext* watch_context_ =
+        nullptr;  // the watch in progress, guarded by watch_mutex_
     std::atomic<bool> stopped_{false};
 };
 

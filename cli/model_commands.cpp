@@ -32,8 +32,10 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
         const auto step = CheckpointDir::parse_step_dir_name(entry.path().filename().string());
         if (step && entry.is_directory()) found.emplace_back(*step, entry.path());
     }
-    if (error) throw Error("cannot list the checkpoints in " + root.string() + ": " + error.message());
-    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (error)
+        throw Error("cannot list the checkpoints in " + root.string() + ": " + error.message());
+    std::sort(found.begin(), found.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
     std::vector<std::filesystem::path> paths;
     for (auto& [step, path] : found) paths.push_back(std::move(path));
     return paths;
@@ -51,10 +53,12 @@ SwarmCheckpoint newest_readable(const std::filesystem::path& root, const std::st
             skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
         }
     }
-    throw Error("no checkpoint under " + root.string() + " reads back whole" +
-                (skipped.empty() ? " (there is none: a node writes one every [node].checkpoint_every rounds and "
-                                   "when it leaves)"
-                                 : ": " + skipped));
+    throw Error(
+        "no checkpoint under " + root.string() + " reads back whole" +
+        (skipped.empty()
+             ? " (there is none: a node writes one every [node].checkpoint_every rounds and "
+               "when it leaves)"
+             : ": " + skipped));
 }
 
 LoadedModel load_swarm_checkpoint(const ModelSource& source) {
@@ -62,14 +66,14 @@ LoadedModel load_swarm_checkpoint(const ModelSource& source) {
     if (source.data_dir) config.data_dir = *source.data_dir;
     const ModelConfig& model = config.swarm.train.model;
     const ParameterManifest manifest(model);
-    const SwarmCheckpoint checkpoint = source.checkpoint
-                                           ? read_swarm_checkpoint(*source.checkpoint, manifest.fingerprint())
-                                           : newest_readable(config.checkpoint_dir(), manifest.fingerprint());
+    const SwarmCheckpoint checkpoint =
+        source.checkpoint ? read_swarm_checkpoint(*source.checkpoint, manifest.fingerprint())
+                          : newest_readable(config.checkpoint_dir(), manifest.fingerprint());
     const size_t n = manifest.total();
     std::vector<float> arenas(4 * n);
     const std::span<float> all(arenas);
-    unpack_swarm_snapshot(checkpoint.state, {all.subspan(0, n), all.subspan(n, n), all.subspan(2 * n, n),
-                                             all.subspan(3 * n, n)});
+    unpack_swarm_snapshot(checkpoint.state, {all.subspan(0, n), all.subspan(n, n),
+                                             all.subspan(2 * n, n), all.subspan(3 * n, n)});
     arenas.resize(n);  // phi, the model the swarm agrees on; theta equals it at a round's start
     return {model, std::move(arenas),
             "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string()};
@@ -87,8 +91,8 @@ LoadedModel load_live_model(const std::string& address) {
         if (!problem.empty()) return;
         if (!config) {
             try {
-                config = model_config_from_llama_json(nlohmann::json::parse(chunk.llama_config_json()),
-                                                      "the node's model config");
+                config = model_config_from_llama_json(
+                    nlohmann::json::parse(chunk.llama_config_json()), "the node's model config");
             } catch (const std::exception& e) {
                 problem = e.what();
                 return;
@@ -97,7 +101,8 @@ LoadedModel load_live_model(const std::string& address) {
             parameters = chunk.parameters();
             tokenizer_json = chunk.tokenizer_json();
             if (parameters != ParameterManifest(*config).total()) {
-                problem = "the node sent " + std::to_string(parameters) + " weights for a model of " +
+                problem = "the node sent " + std::to_string(parameters) +
+                          " weights for a model of " +
                           std::to_string(ParameterManifest(*config).total());
                 return;
             }
@@ -107,15 +112,18 @@ LoadedModel load_live_model(const std::string& address) {
             problem = "the node sent more weights than its model has";
             return;
         }
-        std::memcpy(reinterpret_cast<char*>(phi.data()) + filled, chunk.phi().data(), chunk.phi().size());
+        std::memcpy(reinterpret_cast<char*>(phi.data()) + filled, chunk.phi().data(),
+                    chunk.phi().size());
         filled += chunk.phi().size();
     });
     if (!status.ok())
-        throw ControlCallFailed(exit_code_for(status, false), failure_message(status, false, address));
+        throw ControlCallFailed(exit_code_for(status, false),
+                                failure_message(status, false, address));
     if (!problem.empty()) throw Error("the model from the node at " + address + ": " + problem);
     if (!config || filled != phi.size() * sizeof(float))
         throw Error("the model from the node at " + address + " ended early");
-    return {*config, std::move(phi), "round " + std::to_string(round) + " of the node at " + address,
+    return {*config, std::move(phi),
+            "round " + std::to_string(round) + " of the node at " + address,
             std::move(tokenizer_json)};
 }
 
@@ -133,37 +141,44 @@ int with_exit_status(const std::function<int()>& command) {
 
 LoadedModel load_model(const ModelSource& source) {
     if (source.hf_dir && (source.config_path || source.checkpoint || source.data_dir))
-        throw Error("give either --model (a Hugging Face directory) or --config with its checkpoint, not both");
+        throw Error(
+            "give either --model (a Hugging Face directory) or --config with its checkpoint, not both");
     if (source.hf_dir) {
         HfModel hf = read_hf_model_dir(*source.hf_dir);
         return {hf.config, std::move(hf.params), source.hf_dir->string()};
     }
     if (source.config_path) return load_swarm_checkpoint(source);
-    if (source.checkpoint || source.data_dir) throw Error("--checkpoint and --data-dir need the node's --config");
+    if (source.checkpoint || source.data_dir)
+        throw Error("--checkpoint and --data-dir need the node's --config");
     return load_live_model(source.control);
 }
 
-std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source, const LoadedModel& model) {
+std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source,
+                                                const LoadedModel& model) {
     std::string path;
     if (source.tokenizer) {
         path = source.tokenizer->string();
     } else if (source.config_path) {
-        path = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints).swarm.train.data.tokenizer;
+        path = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints)
+                   .swarm.train.data.tokenizer;
     } else if (source.hf_dir && std::filesystem::exists(*source.hf_dir / "tokenizer.json")) {
         path = (*source.hf_dir / "tokenizer.json").string();
     }
     // A live node sends the tokenizer.json it trains with (the byte one is a BPE without merges).
     std::unique_ptr<Tokenizer> tokenizer =
-        path.empty() && !model.tokenizer_json.empty() && model.tokenizer_json != ByteTokenizer().hf_json()
-            ? std::make_unique<BpeTokenizer>(BpeTokenizer::parse(model.tokenizer_json, "the tokenizer of " + model.origin))
+        path.empty() && !model.tokenizer_json.empty() &&
+                model.tokenizer_json != ByteTokenizer().hf_json()
+            ? std::make_unique<BpeTokenizer>(
+                  BpeTokenizer::parse(model.tokenizer_json, "the tokenizer of " + model.origin))
             : load_tokenizer(path);
     const int vocab = model.config.vocab_size;
     if (path.empty() && !tokenizer->fits(vocab))
-        throw Error(model.origin + " has a vocabulary of " + std::to_string(vocab) +
-                    " tokens, not the byte vocabulary's 256: give its tokenizer.json with --tokenizer FILE");
+        throw Error(
+            model.origin + " has a vocabulary of " + std::to_string(vocab) +
+            " tokens, not the byte vocabulary's 256: give its tokenizer.json with --tokenizer FILE");
     if (!tokenizer->fits(vocab))
-        throw Error(tokenizer->describe() + " does not fit " + model.origin + ", whose vocabulary has " +
-                    std::to_string(vocab) + " tokens");
+        throw Error(tokenizer->describe() + " does not fit " + model.origin +
+                    ", whose vocabulary has " + std::to_string(vocab) + " tokens");
     return tokenizer;
 }
 
@@ -173,9 +188,10 @@ int run_export(const ModelSource& source, const std::filesystem::path& out) {
         const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(source, model);
         const ParameterManifest manifest(model.config);
         write_hf_model_dir(out, model.config, manifest, model.params.data(), tokenizer->hf_json());
-        std::printf("exported %s (%zu parameters) to %s: model.safetensors, config.json, tokenizer.json, "
-                    "tokenizer_config.json; tokenizer: %s\n",
-                    model.origin.c_str(), manifest.total(), out.c_str(), tokenizer->describe().c_str());
+        std::printf(
+            "exported %s (%zu parameters) to %s: model.safetensors, config.json, tokenizer.json, "
+            "tokenizer_config.json; tokenizer: %s\n",
+            model.origin.c_str(), manifest.total(), out.c_str(), tokenizer->describe().c_str());
         return kExitOk;
     });
 }

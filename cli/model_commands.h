@@ -19,18 +19,20 @@
 namespace starling::cli {
 
 struct ModelSource {
-    std::optional<std::filesystem::path> config_path;     // a node's config (with data_dir, checkpoint)
-    std::optional<std::filesystem::path> data_dir;        // overrides [node].data_dir
-    std::optional<std::filesystem::path> checkpoint;      // one swarm checkpoint directory (step_*)
-    std::optional<std::filesystem::path> hf_dir;          // or a Hugging Face model directory
-    std::string control;                                  // or else the running node's Control API
-    std::optional<std::filesystem::path> tokenizer;       // the model's tokenizer.json, over the source's
+    std::optional<std::filesystem::path>
+        config_path;                                  // a node's config (with data_dir, checkpoint)
+    std::optional<std::filesystem::path> data_dir;    // overrides [node].data_dir
+    std::optional<std::filesystem::path> checkpoint;  // one swarm checkpoint directory (step_*)
+    std::optional<std::filesystem::path> hf_dir;      // or a Hugging Face model directory
+    std::string control;                              // or else the running node's Control API
+    std::optional<std::filesystem::path>
+        tokenizer;  // the model's tokenizer.json, over the source's
 };
 
 struct LoadedModel {
     ModelConfig config;
-    std::vector<float> params;  // phi of the checkpoint, in manifest order
-    std::string origin;         // "round 120 of out/node/checkpoints/step_00000120"
+    std::vector<float> params;   // phi of the checkpoint, in manifest order
+    std::string origin;          // "round 120 of out/node/checkpoints/step_00000120"
     std::string tokenizer_json;  // a live node's tokenizer.json; empty: found by the source's kind
 };
 
@@ -49,7 +51,8 @@ LoadedModel load_model(const ModelSource& source);
 // Face directory's tokenizer.json, else bytes. Throws Error when it does not fit the model (a
 // vocabulary larger than the model's; bytes for a model whose vocabulary is not 256, which needs
 // --tokenizer).
-std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source, const LoadedModel& model);
+std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source,
+                                                const LoadedModel& model);
 
 // Writes the source's model and its tokenizer.json to `out` as a Hugging Face directory; prints
 // what it wrote. Returns the exit status (2 when no node answered at the control address).

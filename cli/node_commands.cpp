@@ -84,7 +84,8 @@ void print_update(const v1::NodeStatus& status, bool terminal, const WatchOption
     } else {
         std::printf("%s\n", format_status_line(status).c_str());
     }
-    std::fflush(stdout);  // a pipe is block-buffered; whoever reads it wants each update as it comes
+    std::fflush(
+        stdout);  // a pipe is block-buffered; whoever reads it wants each update as it comes
 }
 
 }  // namespace
@@ -115,17 +116,18 @@ int run_watch(const std::string& control, const WatchOptions& options) {
     grpc::Status status;
     const WatchEnd end = client.watch(
         options.interval_ms, options.count,
-        [&](const v1::NodeStatus& update) { print_update(update, terminal, options, client.address()); }, status);
+        [&](const v1::NodeStatus& update) {
+            print_update(update, terminal, options, client.address());
+        },
+        status);
     switch (end) {
         case WatchEnd::Counted:
-        case WatchEnd::Stopped:
-            return kExitOk;
+        case WatchEnd::Stopped: return kExitOk;
         case WatchEnd::NodeLeft:
             std::fprintf(stderr, "starlingd at %s ended the stream: it left the swarm or exited\n",
                          client.address().c_str());
             return kExitOk;
-        case WatchEnd::Failed:
-            break;
+        case WatchEnd::Failed: break;
     }
     return report(status, false, client);
 }
@@ -133,8 +135,9 @@ int run_watch(const std::string& control, const WatchOptions& options) {
 int run_join(const std::string& control, const std::vector<std::string>& seeds) {
     for (const std::string& seed : seeds) {
         if (!is_seed_address(seed)) {
-            std::fprintf(stderr, "error: seed '%s' is not host:port (or [v6]:port) with a port of 1-65535\n",
-                         seed.c_str());
+            std::fprintf(
+                stderr, "error: seed '%s' is not host:port (or [v6]:port) with a port of 1-65535\n",
+                seed.c_str());
             return kExitError;
         }
     }
@@ -142,8 +145,8 @@ int run_join(const std::string& control, const std::vector<std::string>& seeds) 
     v1::JoinSwarmResponse response;
     const grpc::Status result = client.join(seeds, response);
     if (!result.ok()) return report(result, true, client);
-    std::printf("%u of %zu seed(s) added; starlingd at %s joins through them\n", response.seeds_added(),
-                seeds.size(), client.address().c_str());
+    std::printf("%u of %zu seed(s) added; starlingd at %s joins through them\n",
+                response.seeds_added(), seeds.size(), client.address().c_str());
     return kExitOk;
 }
 
@@ -151,9 +154,10 @@ int run_leave(const std::string& control) {
     ControlClient client(control);
     const grpc::Status result = client.leave();
     if (!result.ok()) return report(result, true, client);
-    std::printf("starlingd at %s is draining: it finishes the round, writes a checkpoint, tells its peers it "
-                "is leaving and exits\n",
-                client.address().c_str());
+    std::printf(
+        "starlingd at %s is draining: it finishes the round, writes a checkpoint, tells its peers it "
+        "is leaving and exits\n",
+        client.address().c_str());
     return kExitOk;
 }
 

@@ -14,7 +14,7 @@ int run_peers(const std::string& control, bool json);
 
 struct WatchOptions {
     uint32_t interval_ms = 1000;  // 0: the node's default
-    uint64_t count = 0;           // stop after this many updates; 0: until Ctrl-C or the node goes away
+    uint64_t count = 0;  // stop after this many updates; 0: until Ctrl-C or the node goes away
 };
 int run_watch(const std::string& control, const WatchOptions& options);
 

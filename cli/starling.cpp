@@ -53,9 +53,10 @@ int run_train(const TrainFlags& flags) {
     config.validate();
     starling::Trainer trainer(config);
     if (trainer.step() >= config.steps) {
-        spdlog::info("run {} already reached step {}; nothing to do (use --fresh to start over "
-                     "or --steps to go further)",
-                     config.run_dir, trainer.step());
+        spdlog::info(
+            "run {} already reached step {}; nothing to do (use --fresh to start over "
+            "or --steps to go further)",
+            config.run_dir, trainer.step());
         return 0;
     }
     const starling::TrainSummary summary = trainer.run();
@@ -105,9 +106,10 @@ int run_prepare(const PrepareFlags& flags) {
     options.tokenizer = flags.tokenizer;
     options.val_fraction = flags.val_fraction;
     const starling::PrepareResult r = starling::prepare_shards(text, options);
-    spdlog::info("{}: {} tokens ({} train in {} shard(s), {} validation), vocabulary {}, {:.3f} tokens per byte",
-                 flags.out, r.total_tokens, r.train_tokens, r.train_paths.size(), r.val_tokens, r.vocab_size,
-                 double(r.total_tokens) / double(text.size()));
+    spdlog::info(
+        "{}: {} tokens ({} train in {} shard(s), {} validation), vocabulary {}, {:.3f} tokens per byte",
+        flags.out, r.total_tokens, r.train_tokens, r.train_paths.size(), r.val_tokens, r.vocab_size,
+        double(r.total_tokens) / double(text.size()));
     return 0;
 }
 
@@ -121,14 +123,17 @@ int run_train_tokenizer(const TrainTokenizerFlags& flags) {
     const std::string text = read_input(flags.input);
     const auto start = std::chrono::steady_clock::now();
     const starling::TrainedBpe trained = starling::train_bpe(text, flags.vocab_size);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (const std::filesystem::path parent = std::filesystem::path(flags.out).parent_path(); !parent.empty())
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (const std::filesystem::path parent = std::filesystem::path(flags.out).parent_path();
+        !parent.empty())
         std::filesystem::create_directories(parent);
     starling::write_file_atomic(flags.out, trained.hf_json);
     spdlog::info("{}: {} tokens ({} merges) learned from {} bytes in {:.1f} s", flags.out,
                  trained.token_bytes.size(), trained.merges.size(), text.size(), seconds);
     if (trained.token_bytes.size() < size_t(flags.vocab_size))
-        spdlog::warn("the text ran out of pairs to merge below the {} tokens asked for", flags.vocab_size);
+        spdlog::warn("the text ran out of pairs to merge below the {} tokens asked for",
+                     flags.vocab_size);
     return 0;
 }
 
@@ -145,48 +150,66 @@ struct NodeCommands {
     CLI::App* leave = nullptr;
 
     explicit NodeCommands(CLI::App& app) {
-        status = app.add_subcommand("status", "show the node's round, phase, losses, peers, exchanges and checkpoint");
-        status->add_flag("--json", status_json, "print the NodeStatus message as JSON, every field included");
+        status = app.add_subcommand(
+            "status", "show the node's round, phase, losses, peers, exchanges and checkpoint");
+        status->add_flag("--json", status_json,
+                         "print the NodeStatus message as JSON, every field included");
 
         peers = app.add_subcommand(
-            "peers", "list the swarm members the node knows: address, state, round, compatibility, rtt, exchanges");
+            "peers",
+            "list the swarm members the node knows: address, state, round, compatibility, rtt, exchanges");
         peers->add_flag("--json", peers_json, "print the ListPeersResponse message as JSON");
 
         watch = app.add_subcommand(
-            "watch", "follow the node's status live: a table redrawn in place on a terminal, one line per update "
-                     "otherwise; ends on Ctrl-C, after --count updates or when the node leaves");
-        watch->add_option("--interval-ms", watch_options.interval_ms,
-                          "time between updates (0: the node's default, 1000; the node refuses less than 50)")
+            "watch",
+            "follow the node's status live: a table redrawn in place on a terminal, one line per update "
+            "otherwise; ends on Ctrl-C, after --count updates or when the node leaves");
+        watch
+            ->add_option(
+                "--interval-ms", watch_options.interval_ms,
+                "time between updates (0: the node's default, 1000; the node refuses less than 50)")
             ->check(CLI::Range(0, 3600 * 1000))
             ->capture_default_str();
         // CLI11 would wrap "-1" around to a count no one reaches.
         const CLI::Validator not_negative(
-            [](std::string& text) { return text.rfind('-', 0) == 0 ? std::string("must not be negative") : ""; },
+            [](std::string& text) {
+                return text.rfind('-', 0) == 0 ? std::string("must not be negative") : "";
+            },
             "");
-        watch->add_option("--count", watch_options.count, "stop after this many updates (0: no limit)")
+        watch
+            ->add_option("--count", watch_options.count,
+                         "stop after this many updates (0: no limit)")
             ->check(not_negative)
             ->capture_default_str();
 
-        join = app.add_subcommand("join", "give the running node members to join the swarm through");
-        join->add_option("seeds", seeds, "HOST:PORT of members (the address they announce)")->required();
+        join =
+            app.add_subcommand("join", "give the running node members to join the swarm through");
+        join->add_option("seeds", seeds, "HOST:PORT of members (the address they announce)")
+            ->required();
 
         leave = app.add_subcommand(
-            "leave", "make the node drain: it finishes the round, writes a checkpoint, tells its peers and exits 0");
+            "leave",
+            "make the node drain: it finishes the round, writes a checkpoint, tells its peers and exits 0");
 
         // A command's help cannot list the app's own options, so it says where --control goes.
         for (CLI::App* command : {status, peers, watch, join, leave})
-            command->footer("The node: --control HOST:PORT or unix:/path, before or after the command (default: "
-                            "STARLING_CONTROL, else " + std::string(starling::cli::kDefaultControlAddress) +
-                            ").\nExit status: 0 done, 1 bad input or an error from the node, 2 no node answered.");
+            command->footer(
+                "The node: --control HOST:PORT or unix:/path, before or after the command (default: "
+                "STARLING_CONTROL, else " +
+                std::string(starling::cli::kDefaultControlAddress) +
+                ").\nExit status: 0 done, 1 bad input or an error from the node, 2 no node answered.");
     }
 
     // The exit status of the command given, if it is one of these.
     std::optional<int> run(const std::string& control) const {
-        const bool given = status->parsed() || peers->parsed() || watch->parsed() || join->parsed() || leave->parsed();
+        const bool given = status->parsed() || peers->parsed() || watch->parsed() ||
+                           join->parsed() || leave->parsed();
         if (!given) return std::nullopt;
         if (!starling::cli::is_control_address(control)) {
-            std::fprintf(stderr, "error: control address '%s' is not host:port or unix:/path (--control or "
-                                 "STARLING_CONTROL)\n", control.c_str());
+            std::fprintf(stderr,
+                         "error: control address '%s' is not host:port or unix:/path (--control or "
+                         "STARLING_CONTROL)\n",
+                         control.c_str());
             return starling::cli::kExitError;
         }
         if (status->parsed()) return starling::cli::run_status(control, status_json);
@@ -205,16 +228,24 @@ struct CheckCommand {
 
     explicit CheckCommand(CLI::App& app) {
         command = app.add_subcommand(
-            "check", "preflight before starting starlingd: the config, device, data, data directory and free "
-                     "space, ports, announce address, seeds and credentials; exit 1 when any check fails");
+            "check",
+            "preflight before starting starlingd: the config, device, data, data directory and free "
+            "space, ports, announce address, seeds and credentials; exit 1 when any check fails");
         starling::NodeFlags& flags = options.flags;
-        command->add_option("-c,--config", options.config_path, "the node's TOML config (see configs/)")->required();
-        command->add_option("--data-dir", flags.data_dir, "[node].data_dir: the node's key, peers and checkpoints");
+        command
+            ->add_option("-c,--config", options.config_path,
+                         "the node's TOML config (see configs/)")
+            ->required();
+        command->add_option("--data-dir", flags.data_dir,
+                            "[node].data_dir: the node's key, peers and checkpoints");
         command->add_option("--listen", flags.listen, "[peer].listen: HOST:PORT for peers");
         command->add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
-        command->add_option("--seed", flags.seeds, "HOST:PORT of a member, added to [peer].seeds (repeatable)");
-        command->add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:/path");
-        command->add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT, \"\" for none");
+        command->add_option("--seed", flags.seeds,
+                            "HOST:PORT of a member, added to [peer].seeds (repeatable)");
+        command->add_option("--control", flags.control,
+                            "[control].listen: HOST:PORT or unix:/path");
+        command->add_option("--metrics", flags.metrics,
+                            "[metrics].listen: HOST:PORT, \"\" for none");
     }
 };
 
@@ -229,41 +260,55 @@ struct ModelCommands {
 
     explicit ModelCommands(CLI::App& app) {
         export_cmd = app.add_subcommand(
-            "export", "write a node's model as a Hugging Face directory (model.safetensors, config.json and its "
-                      "tokenizer.json): the running node's, or with --config its newest checkpoint");
+            "export",
+            "write a node's model as a Hugging Face directory (model.safetensors, config.json and its "
+            "tokenizer.json): the running node's, or with --config its newest checkpoint");
         add_source(export_cmd);
-        export_cmd->add_option("--hf", out, "the directory to write (created if missing)")->required();
+        export_cmd->add_option("--hf", out, "the directory to write (created if missing)")
+            ->required();
 
         sample_cmd = app.add_subcommand(
-            "sample", "print text the model writes after a prompt: the running node's model, or a checkpoint's");
+            "sample",
+            "print text the model writes after a prompt: the running node's model, or a checkpoint's");
         add_source(sample_cmd);
-        sample_cmd->add_option("--model", source.hf_dir,
-                               "a Hugging Face directory instead: an export, or a `starling train` checkpoint step");
+        sample_cmd->add_option(
+            "--model", source.hf_dir,
+            "a Hugging Face directory instead: an export, or a `starling train` checkpoint step");
         sample_cmd->add_option("-p,--prompt", prompt, "the text to continue")->required();
         sample_cmd->add_option("-n,--tokens", sample_options.tokens, "tokens to add")
             ->check(CLI::Range(0, 1 << 20))
             ->capture_default_str();
-        sample_cmd->add_option("--temperature", sample_options.temperature, "0: always the most likely token")
+        sample_cmd
+            ->add_option("--temperature", sample_options.temperature,
+                         "0: always the most likely token")
             ->check(CLI::Range(0.0, 100.0))
             ->capture_default_str();
-        sample_cmd->add_option("--top-k", sample_options.top_k, "draw among the k most likely (0: all)")
+        sample_cmd
+            ->add_option("--top-k", sample_options.top_k, "draw among the k most likely (0: all)")
             ->check(CLI::Range(0, 1 << 20))
             ->capture_default_str();
-        sample_cmd->add_option("--seed", sample_options.seed, "the draws' seed")->capture_default_str();
+        sample_cmd->add_option("--seed", sample_options.seed, "the draws' seed")
+            ->capture_default_str();
     }
 
     void add_source(CLI::App* command) {
-        command->footer("The model: with --config, the node's newest checkpoint that reads back whole (or "
-                        "--checkpoint); otherwise the running node's, through its Control API at --control (default: "
-                        "STARLING_CONTROL, else " + std::string(starling::cli::kDefaultControlAddress) +
-                        ").\nExit status: 0 done, 1 bad input or an error, 2 no node answered.");
-        command->add_option("-c,--config", source.config_path, "the node's TOML config: its model and data directory");
-        command->add_option("--data-dir", source.data_dir, "[node].data_dir, where checkpoints/ is");
-        command->add_option("--checkpoint", source.checkpoint,
-                            "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
-        command->add_option("--tokenizer", source.tokenizer,
-                            "the model's tokenizer.json (default: the config's [data].tokenizer, the --model "
-                            "directory's tokenizer.json, else bytes)");
+        command->footer(
+            "The model: with --config, the node's newest checkpoint that reads back whole (or "
+            "--checkpoint); otherwise the running node's, through its Control API at --control (default: "
+            "STARLING_CONTROL, else " +
+            std::string(starling::cli::kDefaultControlAddress) +
+            ").\nExit status: 0 done, 1 bad input or an error, 2 no node answered.");
+        command->add_option("-c,--config", source.config_path,
+                            "the node's TOML config: its model and data directory");
+        command->add_option("--data-dir", source.data_dir,
+                            "[node].data_dir, where checkpoints/ is");
+        command->add_option(
+            "--checkpoint", source.checkpoint,
+            "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
+        command->add_option(
+            "--tokenizer", source.tokenizer,
+            "the model's tokenizer.json (default: the config's [data].tokenizer, the --model "
+            "directory's tokenizer.json, else bytes)");
     }
 
     std::optional<int> run(const std::string& control) {
@@ -291,33 +336,40 @@ int main(int argc, char** argv) {
 
     TrainFlags train;
     CLI::App* train_cmd = app.add_subcommand("train", "train one node from a config file");
-    train_cmd->add_option("-c,--config", train.config_path, "TOML config (see configs/)")->required();
+    train_cmd->add_option("-c,--config", train.config_path, "TOML config (see configs/)")
+        ->required();
     train_cmd->add_option("--steps", train.steps, "total optimizer steps");
     train_cmd->add_option("--threads", train.threads, "CPU threads (0 = all cores)");
-    train_cmd->add_option("--device", train.device, "[train].device: auto, cpu, cuda, cuda:N, cuda:N,M,... or cuda:all");
+    train_cmd->add_option("--device", train.device,
+                          "[train].device: auto, cpu, cuda, cuda:N, cuda:N,M,... or cuda:all");
     train_cmd->add_option("--matmul", train.matmul, "[train].matmul on a GPU: fp32, tf32 or bf16");
     train_cmd->add_option("--run-dir", train.run_dir, "checkpoint directory");
     train_cmd->add_option("--data-dir", train.data_dir, "directory of prepared shards");
     train_cmd->add_option("--seed", train.seed, "initialisation seed");
     train_cmd->add_option("--node-id", train.node_id, "seeds this node's data order");
-    train_cmd->add_flag("--fresh", train.fresh, "ignore existing checkpoints and start from step 0");
+    train_cmd->add_flag("--fresh", train.fresh,
+                        "ignore existing checkpoints and start from step 0");
 
     CLI::App* data_cmd = app.add_subcommand("data", "prepare training data");
     data_cmd->require_subcommand(1);
     PrepareFlags prepare;
-    CLI::App* prepare_cmd =
-        data_cmd->add_subcommand("prepare", "turn text into train/val token shards (bytes, or --tokenizer)");
+    CLI::App* prepare_cmd = data_cmd->add_subcommand(
+        "prepare", "turn text into train/val token shards (bytes, or --tokenizer)");
     prepare_cmd->add_option("--input", prepare.input, "text file (default: the KJV Bible)");
     prepare_cmd->add_option("--out", prepare.out, "output directory")->capture_default_str();
     prepare_cmd->add_option("--val-fraction", prepare.val_fraction, "held-out tail of the text")
         ->capture_default_str();
-    prepare_cmd->add_option("--tokenizer", prepare.tokenizer,
-                            "a byte-level BPE tokenizer.json (default: bytes, vocabulary 256); copied into --out");
+    prepare_cmd->add_option(
+        "--tokenizer", prepare.tokenizer,
+        "a byte-level BPE tokenizer.json (default: bytes, vocabulary 256); copied into --out");
     TrainTokenizerFlags train_tokenizer;
     CLI::App* train_tokenizer_cmd = data_cmd->add_subcommand(
-        "train-tokenizer", "learn byte-level BPE merges from text and write them as a Hugging Face tokenizer.json");
-    train_tokenizer_cmd->add_option("--input,--text", train_tokenizer.input, "text file (default: the KJV Bible)");
-    train_tokenizer_cmd->add_option("--out", train_tokenizer.out, "the tokenizer.json to write")->required();
+        "train-tokenizer",
+        "learn byte-level BPE merges from text and write them as a Hugging Face tokenizer.json");
+    train_tokenizer_cmd->add_option("--input,--text", train_tokenizer.input,
+                                    "text file (default: the KJV Bible)");
+    train_tokenizer_cmd->add_option("--out", train_tokenizer.out, "the tokenizer.json to write")
+        ->required();
     train_tokenizer_cmd
         ->add_option("--vocab-size", train_tokenizer.vocab_size,
                      "tokens in all: 256 bytes, one per merge, and <|endoftext|> (the last id)")
@@ -325,9 +377,10 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(257, 65536));
 
     ExperimentFlags experiment;
-    CLI::App* experiment_cmd = app.add_subcommand(
-        "experiment", "train N replicas in one process over a simulated exchange (see "
-                      "configs/experiments/)");
+    CLI::App* experiment_cmd =
+        app.add_subcommand("experiment",
+                           "train N replicas in one process over a simulated exchange (see "
+                           "configs/experiments/)");
     experiment_cmd->add_option("-c,--config", experiment.config_path, "experiment TOML config")
         ->required();
     experiment_cmd->add_option("--name", experiment.name, "run name: the CSV's file name");
@@ -344,8 +397,9 @@ int main(int argc, char** argv) {
 
     std::string completion_shell;
     CLI::App* completion_cmd = app.add_subcommand(
-        "completion", "print a shell completion script for starling: `source <(starling completion bash)`, or put "
-                      "it where bash-completion or zsh finds it");
+        "completion",
+        "print a shell completion script for starling: `source <(starling completion bash)`, or put "
+        "it where bash-completion or zsh finds it");
     completion_cmd->add_option("shell", completion_shell, "bash or zsh")
         ->required()
         ->check(CLI::IsMember({"bash", "zsh"}));
@@ -353,13 +407,15 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        // --help is a ParseError too, with code 0; any real mistake on the command line is bad input.
+        // --help is a ParseError too, with code 0; any real mistake on the command line is bad
+        // input.
         return app.exit(e) == 0 ? 0 : 1;
     }
     try {
         if (completion_cmd->parsed()) {
-            const std::string script = completion_shell == "bash" ? starling::cli::bash_completion(app, "starling")
-                                                                   : starling::cli::zsh_completion(app, "starling");
+            const std::string script = completion_shell == "bash"
+                                           ? starling::cli::bash_completion(app, "starling")
+                                           : starling::cli::zsh_completion(app, "starling");
             std::fputs(script.c_str(), stdout);
             return 0;
         }
@@ -371,7 +427,8 @@ int main(int argc, char** argv) {
         if (const std::optional<int> status = model.run(control)) return *status;
         if (check.command->parsed()) {
             // `starling --control ADDR check` means the same as `starling check --control ADDR`.
-            if (!check.options.flags.control && control_option->count() > 0) check.options.flags.control = control;
+            if (!check.options.flags.control && control_option->count() > 0)
+                check.options.flags.control = control;
             return starling::cli::run_check(check.options);
         }
     } catch (const std::exception& e) {  // starling::Error, and anything the libraries throw

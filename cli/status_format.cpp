@@ -19,16 +19,21 @@ std::string or_absent(const std::string& text) { return text.empty() ? kAbsent :
 std::string fixed(double value, int digits) { return fmt::format("{:.{}f}", value, digits); }
 
 // The proto's optional fields: has says whether the node set it.
-std::string optional_fixed(bool has, double value, int digits) { return has ? fixed(value, digits) : kAbsent; }
+std::string optional_fixed(bool has, double value, int digits) {
+    return has ? fixed(value, digits) : kAbsent;
+}
 
-std::string age(bool has, double seconds) { return has ? human_duration(seconds) + " ago" : kAbsent; }
+std::string age(bool has, double seconds) {
+    return has ? human_duration(seconds) + " ago" : kAbsent;
+}
 
 // "▇▆▅▃▂▂▁ 1.9560 -> 1.4950 over 7 rounds": the last rounds' training losses, oldest first.
 std::string loss_trend(const v1::NodeStatus& s) {
     const auto& losses = s.recent_train_losses();
     if (losses.size() < 2) return kAbsent;
-    return fmt::format("{} {:.4f} -> {:.4f} over {} rounds", sparkline({losses.begin(), losses.end()}),
-                       losses[0], losses[losses.size() - 1], losses.size());
+    return fmt::format("{} {:.4f} -> {:.4f} over {} rounds",
+                       sparkline({losses.begin(), losses.end()}), losses[0],
+                       losses[losses.size() - 1], losses.size());
 }
 
 }  // namespace
@@ -80,7 +85,8 @@ std::string phase_name(v1::NodePhase phase) {
     if (name.empty()) return fmt::format("phase {}", static_cast<int>(phase));  // from a newer node
     constexpr std::string_view kPrefix = "NODE_PHASE_";
     if (name.rfind(kPrefix, 0) == 0) name.erase(0, kPrefix.size());
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     return name;
 }
 
@@ -124,11 +130,15 @@ std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
         {"bytes sent", human_bytes(s.bytes_sent())},
         {"bytes received", human_bytes(s.bytes_received())},
         // Both are 0 until the first exchange, which no real exchange is.
-        {"compression", s.compression_ratio() > 0 ? fixed(s.compression_ratio(), 2) + "x" : kAbsent},
-        {"last exchange", s.last_exchange_seconds() > 0 ? fixed(s.last_exchange_seconds(), 2) + " s" : kAbsent},
-        {"partner distance", s.has_partner_distance() ? fmt::format("{:.3g}", s.partner_distance()) : kAbsent},
+        {"compression",
+         s.compression_ratio() > 0 ? fixed(s.compression_ratio(), 2) + "x" : kAbsent},
+        {"last exchange",
+         s.last_exchange_seconds() > 0 ? fixed(s.last_exchange_seconds(), 2) + " s" : kAbsent},
+        {"partner distance",
+         s.has_partner_distance() ? fmt::format("{:.3g}", s.partner_distance()) : kAbsent},
         {"checkpoint", s.has_checkpoint_age_seconds()
-                           ? fmt::format("round {}, {}", s.checkpoint_round(), age(true, s.checkpoint_age_seconds()))
+                           ? fmt::format("round {}, {}", s.checkpoint_round(),
+                                         age(true, s.checkpoint_age_seconds()))
                            : kAbsent},
         {"uptime", human_duration(s.uptime_seconds())},
     };
@@ -137,7 +147,9 @@ std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
     return rows;
 }
 
-std::string format_status(const v1::NodeStatus& status) { return render_columns(status_rows(status)); }
+std::string format_status(const v1::NodeStatus& status) {
+    return render_columns(status_rows(status));
+}
 
 std::string format_peers(const v1::ListPeersResponse& peers) {
     if (peers.peers().empty()) return "no other members known\n";
@@ -154,9 +166,10 @@ std::string format_peers(const v1::ListPeersResponse& peers) {
 }
 
 std::string format_status_line(const v1::NodeStatus& s) {
-    return fmt::format("round {} | {} | loss {} | peers {} alive, {} suspect | partner {} | eta {}", s.round(),
-                       phase_name(s.phase()), optional_fixed(s.has_train_loss(), s.train_loss(), 4),
-                       s.peers_alive(), s.peers_suspect(), or_absent(s.last_partner()),
+    return fmt::format("round {} | {} | loss {} | peers {} alive, {} suspect | partner {} | eta {}",
+                       s.round(), phase_name(s.phase()),
+                       optional_fixed(s.has_train_loss(), s.train_loss(), 4), s.peers_alive(),
+                       s.peers_suspect(), or_absent(s.last_partner()),
                        s.has_eta_seconds() ? human_duration(s.eta_seconds()) : kAbsent);
 }
 
@@ -191,10 +204,12 @@ void int64_as_numbers(nlohmann::ordered_json& json, const google::protobuf::Desc
 std::string to_json(const google::protobuf::Message& message) {
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;  // scripts find every key, zeros included
-    options.preserve_proto_field_names = true;     // node_id, not nodeId: the names the .proto documents
+    options.preserve_proto_field_names =
+        true;  // node_id, not nodeId: the names the .proto documents
     std::string text;
     const auto status = google::protobuf::util::MessageToJsonString(message, &text, options);
-    if (!status.ok()) throw Error("cannot print " + message.GetTypeName() + " as JSON: " + status.ToString());
+    if (!status.ok())
+        throw Error("cannot print " + message.GetTypeName() + " as JSON: " + status.ToString());
     nlohmann::ordered_json json = nlohmann::ordered_json::parse(text);
     int64_as_numbers(json, *message.GetDescriptor());
     return json.dump();

@@ -27,7 +27,7 @@ std::string render_columns(const std::vector<std::vector<std::string>>& rows);
 
 // Every field of the status as (label, value), in the order the table shows them.
 std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& status);
-std::string format_status(const v1::NodeStatus& status);  // the two-column table
+std::string format_status(const v1::NodeStatus& status);       // the two-column table
 std::string format_peers(const v1::ListPeersResponse& peers);  // a header and a row per peer
 // One line per update for logs and pipes: round, phase, loss, peers, partner.
 std::string format_status_line(const v1::NodeStatus& status);

@@ -11,8 +11,8 @@ bool keep_freed_buffers_for_reuse() {
     // and gRPC's threads allocate in bursts of that size.
     constexpr int kMmapThreshold = 32 << 20;
     constexpr int kTrimThreshold = 128 << 20;
-    return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 && mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 &&
-           mallopt(M_ARENA_MAX, 1) == 1;
+    return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
+           mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 && mallopt(M_ARENA_MAX, 1) == 1;
 }
 
 }  // namespace starling

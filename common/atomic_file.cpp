@@ -16,9 +16,7 @@ namespace starling {
 
 namespace {
 
-std::string errno_text(int err) {
-    return std::generic_category().message(err);
-}
+std::string errno_text(int err) { return std::generic_category().message(err); }
 
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& path, int err) {
     throw Error(what + " '" + path.string() + "': " + errno_text(err));
@@ -98,9 +96,7 @@ AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::
     }
 }
 
-AtomicFileWriter::~AtomicFileWriter() {
-    abandon();
-}
+AtomicFileWriter::~AtomicFileWriter() { abandon(); }
 
 void AtomicFileWriter::abandon() noexcept {
     if (fd_ < 0) return;
@@ -176,9 +172,7 @@ void fsync_file(const std::filesystem::path& path) {
     if (::fsync(guard.fd) != 0 && errno != EINVAL) fail("cannot fsync file", path, errno);
 }
 
-std::string read_file(const std::filesystem::path& path) {
-    return read_whole<std::string>(path);
-}
+std::string read_file(const std::filesystem::path& path) { return read_whole<std::string>(path); }
 
 std::vector<std::byte> read_file_bytes(const std::filesystem::path& path) {
     return read_whole<std::vector<std::byte>>(path);

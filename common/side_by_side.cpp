@@ -5,7 +5,8 @@
 namespace starling {
 
 SideBySide::SideBySide(size_t slots) : errors_(slots == 0 ? 1 : slots) {
-    for (size_t slot = 1; slot < slots; slot++) workers_.emplace_back([this, slot] { serve(slot); });
+    for (size_t slot = 1; slot < slots; slot++)
+        workers_.emplace_back([this, slot] { serve(slot); });
 }
 
 SideBySide::~SideBySide() {

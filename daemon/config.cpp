@@ -41,7 +41,8 @@ std::vector<std::string> unknown_starling_variables() {
         const std::string_view text(*entry);
         const std::string name(text.substr(0, text.find('=')));
         if (name.rfind("STARLING_", 0) != 0 || consulted.names.count(name)) continue;
-        if (std::find(std::begin(kOtherVariables), std::end(kOtherVariables), name) != std::end(kOtherVariables))
+        if (std::find(std::begin(kOtherVariables), std::end(kOtherVariables), name) !=
+            std::end(kOtherVariables))
             continue;
         unknown.push_back(name);
     }
@@ -77,7 +78,8 @@ void TrainConfig::validate() const {
         }
         need(tokenizer->fits(model.vocab_size),
              "[model].vocab_size " + std::to_string(model.vocab_size) + " is below the " +
-                 std::to_string(tokenizer->vocab_size()) + " tokens of [data].tokenizer " + data.tokenizer);
+                 std::to_string(tokenizer->vocab_size()) + " tokens of [data].tokenizer " +
+                 data.tokenizer);
     }
     need(data.partition_count >= 1 && data.partition_index < data.partition_count,
          "[data].partition_index must be below partition_count");

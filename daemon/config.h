@@ -12,10 +12,10 @@
 namespace starling {
 
 struct DataConfig {
-    std::string dir = "out/kjv";  // holds train_*.bin and val_*.bin from `starling data prepare`
-    std::string tokenizer;        // the tokenizer.json the shards were made with; empty: bytes
-    uint64_t node_id = 0;         // seeds this node's order through the data
-    uint32_t partition_index = 0; // disjoint subsets for replicas of one experiment
+    std::string dir = "out/kjv";   // holds train_*.bin and val_*.bin from `starling data prepare`
+    std::string tokenizer;         // the tokenizer.json the shards were made with; empty: bytes
+    uint64_t node_id = 0;          // seeds this node's order through the data
+    uint32_t partition_index = 0;  // disjoint subsets for replicas of one experiment
     uint32_t partition_count = 1;
 };
 
@@ -25,10 +25,11 @@ struct TrainConfig {
     int seq_len = 0;  // 0: the model's context
     int64_t steps = 1000;
     uint64_t seed = 1;
-    int threads = 0;  // 0: all cores
-    std::string device = "auto";  // "auto", "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all" (kernels/backend.h)
-    std::string matmul = "fp32";   // on a GPU: "fp32", "tf32" or "bf16" (kernels/cuda/cuda_ops.h)
-    LrSchedule schedule;  // total_steps is taken from steps, see lr_schedule()
+    int threads = 0;              // 0: all cores
+    std::string device = "auto";  // "auto", "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all"
+                                  // (kernels/backend.h)
+    std::string matmul = "fp32";  // on a GPU: "fp32", "tf32" or "bf16" (kernels/cuda/cuda_ops.h)
+    LrSchedule schedule;          // total_steps is taken from steps, see lr_schedule()
     AdamWConfig adamw;
     DataConfig data;
     int log_every = 50;

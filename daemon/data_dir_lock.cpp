@@ -35,12 +35,14 @@ DataDirLock::DataDirLock(const std::filesystem::path& data_dir) {
         const int error = errno;
         const std::string holder = error == EWOULDBLOCK ? holder_named_in(fd_) : "";
         close(fd_);
-        if (error != EWOULDBLOCK) throw Error("[node].data_dir: cannot lock " + path + ": " + std::strerror(error));
-        throw Error("[node].data_dir " + data_dir.string() + " is in use by another starlingd (" + holder +
-                    " holds " + path + "): give each node a data directory of its own");
+        if (error != EWOULDBLOCK)
+            throw Error("[node].data_dir: cannot lock " + path + ": " + std::strerror(error));
+        throw Error("[node].data_dir " + data_dir.string() + " is in use by another starlingd (" +
+                    holder + " holds " + path + "): give each node a data directory of its own");
     }
     const std::string pid = std::to_string(getpid()) + "\n";
-    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    if (ftruncate(fd_, 0) != 0 ||
+        pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
         const int error = errno;
         close(fd_);
         throw Error("[node].data_dir: cannot write " + path + ": " + std::strerror(error));

@@ -13,15 +13,14 @@ constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kStateFile = "training_state.safetensors";
 
-std::string describe(const ModelConfig& c) {
-    return llama_config_json(c).dump();
-}
+std::string describe(const ModelConfig& c) { return llama_config_json(c).dump(); }
 
 }  // namespace
 
 void write_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                const ParameterManifest& manifest, const TrainingArenas& arenas,
-                               const TrainingState& state, const std::optional<std::string>& tokenizer_json) {
+                               const TrainingState& state,
+                               const std::optional<std::string>& tokenizer_json) {
     write_hf_model_dir(dir, config, manifest, arenas.params.data(), tokenizer_json);
     const int64_t n = static_cast<int64_t>(manifest.total());
     const uint64_t data_state[2] = {state.data.epoch, state.data.position};
@@ -60,9 +59,11 @@ TrainingState read_training_checkpoint(const std::filesystem::path& dir, const M
     file.read_f32("adamw.v", arenas.adam_v, flat);
     TrainingState state;
     uint64_t data_state[2];
-    file.read("adamw.steps", DType::I64, {}, std::as_writable_bytes(std::span(&state.adamw_steps, 1)));
+    file.read("adamw.steps", DType::I64, {},
+              std::as_writable_bytes(std::span(&state.adamw_steps, 1)));
     file.read("train.step", DType::I64, {}, std::as_writable_bytes(std::span(&state.step, 1)));
-    file.read("data.epoch_position", DType::U64, {2}, std::as_writable_bytes(std::span(data_state)));
+    file.read("data.epoch_position", DType::U64, {2},
+              std::as_writable_bytes(std::span(data_state)));
     file.read("rng.seed", DType::U64, {}, std::as_writable_bytes(std::span(&state.seed, 1)));
     state.data = {data_state[0], data_state[1]};
     if (state.step < 0 || state.adamw_steps < 0 || state.adamw_steps > state.step) {

@@ -16,8 +16,8 @@
 namespace starling {
 
 struct TrainingState {
-    int64_t step = 0;        // optimizer steps completed; the next step to run
-    int64_t adamw_steps = 0; // AdamW's bias-correction count (lags step when steps were skipped)
+    int64_t step = 0;         // optimizer steps completed; the next step to run
+    int64_t adamw_steps = 0;  // AdamW's bias-correction count (lags step when steps were skipped)
     LoaderState data;
     uint64_t seed = 0;
 };
@@ -30,7 +30,8 @@ struct TrainingArenas {
 // tokenizer_json: the vocabulary's tokenizer.json, written beside the model when given.
 void write_training_checkpoint(const std::filesystem::path& dir, const ModelConfig& config,
                                const ParameterManifest& manifest, const TrainingArenas& arenas,
-                               const TrainingState& state, const std::optional<std::string>& tokenizer_json);
+                               const TrainingState& state,
+                               const std::optional<std::string>& tokenizer_json);
 
 // Checks that the checkpoint was written for this model (config.json and fingerprint) before
 // reading anything into arenas; every problem names the file.

@@ -68,18 +68,21 @@ Trainer::Trainer(const TrainConfig& config)
         group_->init_weights(config_.seed);
     }
     const Model<float>& model = group_->lead();
-    spdlog::info("model: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, {} parameters, "
-                 "fingerprint {}",
-                 config_.model.n_layer, config_.model.d_model, config_.model.n_head,
-                 config_.model.d_ff, config_.model.vocab_size, model.num_params(),
-                 model.manifest().fingerprint());
-    spdlog::info("batch {} x {} tokens, activations {:.1f} MiB per device on {} device(s), {} "
-                 "training sequences",
-                 B, T, model.activation_bytes() / 1048576.0, group_->devices(),
-                 train_data_->sequences_per_epoch());
+    spdlog::info(
+        "model: {} layers, d_model {}, {} heads, d_ff {}, vocab {}, {} parameters, "
+        "fingerprint {}",
+        config_.model.n_layer, config_.model.d_model, config_.model.n_head, config_.model.d_ff,
+        config_.model.vocab_size, model.num_params(), model.manifest().fingerprint());
+    spdlog::info(
+        "batch {} x {} tokens, activations {:.1f} MiB per device on {} device(s), {} "
+        "training sequences",
+        B, T, model.activation_bytes() / 1048576.0, group_->devices(),
+        train_data_->sequences_per_epoch());
     if (const size_t device_bytes = backend_device_bytes_in_use(backend_.lead())) {
-        spdlog::info("device memory: {:.1f} MiB allocated per device (parameters, gradients, "
-                     "AdamW moments and activations)", device_bytes / 1048576.0);
+        spdlog::info(
+            "device memory: {:.1f} MiB allocated per device (parameters, gradients, "
+            "AdamW moments and activations)",
+            device_bytes / 1048576.0);
     }
 }
 
@@ -120,7 +123,8 @@ std::filesystem::path Trainer::save_checkpoint() {
     state.data = train_data_->state();
     state.seed = config_.seed;
     return checkpoints_.save(static_cast<uint64_t>(step_), [&](const std::filesystem::path& dir) {
-        write_training_checkpoint(dir, config_.model, model.manifest(), arenas, state, tokenizer_json_);
+        write_training_checkpoint(dir, config_.model, model.manifest(), arenas, state,
+                                  tokenizer_json_);
     });
 }
 
@@ -166,11 +170,12 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
 
         if (step_ % config_.log_every == 0 || step_ == last) {
             const double step_time = window_seconds / window_steps;
-            spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | "
-                         "{} left",
-                         step_, config_.steps, window_loss / window_steps, record.lr,
-                         stats.grad_norm, tokens_per_step / step_time,
-                         format_duration(step_time * static_cast<double>(config_.steps - step_)));
+            spdlog::info(
+                "step {:>6}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | "
+                "{} left",
+                step_, config_.steps, window_loss / window_steps, record.lr, stats.grad_norm,
+                tokens_per_step / step_time,
+                format_duration(step_time * static_cast<double>(config_.steps - step_)));
             window_seconds = window_loss = 0.0;
             window_steps = 0;
         }
@@ -180,8 +185,7 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
             spdlog::info("step {:>6}/{} | val loss {:.4f}", step_, config_.steps,
                          *summary.val_loss);
         }
-        if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) ||
-            final_step) {
+        if ((config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) || final_step) {
             spdlog::info("checkpoint {}", save_checkpoint().string());
         }
     }
@@ -189,7 +193,8 @@ TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
         summary.tokens_per_second = tokens_per_step * summary.steps.size() / train_seconds;
     }
     if (const size_t peak = group_->peak_device_bytes()) {
-        spdlog::info("peak device memory {:.1f} MiB (the most on any one device)", peak / 1048576.0);
+        spdlog::info("peak device memory {:.1f} MiB (the most on any one device)",
+                     peak / 1048576.0);
     }
     return summary;
 }

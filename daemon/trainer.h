@@ -26,9 +26,9 @@ struct StepRecord {
 };
 
 struct TrainSummary {
-    std::vector<StepRecord> steps;  // the steps this run executed
-    std::optional<double> val_loss; // the last evaluation
-    double tokens_per_second = 0.0; // training steps only, excluding evaluation and checkpoints
+    std::vector<StepRecord> steps;   // the steps this run executed
+    std::optional<double> val_loss;  // the last evaluation
+    double tokens_per_second = 0.0;  // training steps only, excluding evaluation and checkpoints
 };
 
 class Trainer {
@@ -59,7 +59,8 @@ private:
     CheckpointDir checkpoints_;
     LrSchedule schedule_;
     std::vector<int32_t> inputs_, targets_;
-    std::optional<std::string> tokenizer_json_;  // written into each checkpoint when the model fits it
+    std::optional<std::string>
+        tokenizer_json_;  // written into each checkpoint when the model fits it
     int64_t step_ = 0;
     bool resumed_ = false;
 };

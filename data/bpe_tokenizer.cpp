@@ -22,7 +22,9 @@ class Reader {
 public:
     explicit Reader(std::string source) : source_(std::move(source)) {}
 
-    [[noreturn]] void fail(const std::string& problem) const { throw Error(source_ + ": " + problem); }
+    [[noreturn]] void fail(const std::string& problem) const {
+        throw Error(source_ + ": " + problem);
+    }
 
     const json& field(const json& object, const char* key, const std::string& where) const {
         if (!object.is_object() || !object.contains(key)) fail(where + " has no \"" + key + "\"");
@@ -42,10 +44,12 @@ public:
         if (!off) fail(where + "." + key + " = " + value.dump() + " is not supported");
     }
     int64_t id_of(const json& value, const std::string& what) const {
-        if (!value.is_number_integer()) fail(what + " has an id that is not an integer: " + value.dump());
+        if (!value.is_number_integer())
+            fail(what + " has an id that is not an integer: " + value.dump());
         const auto id = value.get<int64_t>();
         if (id < 0 || id > kMaxTokenId)
-            fail(what + " has id " + std::to_string(id) + ", outside [0, 65535] (shards hold uint16 tokens)");
+            fail(what + " has id " + std::to_string(id) +
+                 ", outside [0, 65535] (shards hold uint16 tokens)");
         return id;
     }
 
@@ -54,7 +58,8 @@ private:
 };
 
 // GPT-2's "Ġt he" or ["Ġt", "he"].
-std::pair<std::string, std::string> merge_parts(const Reader& reader, const json& merge, size_t index) {
+std::pair<std::string, std::string> merge_parts(const Reader& reader, const json& merge,
+                                                size_t index) {
     const std::string where = "merge " + std::to_string(index) + " (" + merge.dump() + ")";
     if (merge.is_string()) {
         const std::string text = merge.get<std::string>();
@@ -75,7 +80,8 @@ void check_byte_level(const Reader& reader, const json& root, const char* key) {
                                  ? part["type"].get<std::string>()
                                  : part.dump();
     if (type != "ByteLevel")
-        reader.fail(std::string(key) + " " + type + " is not supported: only ByteLevel (GPT-2's byte-level BPE)");
+        reader.fail(std::string(key) + " " + type +
+                    " is not supported: only ByteLevel (GPT-2's byte-level BPE)");
 }
 
 }  // namespace
@@ -97,8 +103,8 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
     const json& model = reader.field(root, "model", "the file");
     const std::string type = reader.string_field(model, "type", "model");
     if (type != "BPE") reader.fail("model.type is \"" + type + "\": only BPE is supported");
-    for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback",
-                            "ignore_merges"})
+    for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix",
+                            "byte_fallback", "ignore_merges"})
         reader.require_off(model, key, "model");
     if (root.contains("normalizer") && !root["normalizer"].is_null())
         reader.fail("normalizer " + root["normalizer"].value("type", root["normalizer"].dump()) +
@@ -121,8 +127,8 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
             t.is_token_.resize(size_t(id) + 1, false);
         }
         if (t.is_token_[size_t(id)])
-            reader.fail("tokens " + json(characters[size_t(id)]).dump() + " and " + json(token).dump() +
-                        " have the same id " + std::to_string(id));
+            reader.fail("tokens " + json(characters[size_t(id)]).dump() + " and " +
+                        json(token).dump() + " have the same id " + std::to_string(id));
         t.is_token_[size_t(id)] = true;
         characters[size_t(id)] = token;
     };
@@ -142,7 +148,8 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
             const std::string content = reader.string_field(added[i], "content", where);
             if (content.empty()) reader.fail(where + " has an empty content");
             const int64_t id = reader.id_of(reader.field(added[i], "id", where), where);
-            for (const char* key : {"lstrip", "rstrip", "single_word"}) reader.require_off(added[i], key, where);
+            for (const char* key : {"lstrip", "rstrip", "single_word"})
+                reader.require_off(added[i], key, where);
             const auto in_vocab = id_of_token.find(content);
             if (in_vocab == id_of_token.end() || in_vocab->second != id) claim(id, content);
             added_content[uint16_t(id)] = content;
@@ -167,7 +174,8 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
         const auto it = id_of_token.find(std::string(byte_level_char(uint8_t(b))));
         if (it == id_of_token.end())
             reader.fail("model.vocab lacks the token for byte " + std::to_string(b) + " (" +
-                        json(std::string(byte_level_char(uint8_t(b)))).dump() + "): byte-level BPE needs all 256");
+                        json(std::string(byte_level_char(uint8_t(b)))).dump() +
+                        "): byte-level BPE needs all 256");
         t.byte_token_[size_t(b)] = it->second;
     }
 
@@ -180,8 +188,8 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
         for (int k = 0; k < 3; k++) {
             const auto it = id_of_token.find(tokens[k]);
             if (it == id_of_token.end())
-                reader.fail("merge " + std::to_string(rank) + " (" + merges[rank].dump() + "): " +
-                            json(tokens[k]).dump() + " is not in model.vocab");
+                reader.fail("merge " + std::to_string(rank) + " (" + merges[rank].dump() +
+                            "): " + json(tokens[k]).dump() + " is not in model.vocab");
             ids[k] = it->second;
         }
         // A pair listed twice keeps its later rank, as Hugging Face's reader does.
@@ -191,7 +199,9 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
     return t;
 }
 
-BpeTokenizer BpeTokenizer::read(const std::string& path) { return parse(read_text_file(path), path); }
+BpeTokenizer BpeTokenizer::read(const std::string& path) {
+    return parse(read_text_file(path), path);
+}
 
 std::string BpeTokenizer::describe() const {
     return "byte-level BPE " + source_ + " (" + std::to_string(vocab_size_) + " tokens, " +
@@ -228,8 +238,9 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<uint16_t>& out
     out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<uint16_t>& out,
-                                   std::unordered_map<std::string, std::vector<uint16_t>>& cache) const {
+void BpeTokenizer::encode_ordinary(
+    std::string_view text, std::vector<uint16_t>& out,
+    std::unordered_map<std::string, std::vector<uint16_t>>& cache) const {
     const auto word = [&](std::string_view w) {
         if (w.size() > kMaxCachedWordBytes) return encode_word(w, out);
         auto [it, inserted] = cache.try_emplace(std::string(w));
@@ -255,7 +266,8 @@ std::vector<uint16_t> BpeTokenizer::encode(std::string_view text) const {
     while (pos < text.size()) {
         size_t start = std::string_view::npos, chosen = 0;
         for (size_t k = 0; k < added_.size(); k++) {
-            if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(added_[k].first, pos);
+            if (next[k] != std::string_view::npos && next[k] < pos)
+                next[k] = text.find(added_[k].first, pos);
             if (next[k] < start || (next[k] == start && start != std::string_view::npos &&
                                     added_[k].first.size() > added_[chosen].first.size())) {
                 start = next[k];
@@ -278,8 +290,8 @@ std::string BpeTokenizer::decode(std::span<const uint16_t> tokens) const {
     for (size_t i = 0; i < tokens.size(); i++) {
         const uint16_t id = tokens[i];
         if (id >= token_bytes_.size() || !is_token_[id])
-            throw Error(source_ + ": token " + std::to_string(id) + " at position " + std::to_string(i) +
-                        " is not in the vocabulary");
+            throw Error(source_ + ": token " + std::to_string(id) + " at position " +
+                        std::to_string(i) + " is not in the vocabulary");
         text += token_bytes_[id];
     }
     return text;

@@ -42,7 +42,9 @@ private:
         uint32_t rank;
         uint16_t result;
     };
-    static uint32_t pair_key(uint16_t first, uint16_t second) { return uint32_t(first) << 16 | second; }
+    static uint32_t pair_key(uint16_t first, uint16_t second) {
+        return uint32_t(first) << 16 | second;
+    }
 
     void encode_ordinary(std::string_view text, std::vector<uint16_t>& out,
                          std::unordered_map<std::string, std::vector<uint16_t>>& cache) const;
@@ -53,10 +55,10 @@ private:
     int vocab_size_ = 0;
     size_t merge_count_ = 0;
     std::array<uint16_t, 256> byte_token_{};
-    std::unordered_map<uint32_t, Merge> merges_;  // by pair_key
-    std::vector<std::string> token_bytes_;        // id -> the bytes it decodes to
-    std::vector<bool> is_token_;                  // id -> whether any token has it
-    std::vector<std::pair<std::string, uint16_t>> added_;  // content, id
+    std::unordered_map<uint32_t, Merge> merges_;             // by pair_key
+    std::vector<std::string> token_bytes_;                   // id -> the bytes it decodes to
+    std::vector<bool> is_token_;                             // id -> whether any token has it
+    std::vector<std::pair<std::string, uint16_t>> added_;    // content, id
     std::shared_ptr<const Gpt2PreTokenizer> pre_tokenizer_;  // null: use_regex false, no split
 };
 

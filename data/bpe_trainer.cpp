@@ -47,12 +47,12 @@ std::string tokenizer_json(const TrainedBpe& trained) {
         merges.push_back(characters_of(trained.token_bytes[size_t(first)]) + " " +
                          characters_of(trained.token_bytes[size_t(second)]));
     const ordered_json added_tokens = ordered_json::array({{{"id", end_of_text},
-                                                           {"content", std::string(kEndOfText)},
-                                                           {"single_word", false},
-                                                           {"lstrip", false},
-                                                           {"rstrip", false},
-                                                           {"normalized", false},
-                                                           {"special", true}}});
+                                                            {"content", std::string(kEndOfText)},
+                                                            {"single_word", false},
+                                                            {"lstrip", false},
+                                                            {"rstrip", false},
+                                                            {"normalized", false},
+                                                            {"special", true}}});
     return byte_level_bpe_json(vocab, merges, added_tokens, true);
 }
 
@@ -119,7 +119,8 @@ private:
         }
     }
     void remove_pairs(const Word& w) {
-        for (size_t i = 0; i + 1 < w.symbols.size(); i++) pair_counts_[make_pair(w.symbols[i], w.symbols[i + 1])] -= w.count;
+        for (size_t i = 0; i + 1 < w.symbols.size(); i++)
+            pair_counts_[make_pair(w.symbols[i], w.symbols[i + 1])] -= w.count;
     }
 
     void merge(Pair pair) {
@@ -147,7 +148,8 @@ private:
                     next.push_back(w.symbols[i]);
                 }
             }
-            if (next.size() == w.symbols.size()) continue;  // noted under the pair, merged away since
+            if (next.size() == w.symbols.size())
+                continue;  // noted under the pair, merged away since
             remove_pairs(w);
             w.symbols = std::move(next);
             add_pairs(w, index, &changed);
@@ -185,8 +187,9 @@ private:
 
 TrainedBpe train_bpe(std::string_view text, int vocab_size) {
     if (vocab_size < 257 || vocab_size > 65536)
-        throw Error("train-tokenizer: vocab size " + std::to_string(vocab_size) +
-                    " is outside [257, 65536]: 256 byte tokens and <|endoftext|> at least, uint16 ids at most");
+        throw Error(
+            "train-tokenizer: vocab size " + std::to_string(vocab_size) +
+            " is outside [257, 65536]: 256 byte tokens and <|endoftext|> at least, uint16 ids at most");
     Trainer trainer(text);
     while (trainer.token_count() + 1 < size_t(vocab_size) && trainer.merge_next()) {
     }

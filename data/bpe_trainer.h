@@ -18,9 +18,9 @@ namespace starling {
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 
 struct TrainedBpe {
-    std::vector<std::string> token_bytes;                     // id -> bytes; the last is kEndOfText
-    std::vector<std::pair<int, int>> merges;                  // by rank: the two ids merged
-    std::string hf_json;                                      // tokenizer.json
+    std::vector<std::string> token_bytes;     // id -> bytes; the last is kEndOfText
+    std::vector<std::pair<int, int>> merges;  // by rank: the two ids merged
+    std::string hf_json;                      // tokenizer.json
 };
 
 // vocab_size counts the 256 byte tokens (ids 0-255 in GPT-2's byte order), one token per merge

@@ -7,7 +7,8 @@ namespace starling {
 namespace {
 
 bool stands_for_itself(int byte) {
-    return (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || (byte >= 0xAE && byte <= 0xFF);
+    return (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) ||
+           (byte >= 0xAE && byte <= 0xFF);
 }
 
 struct Alphabet {
@@ -57,7 +58,8 @@ std::optional<std::string> byte_level_decode(std::string_view characters) {
     while (i < characters.size()) {
         const auto lead = uint8_t(characters[i]);
         uint32_t code_point = lead;
-        if (lead >= 0xC0 && lead < 0xE0 && i + 1 < characters.size() && (uint8_t(characters[i + 1]) & 0xC0) == 0x80) {
+        if (lead >= 0xC0 && lead < 0xE0 && i + 1 < characters.size() &&
+            (uint8_t(characters[i + 1]) & 0xC0) == 0x80) {
             code_point = ((lead & 0x1Fu) << 6) | (uint8_t(characters[i + 1]) & 0x3Fu);
             if (code_point < 0x80) return std::nullopt;  // an overlong encoding is not UTF-8
             i += 2;
@@ -73,10 +75,13 @@ std::optional<std::string> byte_level_decode(std::string_view characters) {
     return bytes;
 }
 
-std::string byte_level_bpe_json(const nlohmann::ordered_json& vocab, const nlohmann::ordered_json& merges,
+std::string byte_level_bpe_json(const nlohmann::ordered_json& vocab,
+                                const nlohmann::ordered_json& merges,
                                 const nlohmann::ordered_json& added_tokens, bool split_words) {
-    const nlohmann::ordered_json byte_level = {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", split_words}, {"use_regex", split_words}};
+    const nlohmann::ordered_json byte_level = {{"type", "ByteLevel"},
+                                               {"add_prefix_space", false},
+                                               {"trim_offsets", split_words},
+                                               {"use_regex", split_words}};
     const nlohmann::ordered_json json = {
         {"version", "1.0"},
         {"truncation", nullptr},

@@ -27,7 +27,8 @@ std::optional<std::string> byte_level_decode(std::string_view characters);
 // A byte-level BPE tokenizer.json as Hugging Face's tokenizers writes one: vocab (characters ->
 // id), merges ("a b" strings), added_tokens (its array of objects), and whether GPT-2's expression
 // cuts the text into words before the merges (use_regex, with trim_offsets alike).
-std::string byte_level_bpe_json(const nlohmann::ordered_json& vocab, const nlohmann::ordered_json& merges,
+std::string byte_level_bpe_json(const nlohmann::ordered_json& vocab,
+                                const nlohmann::ordered_json& merges,
                                 const nlohmann::ordered_json& added_tokens, bool split_words);
 
 }  // namespace starling

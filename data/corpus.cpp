@@ -43,7 +43,8 @@ std::string shorten(std::string_view line) {
     return std::string(line.substr(0, kMax)) + "...";
 }
 
-const char* kInstallHint = "install it with scripts/setup (Debian packages bible-kjv and bible-kjv-text)";
+const char* kInstallHint =
+    "install it with scripts/setup (Debian packages bible-kjv and bible-kjv-text)";
 
 }  // namespace
 
@@ -91,8 +92,8 @@ std::string read_kjv_text() {
         throw Error(source + ": killed by signal " + std::to_string(WTERMSIG(status)));
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        throw Error(source + ": failed with exit status " + std::to_string(WEXITSTATUS(status)) + ": " +
-                    shorten(raw.substr(0, raw.find('\n'))) + "; " + kInstallHint);
+        throw Error(source + ": failed with exit status " + std::to_string(WEXITSTATUS(status)) +
+                    ": " + shorten(raw.substr(0, raw.find('\n'))) + "; " + kInstallHint);
     }
     if (read_failed) throw Error(source + ": reading its output failed");
     if (raw.empty()) throw Error(source + ": produced no output; " + kInstallHint);

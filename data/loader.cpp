@@ -49,10 +49,11 @@ DataLoader::DataLoader(DataLoaderOptions options) : options_(std::move(options))
         }
     }
     if (members_.size() < uint64_t(options_.B)) {
-        throw Error(what + ": partition " + std::to_string(options_.partition_index) + " of " +
-                    std::to_string(options_.partition_count) + " holds " + std::to_string(members_.size()) +
-                    " sequences of T+1 = " + std::to_string(T + 1) + " tokens (of " + std::to_string(total) +
-                    " in all), fewer than B = " + std::to_string(options_.B));
+        throw Error(
+            what + ": partition " + std::to_string(options_.partition_index) + " of " +
+            std::to_string(options_.partition_count) + " holds " + std::to_string(members_.size()) +
+            " sequences of T+1 = " + std::to_string(T + 1) + " tokens (of " +
+            std::to_string(total) + " in all), fewer than B = " + std::to_string(options_.B));
     }
     build_order();
 }
@@ -86,7 +87,8 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
     for (size_t b = 0; b < B; ++b) {
         const uint64_t k = options_.shuffle ? order_[position_] : members_[position_];
         const size_t s =
-            size_t(std::upper_bound(seq_begin_.begin(), seq_begin_.end(), k) - seq_begin_.begin()) - 1;
+            size_t(std::upper_bound(seq_begin_.begin(), seq_begin_.end(), k) - seq_begin_.begin()) -
+            1;
         const uint16_t* src = shards_[s].tokens().data() + (k - seq_begin_[s]) * T;
         int32_t* in = inputs + b * T;
         int32_t* tg = targets + b * T;
@@ -104,10 +106,11 @@ void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
 
 void DataLoader::restore(const LoaderState& saved) {
     if (saved.position >= members_.size()) {
-        throw Error(describe() + ": cannot restore position " + std::to_string(saved.position) +
-                    " of epoch " + std::to_string(saved.epoch) + ": an epoch of this partition has only " +
-                    std::to_string(members_.size()) +
-                    " sequences (did the shards, T or the partitioning change since the state was saved?)");
+        throw Error(
+            describe() + ": cannot restore position " + std::to_string(saved.position) +
+            " of epoch " + std::to_string(saved.epoch) + ": an epoch of this partition has only " +
+            std::to_string(members_.size()) +
+            " sequences (did the shards, T or the partitioning change since the state was saved?)");
     }
     epoch_ = saved.epoch;
     position_ = saved.position;

@@ -2,8 +2,9 @@
 //
 // The dataset (the shards in the given order) is cut into sequences of T+1 tokens at stride T
 // within each shard: sequence j of a shard covers tokens [j*T, j*T + T], so its last token is the
-// first of the next, and a shard of n tokens gives (n-1)/T sequences (leftover tokens at its end are
-// not used; no sequence spans two shards). Sequences are numbered k = 0, 1, ... across the shards.
+// first of the next, and a shard of n tokens gives (n-1)/T sequences (leftover tokens at its end
+// are not used; no sequence spans two shards). Sequences are numbered k = 0, 1, ... across the
+// shards.
 //
 // Partitioning: sequence k belongs to partition hash_index(kDatasetSeed, k) % partition_count.
 // The hash depends only on k, so every node computes the same disjoint partitions without talking

@@ -40,7 +40,8 @@ std::vector<std::string> write_split(const fs::path& dir, const std::string& spl
 }
 
 // Removes <split>_*.bin files in dir that are not in keep.
-size_t remove_stale(const fs::path& dir, const std::string& split, const std::vector<std::string>& keep) {
+size_t remove_stale(const fs::path& dir, const std::string& split,
+                    const std::vector<std::string>& keep) {
     std::set<std::string> kept;
     for (const std::string& path : keep) kept.insert(fs::path(path).filename().string());
     const std::string prefix = split + "_";
@@ -66,7 +67,8 @@ size_t remove_stale(const fs::path& dir, const std::string& split, const std::ve
 void write_or_remove_tokenizer(const fs::path& path, const Tokenizer& tokenizer) {
     if (!tokenizer.path().empty()) return write_file_atomic(path, tokenizer.hf_json());
     std::error_code ec;
-    if (!fs::remove(path, ec) && ec) throw Error(path.string() + ": cannot remove the old tokenizer: " + ec.message());
+    if (!fs::remove(path, ec) && ec)
+        throw Error(path.string() + ": cannot remove the old tokenizer: " + ec.message());
 }
 
 }  // namespace
@@ -121,18 +123,21 @@ void check_shards_tokenizer(const std::string& data_dir, const std::string& toke
     const bool present = fs::exists(in_dir, ec);
     if (tokenizer_path.empty()) {
         if (present)
-            throw Error(data_dir + ": the shards were prepared with " + in_dir.string() +
-                        ", but [data].tokenizer is empty (bytes): set it to that file, or prepare the shards again "
-                        "without --tokenizer");
+            throw Error(
+                data_dir + ": the shards were prepared with " + in_dir.string() +
+                ", but [data].tokenizer is empty (bytes): set it to that file, or prepare the shards again "
+                "without --tokenizer");
         return;
     }
     if (!present)
-        throw Error(data_dir + ": no " + kDataTokenizerFile + " (the shards, if any, were prepared with bytes), but "
-                    "[data].tokenizer is " + tokenizer_path + ": run starling data prepare --tokenizer " +
-                    tokenizer_path + " --out " + data_dir);
+        throw Error(data_dir + ": no " + kDataTokenizerFile +
+                    " (the shards, if any, were prepared with bytes), but "
+                    "[data].tokenizer is " +
+                    tokenizer_path + ": run starling data prepare --tokenizer " + tokenizer_path +
+                    " --out " + data_dir);
     if (read_text_file(in_dir.string()) != read_text_file(tokenizer_path))
-        throw Error(data_dir + ": the shards were prepared with another tokenizer: " + in_dir.string() +
-                    " differs from [data].tokenizer " + tokenizer_path);
+        throw Error(data_dir + ": the shards were prepared with another tokenizer: " +
+                    in_dir.string() + " differs from [data].tokenizer " + tokenizer_path);
 }
 
 }  // namespace starling

@@ -18,7 +18,7 @@ struct PrepareOptions {
 };
 
 struct PrepareResult {
-    int vocab_size = 0;                    // the tokenizer's
+    int vocab_size = 0;  // the tokenizer's
     size_t total_tokens = 0;
     size_t train_tokens = 0;
     size_t val_tokens = 0;

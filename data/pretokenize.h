@@ -23,7 +23,8 @@ public:
 
     // Calls word(piece) for each word of text in order; the pieces point into text.
     // Safe to call from several threads at once.
-    void for_each_word(std::string_view text, const std::function<void(std::string_view)>& word) const;
+    void for_each_word(std::string_view text,
+                       const std::function<void(std::string_view)>& word) const;
     std::vector<std::string> split(std::string_view text) const;
 
 private:

@@ -80,8 +80,9 @@ Shard::Shard(std::string path) : path_(std::move(path)) {
     if (!S_ISREG(st.st_mode)) throw Error(path_ + ": not a regular file");
     const size_t file_bytes = static_cast<size_t>(st.st_size);
     if (file_bytes < kShardHeaderBytes) {
-        throw Error(path_ + ": too short for the shard header: the file is " + std::to_string(file_bytes) +
-                    " bytes, the header alone is " + std::to_string(kShardHeaderBytes));
+        throw Error(path_ + ": too short for the shard header: the file is " +
+                    std::to_string(file_bytes) + " bytes, the header alone is " +
+                    std::to_string(kShardHeaderBytes));
     }
 
     void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -102,7 +103,8 @@ Shard::Shard(std::string path) : path_(std::move(path)) {
             throw Error(path_ + ": unsupported version " + std::to_string(version) +
                         ", this build reads version " + std::to_string(kShardVersion));
         }
-        if (count < 0) throw Error(path_ + ": corrupt header: negative token count " + std::to_string(count));
+        if (count < 0)
+            throw Error(path_ + ": corrupt header: negative token count " + std::to_string(count));
         if (count == 0) throw Error(path_ + ": empty shard: header says 0 tokens");
 
         const size_t expected = kShardHeaderBytes + sizeof(uint16_t) * size_t(count);
@@ -114,9 +116,10 @@ Shard::Shard(std::string path) : path_(std::move(path)) {
                         " tokens but the file holds " + held);
         }
         if (file_bytes > expected) {
-            throw Error(path_ + ": trailing bytes: header says " + std::to_string(count) + " tokens (" +
-                        std::to_string(expected) + " bytes) but the file is " + std::to_string(file_bytes) +
-                        " bytes (" + std::to_string(file_bytes - expected) + " extra)");
+            throw Error(path_ + ": trailing bytes: header says " + std::to_string(count) +
+                        " tokens (" + std::to_string(expected) + " bytes) but the file is " +
+                        std::to_string(file_bytes) + " bytes (" +
+                        std::to_string(file_bytes - expected) + " extra)");
         }
         tokens_ = reinterpret_cast<const uint16_t*>(header + kShardHeaderBytes);
         count_ = size_t(count);
@@ -169,7 +172,8 @@ std::vector<std::string> list_shards(const std::string& dir, const std::string& 
         throw Error(dir + ": cannot read the shard directory: " + ec.message());
     }
     if (!fs::exists(st)) throw Error(dir + ": shard directory does not exist" + hint);
-    if (!fs::is_directory(st)) throw Error(dir + ": not a directory (expected a directory of shards)");
+    if (!fs::is_directory(st))
+        throw Error(dir + ": not a directory (expected a directory of shards)");
 
     const std::string prefix = split + "_";
     const std::string suffix = ".bin";

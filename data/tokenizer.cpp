@@ -19,7 +19,8 @@ std::string ByteTokenizer::decode(std::span<const uint16_t> tokens) const {
     for (size_t i = 0; i < tokens.size(); ++i) {
         if (tokens[i] >= kVocabSize) {
             throw Error("byte tokenizer: token " + std::to_string(tokens[i]) + " at position " +
-                        std::to_string(i) + " is outside the vocabulary of " + std::to_string(kVocabSize));
+                        std::to_string(i) + " is outside the vocabulary of " +
+                        std::to_string(kVocabSize));
         }
         text[i] = static_cast<char>(static_cast<unsigned char>(tokens[i]));
     }
@@ -30,7 +31,8 @@ std::string ByteTokenizer::hf_json() const {
     nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
     for (int b = 0; b < kVocabSize; b++) vocab[std::string(byte_level_char(uint8_t(b)))] = b;
     // No word splitting: without merges the words change nothing.
-    return byte_level_bpe_json(vocab, nlohmann::ordered_json::array(), nlohmann::ordered_json::array(), false);
+    return byte_level_bpe_json(vocab, nlohmann::ordered_json::array(),
+                               nlohmann::ordered_json::array(), false);
 }
 
 const std::string& ByteTokenizer::path() const {
@@ -38,7 +40,9 @@ const std::string& ByteTokenizer::path() const {
     return none;
 }
 
-std::string ByteTokenizer::describe() const { return "bytes (" + std::to_string(kVocabSize) + " tokens)"; }
+std::string ByteTokenizer::describe() const {
+    return "bytes (" + std::to_string(kVocabSize) + " tokens)";
+}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     if (path.empty()) return std::make_unique<ByteTokenizer>();

@@ -12,7 +12,8 @@ namespace starling {
 Evaluator::Evaluator(const ExperimentConfig& config, const Backend& backend)
     : parts_(static_cast<int>(backend.devices.size())) {
     const int B = config.train.batch_size, T = config.train.effective_seq_len();
-    model_ = std::make_unique<Model<float>>(config.train.model, backend.lead(), per_device_batch(B, backend.devices.size()), T);
+    model_ = std::make_unique<Model<float>>(config.train.model, backend.lead(),
+                                            per_device_batch(B, backend.devices.size()), T);
     DataLoaderOptions options;
     options.shard_paths = list_shards(config.train.data.dir, "val");
     options.B = B;
@@ -34,7 +35,8 @@ double Evaluator::loss(std::span<const float> weights) {
                     " values for a model of " + std::to_string(model_->num_params()));
     }
     model_->ops().from_host(model_->params(), weights.data(), weights.size());
-    const size_t part = static_cast<size_t>(model_->batch_size()) * static_cast<size_t>(model_->seq_len());
+    const size_t part =
+        static_cast<size_t>(model_->batch_size()) * static_cast<size_t>(model_->seq_len());
     double total = 0.0;
     for (size_t i = 0; i < inputs_.size(); i++) {
         for (size_t p = 0; p < static_cast<size_t>(parts_); p++) {

@@ -126,14 +126,15 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     summary_.method = config_.method;
     summary_.params = n;
     summary_.rounds = config_.rounds();
-    spdlog::info("experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps{}, "
-                 "{} validation batches, {} threads",
-                 config_.name, method_name(config_.method), config_.replicas, n, summary_.rounds,
-                 config_.inner_steps,
-                 config_.overlap_steps > 0
-                     ? fmt::format(" (outer steps land {} inner steps late)", config_.overlap_steps)
-                     : std::string(),
-                 evaluator_->batches(), cpu_threads());
+    spdlog::info(
+        "experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps{}, "
+        "{} validation batches, {} threads",
+        config_.name, method_name(config_.method), config_.replicas, n, summary_.rounds,
+        config_.inner_steps,
+        config_.overlap_steps > 0
+            ? fmt::format(" (outer steps land {} inner steps late)", config_.overlap_steps)
+            : std::string(),
+        evaluator_->batches(), cpu_threads());
 }
 
 std::vector<Replica*> ExperimentRun::live_replicas() {
@@ -163,8 +164,8 @@ void ExperimentRun::apply_churn(int64_t round) {
         summary_.rejoins++;
     }
     if (!changes.leaving.empty() || !changes.returning.empty()) {
-        spdlog::info("round {}: {} replica(s) left, {} came back from a sponsor's snapshot",
-                     round, changes.leaving.size(), changes.returning.size());
+        spdlog::info("round {}: {} replica(s) left, {} came back from a sponsor's snapshot", round,
+                     changes.leaving.size(), changes.returning.size());
     }
 }
 
@@ -196,8 +197,8 @@ void ExperimentRun::exchange_noloco(int64_t round) {
                 bytes = transmit(state_plan_, {sender->node_id(), uint64_t(round), 0},
                                  sender->theta(), nullptr, zstd, manifest, wire_a_[i]);
             } else {
-                float* residual = config_.exchange.error_feedback ? sender->residual().data()
-                                                                  : nullptr;
+                float* residual =
+                    config_.exchange.error_feedback ? sender->residual().data() : nullptr;
                 bytes = transmit(delta_plan_, {sender->node_id(), uint64_t(round), 0},
                                  sender->displacement(), residual, zstd, manifest, wire_a_[i]);
                 bytes += transmit(state_plan_, {sender->node_id(), uint64_t(round), 1},
@@ -217,8 +218,7 @@ void ExperimentRun::exchange_noloco(int64_t round) {
 void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
                                        const std::vector<Replica*>& group) {
     const bool fused = config_.exchange.mode == MessageMode::Fused;
-    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(),
-                           self.phi()};
+    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(), self.phi()};
     std::vector<MemberValues> partners;
     for (Replica* member : group) {
         if (member == &self) continue;
@@ -249,9 +249,9 @@ void ExperimentRun::exchange_diloco(int64_t round) {
     for (Replica* r : quorum) {
         r->compute_displacement();
         float* residual = config_.exchange.error_feedback ? r->residual().data() : nullptr;
-        bytes.push_back(transmit(delta_plan_, {r->node_id(), uint64_t(round), 0},
-                                 r->displacement(), residual, config_.exchange.zstd,
-                                 r->manifest(), wire_a_[r->index()]));
+        bytes.push_back(transmit(delta_plan_, {r->node_id(), uint64_t(round), 0}, r->displacement(),
+                                 residual, config_.exchange.zstd, r->manifest(),
+                                 wire_a_[r->index()]));
         total += bytes.back();
         decoded.push_back(wire_a_[r->index()]);
     }
@@ -304,11 +304,11 @@ void ExperimentRun::write_rows(int64_t round, double sigma, float lr) {
     for (auto& r : replicas_) {
         const RoundRecord& rec = records_[r->index()];
         csv_ << round << ',' << round * config_.inner_steps << ',' << r->index() << ','
-             << fmt::format("{:016x}", r->node_id()) << ',' << (r->live ? 1 : 0) << ','
-             << rec.group << ',' << number(rec.val_loss) << ',' << number(rec.train_loss) << ','
-             << fmt::format("{:.6e}", sigma) << ',' << fmt::format("{:.6e}", lr) << ','
-             << rec.sent << ',' << rec.received << ',' << rec.refused << ','
-             << fmt::format("{:.2f}", seconds) << '\n';
+             << fmt::format("{:016x}", r->node_id()) << ',' << (r->live ? 1 : 0) << ',' << rec.group
+             << ',' << number(rec.val_loss) << ',' << number(rec.train_loss) << ','
+             << fmt::format("{:.6e}", sigma) << ',' << fmt::format("{:.6e}", lr) << ',' << rec.sent
+             << ',' << rec.received << ',' << rec.refused << ',' << fmt::format("{:.2f}", seconds)
+             << '\n';
     }
     csv_.flush();
 }
@@ -329,12 +329,13 @@ void ExperimentRun::log_round(int64_t round, double sigma, float lr) {
         }
     }
     const size_t live = live_replicas().size();
-    const std::string val = n ? fmt::format("val {:.4f} [{:.4f}, {:.4f}]", sum / n, lo, hi)
-                              : std::string("val -");
-    spdlog::info("round {:>4}/{} | step {:>6} | lr {:.2e} | train {:.4f} | {} | spread {:.3e} | "
-                 "live {} paired {} | sent {:.2f} MB",
-                 round, summary_.rounds, round * config_.inner_steps, lr, train / live, val,
-                 sigma, live, paired, sent / 1e6);
+    const std::string val =
+        n ? fmt::format("val {:.4f} [{:.4f}, {:.4f}]", sum / n, lo, hi) : std::string("val -");
+    spdlog::info(
+        "round {:>4}/{} | step {:>6} | lr {:.2e} | train {:.4f} | {} | spread {:.3e} | "
+        "live {} paired {} | sent {:.2f} MB",
+        round, summary_.rounds, round * config_.inner_steps, lr, train / live, val, sigma, live,
+        paired, sent / 1e6);
 }
 
 ExperimentSummary ExperimentRun::execute() {
@@ -351,8 +352,9 @@ ExperimentSummary ExperimentRun::execute() {
         std::vector<Replica*> live = live_replicas();
         for (Replica* r : live) {
             records_[r->index()].train_loss =
-                config_.method == Method::Ddp ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
-                                              : inner_phase_landing_outer_step(*r);
+                config_.method == Method::Ddp
+                    ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
+                    : inner_phase_landing_outer_step(*r);
         }
         summary_.tokens += tokens_per_step * H * live.size() *
                            (config_.method == Method::Ddp ? config_.replicas : 1);
@@ -372,12 +374,8 @@ ExperimentSummary ExperimentRun::execute() {
                     r->adopt_theta();
                 }
                 break;
-            case Method::DiLoCo:
-                exchange_diloco(round);
-                break;
-            case Method::NoLoCo:
-                exchange_noloco(round);
-                break;
+            case Method::DiLoCo: exchange_diloco(round); break;
+            case Method::NoLoCo: exchange_noloco(round); break;
         }
         for (Replica* r : live) {
             if (config_.overlap_steps == 0) {
@@ -440,14 +438,14 @@ void ExperimentRun::finish_summary() {
         summary_.received_per_round = total_received_ / static_cast<double>(live_replica_rounds_);
     }
     summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    spdlog::info("{}: final val loss {:.4f} (min {:.4f}, max {:.4f}), perplexity {:.3f}, averaged "
-                 "phi {:.4f}, spread {:.3e}, {:.3f} bytes/param sent per round, {} paired / {} "
-                 "solo replica-rounds, {} refused, {} rejoins, {:.0f} s",
-                 summary_.name, summary_.final_loss_mean, summary_.final_loss_min,
-                 summary_.final_loss_max, std::exp(summary_.final_loss_mean),
-                 summary_.averaged_phi_loss, summary_.final_spread,
-                 summary_.sent_per_round / static_cast<double>(summary_.params), summary_.paired,
-                 summary_.solo, summary_.refused, summary_.rejoins, summary_.seconds);
+    spdlog::info(
+        "{}: final val loss {:.4f} (min {:.4f}, max {:.4f}), perplexity {:.3f}, averaged "
+        "phi {:.4f}, spread {:.3e}, {:.3f} bytes/param sent per round, {} paired / {} "
+        "solo replica-rounds, {} refused, {} rejoins, {:.0f} s",
+        summary_.name, summary_.final_loss_mean, summary_.final_loss_min, summary_.final_loss_max,
+        std::exp(summary_.final_loss_mean), summary_.averaged_phi_loss, summary_.final_spread,
+        summary_.sent_per_round / static_cast<double>(summary_.params), summary_.paired,
+        summary_.solo, summary_.refused, summary_.rejoins, summary_.seconds);
 }
 
 // One line per run in <out_dir>/summary.csv, with the settings that distinguish runs.
@@ -472,10 +470,10 @@ void ExperimentRun::append_summary_line() const {
         s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min, s.final_loss_max,
         std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread, s.sent_per_round,
         s.received_per_round, s.sent_per_round / static_cast<double>(s.params), s.paired, s.solo,
-        s.refused, s.rejoins, s.seconds, message_mode_name(x.mode), codec::codec_name(x.state_codec),
-        codec::codec_name(x.delta_codec), x.error_feedback ? 1 : 0, config_.outer.momentum,
-        config_.outer.lr, config_.outer.pull, momentum_form_name(config_.outer.form),
-        config_.churn.enabled ? 1 : 0);
+        s.refused, s.rejoins, s.seconds, message_mode_name(x.mode),
+        codec::codec_name(x.state_codec), codec::codec_name(x.delta_codec),
+        x.error_feedback ? 1 : 0, config_.outer.momentum, config_.outer.lr, config_.outer.pull,
+        momentum_form_name(config_.outer.form), config_.churn.enabled ? 1 : 0);
 }
 
 }  // namespace

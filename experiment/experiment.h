@@ -17,17 +17,17 @@ struct ExperimentSummary {
     Method method = Method::NoLoCo;
     size_t params = 0;
     int64_t rounds = 0;
-    uint64_t tokens = 0;             // trained by all replicas together
-    double final_loss_mean = 0.0;    // validation loss of each live replica's phi, at the end
+    uint64_t tokens = 0;           // trained by all replicas together
+    double final_loss_mean = 0.0;  // validation loss of each live replica's phi, at the end
     double final_loss_min = 0.0;
     double final_loss_max = 0.0;
     double averaged_phi_loss = 0.0;  // validation loss of the mean of the live replicas' phi
     double final_spread = 0.0;       // sigma_w at the end
     double sent_per_round = 0.0;     // bytes a live replica sent per round, on average
     double received_per_round = 0.0;
-    uint64_t paired = 0;             // replica-rounds that averaged with at least one partner
-    uint64_t solo = 0;               // replica-rounds that stepped alone
-    uint64_t refused = 0;            // partner messages refused by the sanity check
+    uint64_t paired = 0;   // replica-rounds that averaged with at least one partner
+    uint64_t solo = 0;     // replica-rounds that stepped alone
+    uint64_t refused = 0;  // partner messages refused by the sanity check
     uint64_t rejoins = 0;
     double seconds = 0.0;
 };

@@ -15,14 +15,10 @@ void need(bool ok, const std::string& problem) {
 
 std::string_view method_name(Method method) {
     switch (method) {
-        case Method::Ddp:
-            return "ddp";
-        case Method::Local:
-            return "local";
-        case Method::DiLoCo:
-            return "diloco";
-        case Method::NoLoCo:
-            return "noloco";
+        case Method::Ddp: return "ddp";
+        case Method::Local: return "local";
+        case Method::DiLoCo: return "diloco";
+        case Method::NoLoCo: return "noloco";
     }
     return "unknown";
 }

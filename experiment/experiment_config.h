@@ -31,9 +31,9 @@ struct ExchangeConfig {
     bool zstd = true;
 };
 
-// Replicas leave and come back (docs/spec.md section 6 and run R6): up-times are exponential with the given
-// mean, down-times fixed, both in inner steps and rounded up to whole rounds. A returning replica
-// copies a live sponsor's snapshot and takes a new node id (so a new data order).
+// Replicas leave and come back (docs/spec.md section 6 and run R6): up-times are exponential with
+// the given mean, down-times fixed, both in inner steps and rounded up to whole rounds. A returning
+// replica copies a live sponsor's snapshot and takes a new node id (so a new data order).
 struct ChurnConfig {
     bool enabled = false;
     double mean_up_steps = 300.0;
@@ -67,7 +67,8 @@ struct ExperimentConfig {
 ExperimentConfig load_experiment_config(const std::string& path);
 
 class TableReader;
-// The [outer] and [exchange] sections, shared with the daemon's config (daemon/swarm/node_config.h).
+// The [outer] and [exchange] sections, shared with the daemon's config
+// (daemon/swarm/node_config.h).
 void read_outer_section(TableReader& reader, OuterConfig& outer);
 void read_exchange_section(TableReader& reader, ExchangeConfig& exchange);
 

@@ -22,7 +22,8 @@ std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, in
     return std::make_unique<DataLoader>(options);
 }
 
-Replica::Replica(const ExperimentConfig& config, const Backend& backend, int index, uint64_t node_id)
+Replica::Replica(const ExperimentConfig& config, const Backend& backend, int index,
+                 uint64_t node_id)
     : config_(config), index_(index), node_id_(node_id) {
     const int B = config.train.batch_size, T = config.train.effective_seq_len();
     group_ = std::make_unique<DeviceGroup>(backend, config.train.model, config.train.adamw, B, T);
@@ -45,7 +46,8 @@ double Replica::inner_phase(int steps, const LrSchedule& schedule) {
     double total = 0.0;
     for (int h = 0; h < steps; h++) {
         data_->next_batch(inputs_.data(), targets_.data());
-        total += group_->train_step(inputs_.data(), targets_.data(), schedule.lr_at(inner_step_)).loss;
+        total +=
+            group_->train_step(inputs_.data(), targets_.data(), schedule.lr_at(inner_step_)).loss;
         inner_step_++;
     }
     refresh_theta_mirror();

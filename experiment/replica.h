@@ -42,8 +42,9 @@ public:
     void rebase_onto_phi(std::span<const float> theta_sent);
     // phi = theta: a round with no outer step (local-only and data-parallel training).
     void adopt_theta();
-    // Rejoining after a drop-out (docs/spec.md section 6): phi, outer momentum, AdamW state and step counts
-    // from the sponsor, theta = phi, residual zero, and a new node id, so a new data order.
+    // Rejoining after a drop-out (docs/spec.md section 6): phi, outer momentum, AdamW state and
+    // step counts from the sponsor, theta = phi, residual zero, and a new node id, so a new data
+    // order.
     void rejoin_from(const Replica& sponsor, uint64_t new_node_id);
     // Bytes of the snapshot a rejoining replica fetches.
     size_t snapshot_bytes() const;

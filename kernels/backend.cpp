@@ -24,7 +24,8 @@ std::unique_ptr<Ops<float>> cpu_backend(int threads, std::string& description) {
 }
 
 [[noreturn]] void refuse_device(const std::string& device) {
-    throw Error("device \"" + device + "\" is not one of \"auto\", \"cpu\", \"cuda\", \"cuda:N\", "
+    throw Error("device \"" + device +
+                "\" is not one of \"auto\", \"cpu\", \"cuda\", \"cuda:N\", "
                 "\"cuda:N,M,...\" or \"cuda:all\"");
 }
 
@@ -56,7 +57,8 @@ DeviceChoice parse_device(const std::string& device) {
 
 void check_matmul_precision(const std::string& matmul) {
     if (matmul != "fp32" && matmul != "tf32" && matmul != "bf16") {
-        throw Error("matmul precision \"" + matmul + "\" is not one of \"fp32\", \"tf32\" or \"bf16\"");
+        throw Error("matmul precision \"" + matmul +
+                    "\" is not one of \"fp32\", \"tf32\" or \"bf16\"");
     }
 }
 
@@ -143,7 +145,8 @@ Backend make_backend(const BackendOptions& options) {
 #ifdef STARLING_HAVE_CUDA
     set_cpu_threads(options.cpu_threads);
     if (choice.kind == DeviceChoice::Kind::Cuda) {
-        return gpu_backend(choice.all_gpus ? every_usable_gpu(options.device) : choice.gpus, options);
+        return gpu_backend(choice.all_gpus ? every_usable_gpu(options.device) : choice.gpus,
+                           options);
     }
 #if STARLING_CUDA_EMULATION
     // Emulated devices check the kernels; they train far slower than the CPU backend, so only a

@@ -1,7 +1,7 @@
 // Choosing the backend the engine runs on, from the `device` setting of a config or flag:
 //   "cpu"                     the CPU backend;
-//   "cuda" or "cuda:N"        GPU N (0 when omitted); an error naming the device when it is unusable;
-//   "cuda:N,M,..." or "cuda:all"
+//   "cuda" or "cuda:N"        GPU N (0 when omitted); an error naming the device when it is
+//   unusable; "cuda:N,M,..." or "cuda:all"
 //                             several GPUs of this box (every usable one for "all"), trained as
 //                             one node by data parallelism with an NCCL all-reduce;
 //   "auto"                    GPU 0 when a working driver and device exist, else the CPU.
@@ -57,7 +57,7 @@ struct Backend {
 
 struct BackendOptions {
     std::string device = "auto";
-    int cpu_threads = 0;  // 0: all cores; also the threads of the CPU work next to a GPU
+    int cpu_threads = 0;          // 0: all cores; also the threads of the CPU work next to a GPU
     std::string matmul = "fp32";  // on a GPU: "fp32", "tf32" or "bf16" (cuda::MatmulMath)
 };
 

@@ -211,8 +211,6 @@ STARLING_HD uint16_t bf16_round_sr(uint32_t bits, uint32_t r16) {
     return nan ? uint16_t((bits >> 16) | 0x0040u) : uint16_t((bits + (r16 & 0xffffu)) >> 16);
 }
 
-STARLING_HD uint32_t bf16_to_f32_bits(uint16_t h) {
-    return uint32_t(h) << 16;
-}
+STARLING_HD uint32_t bf16_to_f32_bits(uint16_t h) { return uint32_t(h) << 16; }
 
 }  // namespace starling

@@ -49,8 +49,8 @@ public:
     virtual void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C,
                                  float eps) = 0;
     // dinp (N,C) += d/dinp, dweight (C) += d/dweight.
-    virtual void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp,
-                                  const T* weight, const T* rstd, int N, int C) = 0;
+    virtual void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                                  const T* rstd, int N, int C) = 0;
 
     // In place on the q and k thirds of qkv (B,T,3C): rotate pairs (j, j+hs/2) of every head by
     // position * theta^(-2j/hs). Backward applies the inverse rotation to dqkv.

@@ -26,8 +26,9 @@ void ModelConfig::validate() const {
     require(head_size() % 2 == 0,
             "head size d_model/n_head = " + std::to_string(head_size()) + " must be even for RoPE");
     require(d_ff >= 1, "d_ff must be at least 1, got " + std::to_string(d_ff));
-    require(vocab_size >= 2 && vocab_size <= 65536,
-            "vocab_size must be in [2, 65536] (tokens are uint16), got " + std::to_string(vocab_size));
+    require(
+        vocab_size >= 2 && vocab_size <= 65536,
+        "vocab_size must be in [2, 65536] (tokens are uint16), got " + std::to_string(vocab_size));
     require(context >= 1, "context must be at least 1, got " + std::to_string(context));
     require(rope_theta > 0.0f, "rope_theta must be positive");
     require(norm_eps > 0.0f, "norm_eps must be positive");
@@ -45,11 +46,12 @@ double ModelConfig::flops_per_token(int seq_len) const {
 
 std::string model_signature(const ModelConfig& c) {
     char text[256];
-    std::snprintf(text, sizeof text,
-                  "n_layer=%d n_head=%d d_model=%d d_ff=%d vocab_size=%d context=%d tied_embeddings=%s rope_theta=%.9g "
-                  "norm_eps=%.9g",
-                  c.n_layer, c.n_head, c.d_model, c.d_ff, c.vocab_size, c.context, c.tied_embeddings ? "true" : "false",
-                  c.rope_theta, c.norm_eps);
+    std::snprintf(
+        text, sizeof text,
+        "n_layer=%d n_head=%d d_model=%d d_ff=%d vocab_size=%d context=%d tied_embeddings=%s rope_theta=%.9g "
+        "norm_eps=%.9g",
+        c.n_layer, c.n_head, c.d_model, c.d_ff, c.vocab_size, c.context,
+        c.tied_embeddings ? "true" : "false", c.rope_theta, c.norm_eps);
     return text;
 }
 
@@ -82,7 +84,8 @@ std::string signature_differences(std::string_view theirs, std::string_view ours
     std::string text;
     for (const auto& [key, values] : keys) {
         if (values.first == values.second) continue;
-        text += (text.empty() ? "" : "; ") + key + " " + values.first + " there, " + values.second + " here";
+        text += (text.empty() ? "" : "; ") + key + " " + values.first + " there, " + values.second +
+                " here";
     }
     return text;
 }

@@ -15,7 +15,8 @@ struct SampleOptions {
     int tokens = 200;          // how many to add
     float temperature = 0.8f;  // 0: always the most likely token
     int top_k = 0;             // draw among the k most likely only; 0: all
-    int vocab = 0;             // draw among ids below this only (a tokenizer's inside a padded embedding); 0: all
+    int vocab =
+        0;  // draw among ids below this only (a tokenizer's inside a padded embedding); 0: all
     uint64_t seed = 1;
 };
 

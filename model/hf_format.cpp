@@ -40,9 +40,7 @@ nlohmann::json llama_config_json(const ModelConfig& c) {
 }
 
 ModelConfig model_config_from_llama_json(const nlohmann::json& j, const std::string& source) {
-    auto fail = [&](const std::string& problem) -> void {
-        throw Error(source + ": " + problem);
-    };
+    auto fail = [&](const std::string& problem) -> void { throw Error(source + ": " + problem); };
     if (!j.is_object()) fail("not a JSON object");
     auto number = [&](const char* key) -> const nlohmann::json& {
         if (!j.contains(key) || !j[key].is_number()) fail(std::string("missing number ") + key);
@@ -61,10 +59,13 @@ ModelConfig model_config_from_llama_json(const nlohmann::json& j, const std::str
     c.tied_embeddings = j.value("tie_word_embeddings", false);
     c.init_std = j.contains("initializer_range") ? number("initializer_range").get<float>() : 0.02f;
     if (j.contains("num_key_value_heads") && number("num_key_value_heads").get<int>() != c.n_head) {
-        fail("grouped key/value heads (num_key_value_heads != num_attention_heads) are not supported");
+        fail(
+            "grouped key/value heads (num_key_value_heads != num_attention_heads) are not supported");
     }
-    if (j.value("attention_bias", false) || j.value("mlp_bias", false)) fail("biases are not supported");
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) fail("rope_scaling is not supported");
+    if (j.value("attention_bias", false) || j.value("mlp_bias", false))
+        fail("biases are not supported");
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+        fail("rope_scaling is not supported");
     if (j.value("hidden_act", "silu") != "silu") fail("hidden_act must be silu");
     try {
         c.validate();

@@ -13,11 +13,11 @@
 namespace starling {
 
 struct TensorInfo {
-    std::string name;            // Hugging Face Llama name, e.g. model.layers.0.self_attn.q_proj.weight
+    std::string name;  // Hugging Face Llama name, e.g. model.layers.0.self_attn.q_proj.weight
     std::vector<int64_t> shape;  // (out, in) for matrices
     size_t offset = 0;           // in elements, into the flat arena
     size_t numel = 0;
-    bool decay = false;          // weight decay applies (matrices, not norm gains)
+    bool decay = false;  // weight decay applies (matrices, not norm gains)
 };
 
 // A run of consecutive tensors sharing one weight-decay setting, so AdamW makes a handful of

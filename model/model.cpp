@@ -37,13 +37,12 @@ Model<Real>::Model(const ModelConfig& config, Ops<Real>& ops, int B, int T)
         auto at = [&](const char* name) { return manifest_.find(p + name).offset; };
         layer_offsets_.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
                                   at("self_attn.o_proj.weight"),
-                                  at("post_attention_layernorm.weight"),
-                                  at("mlp.gate_proj.weight"), at("mlp.down_proj.weight")});
+                                  at("post_attention_layernorm.weight"), at("mlp.gate_proj.weight"),
+                                  at("mlp.down_proj.weight")});
     }
     wte_offset_ = manifest_.find("model.embed_tokens.weight").offset;
     norm_offset_ = manifest_.find("model.norm.weight").offset;
-    head_offset_ =
-        config.tied_embeddings ? wte_offset_ : manifest_.find("lm_head.weight").offset;
+    head_offset_ = config.tied_embeddings ? wte_offset_ : manifest_.find("lm_head.weight").offset;
     params_ = ops_.alloc(manifest_.total());
     grads_ = ops_.alloc(manifest_.total());
     carve_activations();
@@ -54,9 +53,9 @@ Model<Real>::Model(const ModelConfig& config, Ops<Real>& ops, int B, int T)
 
 template <typename Real>
 Model<Real>::~Model() {
-    for (void* p : {static_cast<void*>(params_), static_cast<void*>(grads_),
-                    static_cast<void*>(acts_), static_cast<void*>(dacts_),
-                    static_cast<void*>(inputs_), static_cast<void*>(targets_)}) {
+    for (void* p :
+         {static_cast<void*>(params_), static_cast<void*>(grads_), static_cast<void*>(acts_),
+          static_cast<void*>(dacts_), static_cast<void*>(inputs_), static_cast<void*>(targets_)}) {
         if (p) ops_.release(p);
     }
 }
@@ -143,8 +142,9 @@ std::vector<double> Model<Real>::position_losses() {
 template <typename Real>
 std::vector<Real> Model<Real>::logits_at(int b, int t) {
     if (b < 0 || b >= B_ || t < 0 || t >= T_)
-        throw Error("model: logits of sequence " + std::to_string(b) + " position " + std::to_string(t) +
-                    " asked of a " + std::to_string(B_) + " x " + std::to_string(T_) + " batch");
+        throw Error("model: logits of sequence " + std::to_string(b) + " position " +
+                    std::to_string(t) + " asked of a " + std::to_string(B_) + " x " +
+                    std::to_string(T_) + " batch");
     const size_t V = static_cast<size_t>(config_.vocab_size);
     std::vector<Real> host(V);
     ops_.to_host(host.data(), logits_ + (static_cast<size_t>(b) * T_ + t) * V, V);

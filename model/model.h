@@ -54,12 +54,12 @@ public:
 
 private:
     struct LayerWeights {
-        Real* ln1;   // (C)
-        Real* wqkv;  // (3C, C): q_proj, k_proj, v_proj stacked
-        Real* wo;    // (C, C)
-        Real* ln2;   // (C)
-        Real* wgu;   // (2F, C): gate_proj, up_proj stacked
-        Real* wdown; // (C, F)
+        Real* ln1;    // (C)
+        Real* wqkv;   // (3C, C): q_proj, k_proj, v_proj stacked
+        Real* wo;     // (C, C)
+        Real* ln2;    // (C)
+        Real* wgu;    // (2F, C): gate_proj, up_proj stacked
+        Real* wdown;  // (C, F)
     };
     struct LayerActs {
         Real* residual;  // (N, C) input of the layer
@@ -106,12 +106,12 @@ private:
     Real* logits_ = nullptr;          // (N, V), becomes dlogits in backward
     Real* losses_ = nullptr;          // (N)
 
-    Real* dres_ = nullptr;   // (N, C) gradient of the residual stream
-    Real* dln_ = nullptr;    // (N, C)
-    Real* datt_ = nullptr;   // (N, C)
-    Real* dqkv_ = nullptr;   // (N, 3C)
-    Real* dgu_ = nullptr;    // (N, 2F)
-    Real* dh_ = nullptr;     // (N, F)
+    Real* dres_ = nullptr;  // (N, C) gradient of the residual stream
+    Real* dln_ = nullptr;   // (N, C)
+    Real* datt_ = nullptr;  // (N, C)
+    Real* dqkv_ = nullptr;  // (N, 3C)
+    Real* dgu_ = nullptr;   // (N, 2F)
+    Real* dh_ = nullptr;    // (N, F)
 };
 
 }  // namespace starling

@@ -67,13 +67,9 @@ std::string quoted(const std::filesystem::path& p) {
 
 }  // namespace
 
-size_t dtype_size(DType dtype) {
-    return info(dtype).size;
-}
+size_t dtype_size(DType dtype) { return info(dtype).size; }
 
-std::string_view dtype_name(DType dtype) {
-    return info(dtype).name;
-}
+std::string_view dtype_name(DType dtype) { return info(dtype).name; }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
     for (const auto& i : kDTypes) {
@@ -342,9 +338,7 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::byte> contents,
     return file;
 }
 
-bool SafetensorsFile::has(std::string_view name) const {
-    return index_.find(name) != index_.end();
-}
+bool SafetensorsFile::has(std::string_view name) const { return index_.find(name) != index_.end(); }
 
 const TensorEntry& SafetensorsFile::get(std::string_view name) const {
     auto it = index_.find(name);

@@ -51,8 +51,8 @@ AdamWStepStats AdamW<Real>::step(Real* params, const Real* grads, float lr) {
     }
     for (const DecaySegment& seg : segments_) {
         s.weight_decay = seg.decay ? config_.weight_decay : 0.0f;
-        ops_.adamw_update(params + seg.offset, m_ + seg.offset, v_ + seg.offset,
-                          grads + seg.offset, seg.numel, s);
+        ops_.adamw_update(params + seg.offset, m_ + seg.offset, v_ + seg.offset, grads + seg.offset,
+                          seg.numel, s);
     }
     return stats;
 }

@@ -12,14 +12,17 @@ int per_device_batch(int B, size_t devices) {
     if (count == 0) throw Error("device group: the backend has no device");
     if (B % count != 0) {
         throw Error("batch_size " + std::to_string(B) + " does not split evenly over " +
-                    std::to_string(count) + " devices: make it a multiple of " + std::to_string(count));
+                    std::to_string(count) + " devices: make it a multiple of " +
+                    std::to_string(count));
     }
     return B / count;
 }
 
 DeviceGroup::DeviceGroup(const Backend& backend, const ModelConfig& model, const AdamWConfig& adamw,
                          int B, int T)
-    : all_reduce_(backend.all_reduce.get()), shard_B_(per_device_batch(B, backend.devices.size())), T_(T) {
+    : all_reduce_(backend.all_reduce.get()),
+      shard_B_(per_device_batch(B, backend.devices.size())),
+      T_(T) {
     const size_t count = backend.devices.size();
     if (count > 1 && all_reduce_ == nullptr) {
         throw Error("device group: " + std::to_string(count) + " devices but no all-reduce");

@@ -32,7 +32,7 @@ std::vector<std::string> resolve_seed_targets(const std::string& seed);
 // server got. Throws starling::Error with advice when the result cannot work: a wildcard with no
 // announce, a loopback announcement in a swarm whose seeds are not all loopback, or a loopback
 // listen address announced as a routable one.
-std::string choose_announce_address(std::string_view listen, std::string_view announce, uint16_t bound_port,
-                                    const std::vector<std::string>& seeds);
+std::string choose_announce_address(std::string_view listen, std::string_view announce,
+                                    uint16_t bound_port, const std::vector<std::string>& seeds);
 
 }  // namespace starling

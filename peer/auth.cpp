@@ -27,7 +27,8 @@ std::string to_hex(std::span<const unsigned char> bytes) {
 bool from_hex(std::string_view hex, std::span<unsigned char> out) {
     size_t written = 0;
     return hex.size() == out.size() * 2 &&
-           sodium_hex2bin(out.data(), out.size(), hex.data(), hex.size(), nullptr, &written, nullptr) == 0 &&
+           sodium_hex2bin(out.data(), out.size(), hex.data(), hex.size(), nullptr, &written,
+                          nullptr) == 0 &&
            written == out.size();
 }
 
@@ -43,7 +44,8 @@ std::string_view metadata(const grpc::ServerContext& context, const char* key, b
 
 int64_t unix_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch()).count();
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 std::span<const unsigned char> bytes_of(std::string_view text) {
@@ -56,7 +58,8 @@ SwarmAuth::SwarmAuth(std::string_view swarm_secret, const NodeIdentity& identity
                      std::chrono::seconds clock_window)
     : identity_(identity), limit_(limit), clock_window_(clock_window) {
     ensure_sodium();
-    if (swarm_secret.empty()) throw Error("peer.swarm_secret is empty: every node of a swarm needs the same secret");
+    if (swarm_secret.empty())
+        throw Error("peer.swarm_secret is empty: every node of a swarm needs the same secret");
     crypto_generichash_state state;
     crypto_generichash_init(&state, nullptr, 0, swarm_key_.size());
     crypto_generichash_update(&state, bytes_of(kDomain).data(), kDomain.size());
@@ -64,8 +67,8 @@ SwarmAuth::SwarmAuth(std::string_view swarm_secret, const NodeIdentity& identity
     crypto_generichash_final(&state, swarm_key_.data(), swarm_key_.size());
 }
 
-std::string SwarmAuth::canonical(std::string_view method, std::string_view node, std::string_view key,
-                                 std::string_view time) const {
+std::string SwarmAuth::canonical(std::string_view method, std::string_view node,
+                                 std::string_view key, std::string_view time) const {
     return fmt::format("starling-v1\n{}\n{}\n{}\n{}", method, node, key, time);
 }
 
@@ -83,7 +86,8 @@ void SwarmAuth::attach(grpc::ClientContext& context, std::string_view method) co
     context.AddMetadata("starling-sig", to_hex(identity_.sign(bytes_of(message))));
 }
 
-grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_view method, uint64_t* caller) {
+grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_view method,
+                               uint64_t* caller) {
     const auto refuse = [this](std::string why) {
         refusals_++;
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "starling peer auth: " + why);
@@ -104,14 +108,18 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_v
         return refuse("malformed credentials");
     int64_t sent_ms = 0;
     const auto [end, ec] = std::from_chars(time.data(), time.data() + time.size(), sent_ms);
-    if (ec != std::errc() || end != time.data() + time.size()) return refuse("malformed starling-time");
-    const int64_t window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_window_).count();
+    if (ec != std::errc() || end != time.data() + time.size())
+        return refuse("malformed starling-time");
+    const int64_t window_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_window_).count();
     if (std::abs(unix_ms() - sent_ms) > window_ms)
-        return refuse(fmt::format("clock skew beyond {} s (check NTP on both nodes)", clock_window_.count()));
+        return refuse(
+            fmt::format("clock skew beyond {} s (check NTP on both nodes)", clock_window_.count()));
     const uint64_t id = node_id_from_public_key(key);
     if (format_node_id(id) != node) return refuse("node id does not match the public key");
     const std::string message = canonical(method, node, key_hex, time);
-    if (crypto_auth_hmacsha256_verify(mac.data(), bytes_of(message).data(), message.size(), swarm_key_.data()) != 0) {
+    if (crypto_auth_hmacsha256_verify(mac.data(), bytes_of(message).data(), message.size(),
+                                      swarm_key_.data()) != 0) {
         warn_wrong_secret(context, node);
         return refuse("wrong swarm secret");
     }
@@ -132,9 +140,10 @@ void SwarmAuth::warn_wrong_secret(const grpc::ServerContext& context, std::strin
         last_warned_ = now;
     }
     // The node id is the caller's claim, unproven: cut to an id's length before it is logged.
-    spdlog::warn("peer: refused a caller at {} naming itself node {}: wrong swarm secret ({} call(s) refused so "
-                 "far); every node of a swarm needs the same [peer].secret",
-                 context.peer(), node.substr(0, 16), refused);
+    spdlog::warn(
+        "peer: refused a caller at {} naming itself node {}: wrong swarm secret ({} call(s) refused so "
+        "far); every node of a swarm needs the same [peer].secret",
+        context.peer(), node.substr(0, 16), refused);
 }
 
 bool SwarmAuth::admit(uint64_t caller) {
@@ -143,9 +152,9 @@ bool SwarmAuth::admit(uint64_t caller) {
     auto it = buckets_.find(caller);
     if (it == buckets_.end()) {
         if (buckets_.size() >= limit_.max_callers) {
-            const auto stalest = std::min_element(buckets_.begin(), buckets_.end(), [](const auto& a, const auto& b) {
-                return a.second.refilled < b.second.refilled;
-            });
+            const auto stalest = std::min_element(
+                buckets_.begin(), buckets_.end(),
+                [](const auto& a, const auto& b) { return a.second.refilled < b.second.refilled; });
             buckets_.erase(stalest);
         }
         it = buckets_.emplace(caller, Bucket{limit_.burst, now}).first;

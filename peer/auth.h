@@ -41,7 +41,8 @@ public:
     // RESOURCE_EXHAUSTED when this caller exceeds its request rate.
     // Every UNAUTHENTICATED answer is counted; a wrong swarm secret is also logged at warn (at
     // most every 30 s): a node with another secret would otherwise train alone, unnoticed.
-    grpc::Status verify(const grpc::ServerContext& context, std::string_view method, uint64_t* caller);
+    grpc::Status verify(const grpc::ServerContext& context, std::string_view method,
+                        uint64_t* caller);
     // Calls refused as UNAUTHENTICATED since the start, whatever failed.
     uint64_t refusals() const { return refusals_.load(); }
 
@@ -63,7 +64,7 @@ private:
     std::mutex mutex_;
     std::unordered_map<uint64_t, Bucket> buckets_;
     std::atomic<uint64_t> refusals_{0};
-    std::atomic<uint64_t> wrong_secret_refusals_{0};  // for the warning's count
+    std::atomic<uint64_t> wrong_secret_refusals_{0};                    // for the warning's count
     std::optional<std::chrono::steady_clock::time_point> last_warned_;  // guarded by mutex_
 };
 

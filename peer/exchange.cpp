@@ -42,7 +42,8 @@ public:
     CancelAt(grpc::ServerContext& context, SteadyClock::time_point deadline)
         : thread_([this, &context, deadline] {
               std::unique_lock lock(mutex_);
-              if (!disarmed_changed_.wait_until(lock, deadline, [&] { return disarmed_; })) context.TryCancel();
+              if (!disarmed_changed_.wait_until(lock, deadline, [&] { return disarmed_; }))
+                  context.TryCancel();
           }) {}
     ~CancelAt() {
         {
@@ -69,8 +70,8 @@ class Duplex {
 public:
     explicit Duplex(ExchangeSlot& slot) : slot_(slot) {}
 
-    // Stream: a ClientReaderWriter or a ServerReaderWriter; one writer at a time is all gRPC allows,
-    // and this is the only one.
+    // Stream: a ClientReaderWriter or a ServerReaderWriter; one writer at a time is all gRPC
+    // allows, and this is the only one.
     template <typename Stream>
     void write(Stream& stream) {
         const SerialCoding serial;
@@ -113,9 +114,10 @@ public:
     void read(const ExchangeWireFrame& wire) {
         const v1::ExchangeFrame& frame = wire.fields;
         if (frame.round() != slot_.round || frame.part() != slot_.part)
-            return refuse(Failure::Corrupt, "a frame for round " + std::to_string(frame.round()) + " part " +
-                                                std::to_string(frame.part()) + " in the exchange of round " +
-                                                std::to_string(slot_.round) + " part " + std::to_string(slot_.part));
+            return refuse(Failure::Corrupt,
+                          "a frame for round " + std::to_string(frame.round()) + " part " +
+                              std::to_string(frame.part()) + " in the exchange of round " +
+                              std::to_string(slot_.round) + " part " + std::to_string(slot_.part));
         if (wire.has_chunk) {
             bytes_received_ += wire.chunk->size();
             return decode([&] {
@@ -131,22 +133,23 @@ public:
                     check_sender(slot_.incoming.header());
                 });
             case v1::ExchangeFrame::kAbort:
-                return refuse(Failure::Aborted, "the partner aborted its message: " + frame.abort());
+                return refuse(Failure::Aborted,
+                              "the partner aborted its message: " + frame.abort());
             case v1::ExchangeFrame::kReceipt:
                 if (!their_receipt_) {
                     their_receipt_ = frame.receipt();
                     partner_refused_ = !frame.receipt().complete();
                 }
                 return;
-            default:
-                return refuse(Failure::Corrupt, "a frame with no body");
+            default: return refuse(Failure::Corrupt, "a frame with no body");
         }
     }
 
     // The partner's frames stopped coming: a message still incomplete is cut off.
     void reading_ended() {
         if (settled()) return;
-        if (!slot_.incoming.has_header()) return refuse(Failure::Cut, "the stream ended before the message header");
+        if (!slot_.incoming.has_header())
+            return refuse(Failure::Cut, "the stream ended before the message header");
         refuse(Failure::Cut, "the stream ended after " + std::to_string(chunks_received_) + " of " +
                                  std::to_string(slot_.incoming.header().chunk_count) + " chunks");
     }
@@ -161,12 +164,15 @@ public:
         std::vector<std::string> problems;
         if (!result.received) problems.push_back("their message: " + incoming_error_);
         if (!result.delivered) {
-            problems.push_back("our message: " + (!outgoing_error_.empty() ? outgoing_error_
-                                                  : their_receipt_ ? "refused by the partner: " + their_receipt_->error()
-                                                                   : std::string("no receipt from the partner")));
+            problems.push_back("our message: " +
+                               (!outgoing_error_.empty() ? outgoing_error_
+                                : their_receipt_
+                                    ? "refused by the partner: " + their_receipt_->error()
+                                    : std::string("no receipt from the partner")));
         }
         if (!transport_error.empty()) problems.push_back(transport_error);
-        for (const auto& problem : problems) result.error += (result.error.empty() ? "" : "; ") + problem;
+        for (const auto& problem : problems)
+            result.error += (result.error.empty() ? "" : "; ") + problem;
         return result;
     }
 
@@ -181,7 +187,9 @@ public:
         return grpc::Status::OK;
     }
 
-    const v1::ExchangeReceipt* their_receipt() const { return their_receipt_ ? &*their_receipt_ : nullptr; }
+    const v1::ExchangeReceipt* their_receipt() const {
+        return their_receipt_ ? &*their_receipt_ : nullptr;
+    }
 
 private:
     enum class Failure { None, Corrupt, Aborted, Cut };
@@ -221,11 +229,11 @@ private:
 
     void check_sender(const codec::MessageHeader& header) const {
         if (header.node_id != slot_.partner)
-            throw Error("message header names node " + format_node_id(header.node_id) + " as its sender, not the partner " +
-                        format_node_id(slot_.partner));
+            throw Error("message header names node " + format_node_id(header.node_id) +
+                        " as its sender, not the partner " + format_node_id(slot_.partner));
         if (header.round != slot_.round)
-            throw Error("message header is for round " + std::to_string(header.round) + ", the exchange for round " +
-                        std::to_string(slot_.round));
+            throw Error("message header is for round " + std::to_string(header.round) +
+                        ", the exchange for round " + std::to_string(slot_.round));
     }
 
     void refuse(Failure failure, std::string why) {
@@ -270,10 +278,12 @@ private:
 }  // namespace
 
 OutgoingMessage outgoing_message(codec::MessageEncoder& encoder) {
-    return {encoder.header_bytes(), [&encoder](ChunkBuffer& out) { return encoder.next_chunk(*out); }};
+    return {encoder.header_bytes(),
+            [&encoder](ChunkBuffer& out) { return encoder.next_chunk(*out); }};
 }
 
-std::chrono::milliseconds exchange_budget(uint64_t bytes, std::optional<double> measured_bytes_per_s,
+std::chrono::milliseconds exchange_budget(uint64_t bytes,
+                                          std::optional<double> measured_bytes_per_s,
                                           double min_bytes_per_s, std::chrono::milliseconds floor,
                                           std::chrono::milliseconds ceiling) {
     const double rate = std::max(measured_bytes_per_s.value_or(min_bytes_per_s), 1.0);
@@ -288,8 +298,8 @@ ExchangeResult exchange_failed(std::string error) {
     return result;
 }
 
-ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context,
-                             ExchangeSlot& slot) {
+ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
+                             grpc::ClientContext& context, ExchangeSlot& slot) {
     const auto stream = open_exchange_stream(channel, context);
     Duplex duplex(slot);
     std::thread writer([&] {
@@ -332,9 +342,12 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
             continue;
         }
         std::string why;
-        if (stopped_) why = "this node is stopping";
-        else if (SteadyClock::now() >= deadline) why = "the partner did not open the exchange before the deadline";
-        else if (partner_gone()) why = "the partner left or died";
+        if (stopped_)
+            why = "this node is stopping";
+        else if (SteadyClock::now() >= deadline)
+            why = "the partner did not open the exchange before the deadline";
+        else if (partner_gone())
+            why = "the partner left or died";
         if (!why.empty()) {
             posted_.erase(key);
             return exchange_failed(why);
@@ -346,8 +359,8 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
     return result;
 }
 
-grpc::Status ExchangeBoard::answer(grpc::ServerContext& context,
-                                   ExchangeServerStream& stream, uint64_t caller, const ExchangeWireFrame& first,
+grpc::Status ExchangeBoard::answer(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                   uint64_t caller, const ExchangeWireFrame& first,
                                    SteadyClock::time_point limit) {
     const uint64_t round = first.fields.round();
     const std::pair key{round, first.fields.part()};
@@ -363,9 +376,11 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context,
                                                              std::to_string(first.fields.part())};
         if (it->second.slot->partner != caller)
             return {grpc::StatusCode::PERMISSION_DENIED,
-                    "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
+                    "node " + format_node_id(caller) + " is not this node's partner for round " +
+                        std::to_string(round)};
         if (it->second.claimed)
-            return {grpc::StatusCode::ALREADY_EXISTS, "the exchange of round " + std::to_string(round) + " is already open"};
+            return {grpc::StatusCode::ALREADY_EXISTS,
+                    "the exchange of round " + std::to_string(round) + " is already open"};
         posting = &it->second;
         posting->claimed = true;
     }
@@ -381,14 +396,16 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context,
         writer.join();
     }
     const bool cancelled = context.IsCancelled();
-    ExchangeResult result = duplex.result(cancelled ? "the stream was cancelled (deadline, shutdown or the partner gone)" : "");
+    ExchangeResult result = duplex.result(
+        cancelled ? "the stream was cancelled (deadline, shutdown or the partner gone)" : "");
     {
         std::lock_guard lock(mutex_);
         posting->result = std::move(result);
         posting->done = true;
     }
     changed_.notify_all();
-    return cancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "exchange cancelled") : duplex.status();
+    return cancelled ? grpc::Status(grpc::StatusCode::CANCELLED, "exchange cancelled")
+                     : duplex.status();
 }
 
 bool ExchangeBoard::track(grpc::ClientContext& context) {

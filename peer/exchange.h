@@ -66,18 +66,19 @@ struct ExchangeSlot {
 };
 
 struct ExchangeResult {
-    bool delivered = false;  // the partner received our whole message and decoded it
-    bool received = false;   // the partner's whole message arrived and decoded into the arena
+    bool delivered = false;       // the partner received our whole message and decoded it
+    bool received = false;        // the partner's whole message arrived and decoded into the arena
     uint64_t bytes_sent = 0;      // header and chunk bytes written to the stream
     uint64_t bytes_received = 0;  // header and chunk bytes read from it
     std::string error;            // what went wrong, when either of the two is false
-    bool refused = false;         // this node refused the partner's message (malformed or mismatched)
+    bool refused = false;  // this node refused the partner's message (malformed or mismatched)
 };
 
 // How long an exchange of `bytes` (both messages of a round, if two share the link) may take: four
 // times what the rate measured with this partner (or, before one, min_bytes_per_s) needs, within
 // [floor, ceiling]. A slow link gets the time its transfer needs; a fast one keeps the floor.
-std::chrono::milliseconds exchange_budget(uint64_t bytes, std::optional<double> measured_bytes_per_s,
+std::chrono::milliseconds exchange_budget(uint64_t bytes,
+                                          std::optional<double> measured_bytes_per_s,
                                           double min_bytes_per_s, std::chrono::milliseconds floor,
                                           std::chrono::milliseconds ceiling);
 
@@ -86,8 +87,8 @@ ExchangeResult exchange_failed(std::string error);
 
 // The opening side: runs the exchange on a stream over `channel`. The context carries the deadline
 // and the caller's authentication.
-ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context,
-                             ExchangeSlot& slot);
+ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
+                             grpc::ClientContext& context, ExchangeSlot& slot);
 
 // Slots this node has posted for the partner to stream into, and the client streams it has open,
 // so that stop() can end them all at once.
@@ -99,8 +100,8 @@ public:
                          const std::function<bool()>& partner_gone);
 
     // The handler's side of Peer.Exchange: waits (until `limit`) for the slot of the first
-    // frame's round and part, checks the caller is that slot's partner, and runs the exchange until the
-    // slot's deadline. The returned status is the stream's.
+    // frame's round and part, checks the caller is that slot's partner, and runs the exchange until
+    // the slot's deadline. The returned status is the stream's.
     grpc::Status answer(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller,
                         const ExchangeWireFrame& first, SteadyClock::time_point limit);
 

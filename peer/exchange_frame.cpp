@@ -10,12 +10,14 @@ namespace starling {
 namespace {
 
 constexpr uint32_t kLengthDelimited = 2;
-constexpr uint64_t kChunkTag = (uint64_t{v1::ExchangeFrame::kChunkFieldNumber} << 3) | kLengthDelimited;
+constexpr uint64_t kChunkTag =
+    (uint64_t{v1::ExchangeFrame::kChunkFieldNumber} << 3) | kLengthDelimited;
 constexpr const char* kExchangeMethod = "/starling.v1.Peer/Exchange";
 
 void append_varint(std::string& out, uint64_t value) {
     uint8_t bytes[10];  // the longest varint
-    const uint8_t* end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(value, bytes);
+    const uint8_t* end =
+        google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(value, bytes);
     out.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(end - bytes));
 }
 
@@ -81,12 +83,14 @@ grpc::Status copy_field(SliceReader& in, uint64_t tag, std::string& fields) {
     switch (tag & 7) {
         case 0: {
             uint64_t value = 0;
-            if (!in.read_varint(value)) return malformed("field " + std::to_string(field) + " cut short");
+            if (!in.read_varint(value))
+                return malformed("field " + std::to_string(field) + " cut short");
             append_varint(fields, value);
             return grpc::Status::OK;
         }
         case 1:
-            return copy_bytes(8) ? grpc::Status::OK : malformed("field " + std::to_string(field) + " cut short");
+            return copy_bytes(8) ? grpc::Status::OK
+                                 : malformed("field " + std::to_string(field) + " cut short");
         case kLengthDelimited: {
             uint64_t length = 0;
             if (!in.read_varint(length) || length > in.remaining())
@@ -96,9 +100,11 @@ grpc::Status copy_field(SliceReader& in, uint64_t tag, std::string& fields) {
             return grpc::Status::OK;
         }
         case 5:
-            return copy_bytes(4) ? grpc::Status::OK : malformed("field " + std::to_string(field) + " cut short");
+            return copy_bytes(4) ? grpc::Status::OK
+                                 : malformed("field " + std::to_string(field) + " cut short");
         default:
-            return malformed("field " + std::to_string(field) + " has wire type " + std::to_string(tag & 7));
+            return malformed("field " + std::to_string(field) + " has wire type " +
+                             std::to_string(tag & 7));
     }
 }
 
@@ -114,14 +120,17 @@ grpc::Status read_frame(SliceReader& in, starling::ExchangeWireFrame& frame) {
         }
         uint64_t length = 0;
         if (!in.read_varint(length) || length > in.remaining())
-            return malformed("a chunk longer than the frame (" + std::to_string(in.remaining()) + " bytes left)");
+            return malformed("a chunk longer than the frame (" + std::to_string(in.remaining()) +
+                             " bytes left)");
         // The last frame's buffer is reused unless someone still holds it.
-        if (!frame.chunk || frame.chunk.use_count() != 1) frame.chunk = std::make_shared<std::vector<std::byte>>();
+        if (!frame.chunk || frame.chunk.use_count() != 1)
+            frame.chunk = std::make_shared<std::vector<std::byte>>();
         frame.chunk->resize(length);
         in.copy(length, frame.chunk->data());
         frame.has_chunk = true;
     }
-    if (!frame.fields.ParseFromString(fields)) return malformed("its fields do not parse as an ExchangeFrame");
+    if (!frame.fields.ParseFromString(fields))
+        return malformed("its fields do not parse as an ExchangeFrame");
     if (frame.has_chunk && frame.fields.body_case() != v1::ExchangeFrame::BODY_NOT_SET)
         return malformed("a chunk and another body in one frame");
     return grpc::Status::OK;
@@ -137,23 +146,25 @@ ChunkBuffer ChunkBufferPool::take() {
     return buffers_.emplace_back(std::make_shared<std::vector<std::byte>>());
 }
 
-std::unique_ptr<ExchangeClientStream> open_exchange_stream(const std::shared_ptr<grpc::Channel>& channel,
-                                                           grpc::ClientContext& context) {
-    const grpc::internal::RpcMethod method(kExchangeMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+std::unique_ptr<ExchangeClientStream> open_exchange_stream(
+    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context) {
+    const grpc::internal::RpcMethod method(kExchangeMethod,
+                                           grpc::internal::RpcMethod::BIDI_STREAMING, channel);
     return std::unique_ptr<ExchangeClientStream>(
-        grpc::internal::ClientReaderWriterFactory<ExchangeWireFrame, ExchangeWireFrame>::Create(channel.get(), method,
-                                                                                               &context));
+        grpc::internal::ClientReaderWriterFactory<ExchangeWireFrame, ExchangeWireFrame>::Create(
+            channel.get(), method, &context));
 }
 
 int exchange_method_index() {
-    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(v1::Peer::service_full_name());
+    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+        v1::Peer::service_full_name());
     return service->FindMethodByName("Exchange")->index();
 }
 
 }  // namespace starling
 
-grpc::Status grpc::SerializationTraits<starling::ExchangeWireFrame>::Serialize(const starling::ExchangeWireFrame& frame,
-                                                                            grpc::ByteBuffer* buffer, bool* own_buffer) {
+grpc::Status grpc::SerializationTraits<starling::ExchangeWireFrame>::Serialize(
+    const starling::ExchangeWireFrame& frame, grpc::ByteBuffer* buffer, bool* own_buffer) {
     using starling::v1::ExchangeFrame;
     *own_buffer = true;
     std::string head = frame.fields.SerializeAsString();
@@ -168,16 +179,17 @@ grpc::Status grpc::SerializationTraits<starling::ExchangeWireFrame>::Serialize(c
     starling::append_varint(head, starling::kChunkTag);
     starling::append_varint(head, frame.chunk->size());
     // The slice holds a reference to the chunk's buffer until gRPC has sent it.
-    grpc::Slice slices[2] = {grpc::Slice(head),
-                             grpc::Slice(frame.chunk->data(), frame.chunk->size(), starling::release_chunk,
-                                         new starling::ChunkBuffer(frame.chunk))};
+    grpc::Slice slices[2] = {
+        grpc::Slice(head),
+        grpc::Slice(frame.chunk->data(), frame.chunk->size(), starling::release_chunk,
+                    new starling::ChunkBuffer(frame.chunk))};
     grpc::ByteBuffer serialized(slices, frame.chunk->empty() ? 1 : 2);
     buffer->Swap(&serialized);
     return grpc::Status::OK;
 }
 
-grpc::Status grpc::SerializationTraits<starling::ExchangeWireFrame>::Deserialize(grpc::ByteBuffer* buffer,
-                                                                              starling::ExchangeWireFrame* frame) {
+grpc::Status grpc::SerializationTraits<starling::ExchangeWireFrame>::Deserialize(
+    grpc::ByteBuffer* buffer, starling::ExchangeWireFrame* frame) {
     if (buffer == nullptr) return {grpc::StatusCode::INTERNAL, "no payload"};
     std::vector<grpc::Slice> slices;
     grpc::Status status = buffer->Dump(&slices);

@@ -1,9 +1,10 @@
-// One frame of Peer.Exchange as this node sends and receives it: v1::ExchangeFrame on the wire, byte
-// for byte, but with the chunk body kept out of protobuf. A sent chunk goes from the buffer the
-// encoder wrote straight to gRPC's transport, referenced rather than copied; a received one is copied
-// once, out of gRPC's receive slices into a buffer reused frame after frame. Protobuf would copy each
-// chunk twice more on each side, into a fresh string and a fresh slice, and the first touch of those
-// fresh pages cost as much again: on loopback those copies took about as much CPU as TCP itself.
+// One frame of Peer.Exchange as this node sends and receives it: v1::ExchangeFrame on the wire,
+// byte for byte, but with the chunk body kept out of protobuf. A sent chunk goes from the buffer
+// the encoder wrote straight to gRPC's transport, referenced rather than copied; a received one is
+// copied once, out of gRPC's receive slices into a buffer reused frame after frame. Protobuf would
+// copy each chunk twice more on each side, into a fresh string and a fresh slice, and the first
+// touch of those fresh pages cost as much again: on loopback those copies took about as much CPU as
+// TCP itself.
 //
 // Any gRPC client or server of peer.proto talks to this one: only the C++ types differ. The stream
 // is opened and served with the calls gRPC's generated code itself makes
@@ -46,8 +47,8 @@ using ExchangeClientStream = grpc::ClientReaderWriter<ExchangeWireFrame, Exchang
 using ExchangeServerStream = grpc::ServerReaderWriter<ExchangeWireFrame, ExchangeWireFrame>;
 
 // Opens Peer.Exchange on `channel` with wire frames as its messages.
-std::unique_ptr<ExchangeClientStream> open_exchange_stream(const std::shared_ptr<grpc::Channel>& channel,
-                                                           grpc::ClientContext& context);
+std::unique_ptr<ExchangeClientStream> open_exchange_stream(
+    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context);
 
 // Where Exchange sits among the methods of service Peer, as the generated service numbers them.
 int exchange_method_index();
@@ -57,7 +58,8 @@ int exchange_method_index();
 template <>
 class grpc::SerializationTraits<starling::ExchangeWireFrame> {
 public:
-    static grpc::Status Serialize(const starling::ExchangeWireFrame& frame, grpc::ByteBuffer* buffer, bool* own_buffer);
+    static grpc::Status Serialize(const starling::ExchangeWireFrame& frame,
+                                  grpc::ByteBuffer* buffer, bool* own_buffer);
     // Refuses (INTERNAL, naming the problem) a frame that is not a well-formed ExchangeFrame.
     static grpc::Status Deserialize(grpc::ByteBuffer* buffer, starling::ExchangeWireFrame* frame);
 };

@@ -12,15 +12,18 @@
 namespace starling {
 
 enum class FailureReason {
-    Auth,            // a call refused for failed authentication, either way (wrong secret, bad or missing credentials)
-    Timeout,         // an exchange, a pairing call or a round-message fetch cut off by its deadline
-    RefusedMessage,  // a partner's message refused: malformed, mismatched or failing the outer step's sanity checks
+    Auth,     // a call refused for failed authentication, either way (wrong secret, bad or missing
+              // credentials)
+    Timeout,  // an exchange, a pairing call or a round-message fetch cut off by its deadline
+    RefusedMessage,  // a partner's message refused: malformed, mismatched or failing the outer
+                     // step's sanity checks
     StateSync,       // a state copy from the swarm that failed
     Checkpoint,      // a checkpoint that could not be written
 };
 
-inline constexpr std::array kFailureReasons{FailureReason::Auth, FailureReason::Timeout, FailureReason::RefusedMessage,
-                                            FailureReason::StateSync, FailureReason::Checkpoint};
+inline constexpr std::array kFailureReasons{FailureReason::Auth, FailureReason::Timeout,
+                                            FailureReason::RefusedMessage, FailureReason::StateSync,
+                                            FailureReason::Checkpoint};
 
 // The label value: "auth", "timeout", "refused_message", "state_sync", "checkpoint".
 constexpr std::string_view failure_reason_name(FailureReason reason) {
@@ -40,10 +43,13 @@ using FailureCounts = std::array<uint64_t, kFailureReasons.size()>;
 // Thread-safe: any thread counts, any thread reads.
 class FailureTally {
 public:
-    void count(FailureReason reason) { counts_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed); }
+    void count(FailureReason reason) {
+        counts_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    }
     FailureCounts totals() const {
         FailureCounts totals{};
-        for (size_t i = 0; i < totals.size(); i++) totals[i] = counts_[i].load(std::memory_order_relaxed);
+        for (size_t i = 0; i < totals.size(); i++)
+            totals[i] = counts_[i].load(std::memory_order_relaxed);
         return totals;
     }
 

@@ -41,12 +41,15 @@ NodeIdentity NodeIdentity::load_or_create(const std::filesystem::path& dir) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
         std::filesystem::create_directories(dir, ec);
-        if (ec) throw Error(fmt::format("cannot create data directory {}: {}", dir.string(), ec.message()));
+        if (ec)
+            throw Error(
+                fmt::format("cannot create data directory {}: {}", dir.string(), ec.message()));
         NodeIdentity identity = generate();
         // The temporary file is created with the process umask; tighten it before it holds the key.
         AtomicFileWriter writer(path);
         if (chmod(writer.temp_path().c_str(), 0600) != 0)
-            throw Error(fmt::format("cannot restrict permissions of {}", writer.temp_path().string()));
+            throw Error(
+                fmt::format("cannot restrict permissions of {}", writer.temp_path().string()));
         writer.write(std::as_bytes(std::span(identity.secret_key_)));
         writer.commit();
         return identity;
@@ -64,8 +67,9 @@ NodeIdentity NodeIdentity::load_or_create(const std::filesystem::path& dir) {
     crypto_sign_seed_keypair(derived.data(), regenerated.data(), seed);
     sodium_memzero(seed, sizeof seed);
     if (regenerated != identity.secret_key_)
-        throw Error(fmt::format("node key {} is damaged: its public half does not match its secret half",
-                                path.string()));
+        throw Error(
+            fmt::format("node key {} is damaged: its public half does not match its secret half",
+                        path.string()));
     identity.public_key_ = derived;
     identity.node_id_ = node_id_from_public_key(identity.public_key_);
     return identity;
@@ -73,15 +77,18 @@ NodeIdentity NodeIdentity::load_or_create(const std::filesystem::path& dir) {
 
 Signature NodeIdentity::sign(std::span<const unsigned char> message) const {
     Signature signature{};
-    crypto_sign_detached(signature.data(), nullptr, message.data(), message.size(), secret_key_.data());
+    crypto_sign_detached(signature.data(), nullptr, message.data(), message.size(),
+                         secret_key_.data());
     return signature;
 }
 
-bool verify_signature(std::span<const unsigned char> public_key, std::span<const unsigned char> message,
+bool verify_signature(std::span<const unsigned char> public_key,
+                      std::span<const unsigned char> message,
                       std::span<const unsigned char> signature) {
     ensure_sodium();
     if (public_key.size() != kPublicKeyBytes || signature.size() != kSignatureBytes) return false;
-    return crypto_sign_verify_detached(signature.data(), message.data(), message.size(), public_key.data()) == 0;
+    return crypto_sign_verify_detached(signature.data(), message.data(), message.size(),
+                                       public_key.data()) == 0;
 }
 
 }  // namespace starling

@@ -44,7 +44,8 @@ private:
 };
 
 bool verify_signature(std::span<const unsigned char> public_key,
-                      std::span<const unsigned char> message, std::span<const unsigned char> signature);
+                      std::span<const unsigned char> message,
+                      std::span<const unsigned char> signature);
 
 // libsodium must be initialised once before any of the above; every entry point calls this.
 void ensure_sodium();

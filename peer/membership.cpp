@@ -19,25 +19,30 @@ const char* member_state_name(MemberState state) {
 
 namespace {
 
-auto precedence(const Member& m) { return std::make_tuple(m.incarnation, static_cast<int>(m.state)); }
+auto precedence(const Member& m) {
+    return std::make_tuple(m.incarnation, static_cast<int>(m.state));
+}
 
 bool gone(MemberState state) { return state == MemberState::Dead || state == MemberState::Left; }
 
 }  // namespace
 
 std::string incompatibility(const Member& them, const Member& self) {
-    if (them.swarm_id != self.swarm_id) return "is in swarm '" + them.swarm_id + "' (this node: '" + self.swarm_id + "')";
+    if (them.swarm_id != self.swarm_id)
+        return "is in swarm '" + them.swarm_id + "' (this node: '" + self.swarm_id + "')";
     if (them.protocol_version != self.protocol_version)
-        return "speaks protocol " + std::to_string(them.protocol_version) + " (this node: " +
-               std::to_string(self.protocol_version) + ")";
+        return "speaks protocol " + std::to_string(them.protocol_version) +
+               " (this node: " + std::to_string(self.protocol_version) + ")";
     if (them.fingerprint == self.fingerprint) return "";
     const std::string keys = signature_differences(them.model, self.model);
-    return "runs another model (" + (keys.empty() ? "fingerprint " + them.fingerprint + ", this node's " + self.fingerprint
-                                                  : keys) +
+    return "runs another model (" +
+           (keys.empty() ? "fingerprint " + them.fingerprint + ", this node's " + self.fingerprint
+                         : keys) +
            ")";
 }
 
-MemberTable::MemberTable(Member self, MembershipLimits limits) : limits_(limits), self_(std::move(self)) {}
+MemberTable::MemberTable(Member self, MembershipLimits limits)
+    : limits_(limits), self_(std::move(self)) {}
 
 MemberTable::Merge MemberTable::merge(const Member& incoming, SteadyClock::time_point now) {
     std::lock_guard lock(mutex_);
@@ -49,7 +54,8 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
         if (incoming.instance != self_.instance) {
             // Echoes of this node's previous run carry a lower incarnation; a higher one that is
             // not gone is another process holding the same key.
-            const bool other_live = !gone(incoming.state) && incoming.incarnation > self_.incarnation;
+            const bool other_live =
+                !gone(incoming.state) && incoming.incarnation > self_.incarnation;
             return other_live ? Merge::Duplicate : Merge::Ignored;
         }
         if (incoming.state != MemberState::Alive && self_.state != MemberState::Left &&
@@ -65,7 +71,8 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
     }
     const auto it = others_.find(incoming.node_id);
     if (it == others_.end()) {
-        if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members) return Merge::Ignored;
+        if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members)
+            return Merge::Ignored;
         Member added = incoming;
         added.since = now;
         others_.emplace(added.node_id, std::move(added));
@@ -73,13 +80,15 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
     }
     Member& known = it->second;
     if (precedence(incoming) > precedence(known)) {
-        const bool state_changed = incoming.state != known.state || incoming.incarnation != known.incarnation;
+        const bool state_changed =
+            incoming.state != known.state || incoming.incarnation != known.incarnation;
         const auto since = state_changed ? now : known.since;
         known = incoming;
         known.since = since;
         return Merge::Updated;
     }
-    if (precedence(incoming) == precedence(known)) known.round = std::max(known.round, incoming.round);
+    if (precedence(incoming) == precedence(known))
+        known.round = std::max(known.round, incoming.round);
     return Merge::Ignored;
 }
 
@@ -110,11 +119,12 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
     }
     // Tombstones outlive any digest still in flight by a wide margin, then go, so the table of
     // them stays bounded too.
-    std::erase_if(tombstones_, [&](const auto& t) { return now - t.second.second >= 10 * limits_.retention; });
+    std::erase_if(tombstones_,
+                  [&](const auto& t) { return now - t.second.second >= 10 * limits_.retention; });
     while (tombstones_.size() > limits_.max_members) {
-        tombstones_.erase(std::min_element(tombstones_.begin(), tombstones_.end(), [](const auto& a, const auto& b) {
-            return a.second.second < b.second.second;
-        }));
+        tombstones_.erase(std::min_element(
+            tombstones_.begin(), tombstones_.end(),
+            [](const auto& a, const auto& b) { return a.second.second < b.second.second; }));
     }
     return declared_dead;
 }
@@ -169,8 +179,8 @@ std::vector<Member> MemberTable::reachable_others() const {
 }
 
 bool MemberTable::compatible(const Member& member) const {
-    return member.fingerprint == self_.fingerprint && member.protocol_version == self_.protocol_version &&
-           member.swarm_id == self_.swarm_id;
+    return member.fingerprint == self_.fingerprint &&
+           member.protocol_version == self_.protocol_version && member.swarm_id == self_.swarm_id;
 }
 
 std::vector<uint64_t> MemberTable::pairable_ids() const {

@@ -50,7 +50,7 @@ std::string incompatibility(const Member& them, const Member& self);
 
 struct MembershipLimits {
     std::chrono::milliseconds suspicion_timeout{5000};  // SUSPECT to DEAD
-    std::chrono::milliseconds retention{60000};         // DEAD and LEFT entries are listed this long
+    std::chrono::milliseconds retention{60000};  // DEAD and LEFT entries are listed this long
     size_t max_members = 4096;  // a hostile or broken peer cannot grow the table past this
 };
 
@@ -78,8 +78,8 @@ public:
 
     Member self() const;
     std::optional<Member> find(uint64_t node_id) const;
-    std::vector<Member> all() const;                // self first, then the others
-    std::vector<Member> reachable_others() const;   // ALIVE or SUSPECT: worth probing and gossiping
+    std::vector<Member> all() const;               // self first, then the others
+    std::vector<Member> reachable_others() const;  // ALIVE or SUSPECT: worth probing and gossiping
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
@@ -92,7 +92,8 @@ private:
     mutable std::mutex mutex_;
     Member self_;
     std::unordered_map<uint64_t, Member> others_;
-    std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>> tombstones_;  // id -> incarnation, when
+    std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>>
+        tombstones_;  // id -> incarnation, when
 };
 
 }  // namespace starling

@@ -17,7 +17,8 @@ std::string round_text(uint64_t round) { return "round " + std::to_string(round)
 
 }  // namespace
 
-std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view, uint64_t self) {
+std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
+                                              uint64_t self) {
     if (std::find(view.begin(), view.end(), self) == view.end()) return std::nullopt;
     for (const auto& group : deterministic_groups(round, view, 2)) {
         if (std::find(group.begin(), group.end(), self) == group.end()) continue;
@@ -27,8 +28,9 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
     return std::nullopt;
 }
 
-std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self, uint64_t round,
-                                        uint64_t max_round_gap, std::span<const uint64_t> recent) {
+std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
+                                        uint64_t round, uint64_t max_round_gap,
+                                        std::span<const uint64_t> recent) {
     std::vector<uint64_t> ids;
     for (const Member& m : pairable) {
         if (m.node_id == self || distance(m.round, round) > max_round_gap) continue;
@@ -39,14 +41,17 @@ std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uin
     return ids;
 }
 
-PairingBook::PairingBook(uint64_t self, uint64_t max_round_gap) : self_(self), max_round_gap_(max_round_gap) {}
+PairingBook::PairingBook(uint64_t self, uint64_t max_round_gap)
+    : self_(self), max_round_gap_(max_round_gap) {}
 
 PairingBook::RoundState& PairingBook::state_locked(uint64_t round) {
     RoundState& state = rounds_[round];
     // Forget rounds too old to matter, so the book stays small however long the node runs.
     const uint64_t newest = rounds_.rbegin()->first;
     if (newest > kRoundsKept) {
-        std::erase_if(rounds_, [&](const auto& entry) { return entry.first < newest - kRoundsKept && entry.first != round; });
+        std::erase_if(rounds_, [&](const auto& entry) {
+            return entry.first < newest - kRoundsKept && entry.first != round;
+        });
     }
     return state;
 }
@@ -120,8 +125,9 @@ std::optional<uint64_t> PairingBook::await_partner(uint64_t round, SteadyClock::
 
 PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView& view) {
     if (distance(proposal.round, view.round) > max_round_gap_)
-        return declined(round_text(proposal.round) + " is more than " + std::to_string(max_round_gap_) +
-                        " round(s) from this node's " + round_text(view.round));
+        return declined(round_text(proposal.round) + " is more than " +
+                        std::to_string(max_round_gap_) + " round(s) from this node's " +
+                        round_text(view.round));
     std::lock_guard lock(mutex_);
     if (stopped_) return declined("this node is stopping");
     RoundState& state = state_locked(proposal.round);
@@ -134,11 +140,13 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
         // Still to come here (this node trains toward it): worth asking again. Otherwise this node
         // has chosen for that round already, or is past it.
         const bool to_come = open_round_ ? proposal.round > *open_round_
-                                         : proposal.round >= view.round && (!closed_round_ || proposal.round > *closed_round_);
-        const std::string why = "not choosing a partner for " + round_text(proposal.round) + " now (" +
-                                (open_round_ ? "choosing for " + round_text(*open_round_)
-                                             : "at " + round_text(view.round) + ", training or exchanging") +
-                                ")";
+                                         : proposal.round >= view.round &&
+                                               (!closed_round_ || proposal.round > *closed_round_);
+        const std::string why =
+            "not choosing a partner for " + round_text(proposal.round) + " now (" +
+            (open_round_ ? "choosing for " + round_text(*open_round_)
+                         : "at " + round_text(view.round) + ", training or exchanging") +
+            ")";
         return to_come ? not_now(why) : declined(why);
     }
     if (proposal.mode == PairMode::Deterministic) {
@@ -146,16 +154,18 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
             return declined("membership views differ (this node's digest is " +
                             format_node_id(view.membership_digest) + ")");
         if (view.deterministic_partner != proposal.from)
-            return declined("this node's deterministic partner for " + round_text(proposal.round) + " is " +
-                            (view.deterministic_partner ? "node " + format_node_id(*view.deterministic_partner)
-                                                        : std::string("nobody")));
+            return declined(
+                "this node's deterministic partner for " + round_text(proposal.round) + " is " +
+                (view.deterministic_partner ? "node " + format_node_id(*view.deterministic_partner)
+                                            : std::string("nobody")));
     }
     if (state.proposal) {
         if (state.proposal->to != proposal.from)
-            return not_now("busy: proposing to node " + format_node_id(state.proposal->to) + " for " +
-                            round_text(proposal.round));
+            return not_now("busy: proposing to node " + format_node_id(state.proposal->to) +
+                           " for " + round_text(proposal.round));
         if (std::tie(state.proposal->nonce, self_) < std::tie(proposal.nonce, proposal.from))
-            return {false, true, false, "crossed proposals for " + round_text(proposal.round) + ": this node's wins"};
+            return {false, true, false,
+                    "crossed proposals for " + round_text(proposal.round) + ": this node's wins"};
     }
     state.partner = proposal.from;
     paired_.notify_all();

@@ -48,8 +48,8 @@ struct PairProposal {
 
 // What the callee's own view says, for judging a proposal.
 struct PairingView {
-    uint64_t round = 0;              // the callee's current round
-    uint64_t membership_digest = 0;  // of its pairable view
+    uint64_t round = 0;                             // the callee's current round
+    uint64_t membership_digest = 0;                 // of its pairable view
     std::optional<uint64_t> deterministic_partner;  // for the proposal's round; none: solo
 };
 
@@ -62,12 +62,14 @@ struct PairAnswer {
 
 // The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
 // its group or not in the view.
-std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view, uint64_t self);
+std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
+                                              uint64_t self);
 
 // Members a random request may go to: pairable (the caller filters), not self, advertising a round
 // within max_round_gap of ours, and not among `recent` partners.
-std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self, uint64_t round,
-                                        uint64_t max_round_gap, std::span<const uint64_t> recent);
+std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
+                                        uint64_t round, uint64_t max_round_gap,
+                                        std::span<const uint64_t> recent);
 
 // One node's pairings, per round, for the last few rounds.
 class PairingBook {

@@ -29,7 +29,8 @@ namespace {
 
 int64_t unix_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch()).count();
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 uint64_t random_u64() {
@@ -57,17 +58,19 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
         const Member& member = std::get<Member>(parsed);
         const auto result = table.merge(member, now);
         if (result == MemberTable::Merge::Added) {
-            spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id), member.address,
-                         member_state_name(member.state));
+            spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id),
+                         member.address, member_state_name(member.state));
             if (const std::string why = incompatibility(member, table.self()); !why.empty())
-                spdlog::warn("peer: node {} at {} {}: it is never paired with this node", format_node_id(member.node_id),
-                             member.address, why);
-        }
-        else if (result == MemberTable::Merge::Refuted)
-            spdlog::info("peer: refuted a report of this node as {}", member_state_name(member.state));
+                spdlog::warn("peer: node {} at {} {}: it is never paired with this node",
+                             format_node_id(member.node_id), member.address, why);
+        } else if (result == MemberTable::Merge::Refuted)
+            spdlog::info("peer: refuted a report of this node as {}",
+                         member_state_name(member.state));
         else if (result == MemberTable::Merge::Duplicate)
-            spdlog::error("peer: another live process at {} uses this node's key (node {}); give every node its "
-                          "own data directory", member.address, format_node_id(member.node_id));
+            spdlog::error(
+                "peer: another live process at {} uses this node's key (node {}); give every node its "
+                "own data directory",
+                member.address, format_node_id(member.node_id));
     }
 }
 
@@ -75,8 +78,9 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
 grpc::Status within_cap(const google::protobuf::Message& request, size_t cap) {
     const size_t size = request.ByteSizeLong();
     if (size <= cap) return grpc::Status::OK;
-    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-            "request of " + std::to_string(size) + " bytes, above the cap of " + std::to_string(cap)};
+    return {
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        "request of " + std::to_string(size) + " bytes, above the cap of " + std::to_string(cap)};
 }
 
 template <typename Response>
@@ -90,17 +94,18 @@ class PeerNode::Service final : public v1::Peer::Service {
 public:
     // Exchange streams carry wire frames (peer/exchange_frame.h), not protobuf messages.
     explicit Service(PeerNode& node) : node_(node) {
-        MarkMethodStreamed(exchange_method_index(),
-                           new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
-                               [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
-                                   return service->exchange(context, stream);
-                               },
-                               this));
+        MarkMethodStreamed(
+            exchange_method_index(),
+            new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
+                [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
+                    return service->exchange(context, stream);
+                },
+                this));
     }
 
     // Proof of membership, then the size cap of membership requests.
-    grpc::Status admit(grpc::ServerContext* context, const char* method, const google::protobuf::Message& request,
-                       uint64_t* caller) {
+    grpc::Status admit(grpc::ServerContext* context, const char* method,
+                       const google::protobuf::Message& request, uint64_t* caller) {
         if (auto status = node_.auth_.verify(*context, method, caller); !status.ok()) return status;
         return within_cap(request, node_.config_.max_message_bytes);
     }
@@ -116,7 +121,8 @@ public:
         if (joiner.node_id != caller)
             return {grpc::StatusCode::PERMISSION_DENIED, "a node can only join as itself"};
         // A seed name that covers every member leads a node to itself; it must try the others.
-        if (const Member self = node_.table_->self(); joiner.node_id == self.node_id && joiner.instance == self.instance)
+        if (const Member self = node_.table_->self();
+            joiner.node_id == self.node_id && joiner.instance == self.instance)
             return {grpc::StatusCode::FAILED_PRECONDITION, "this is the joiner itself"};
         if (auto holder = node_.duplicate_of(joiner))
             return {grpc::StatusCode::ALREADY_EXISTS,
@@ -130,7 +136,8 @@ public:
                         v1::GossipResponse* response) override {
         uint64_t caller = 0;
         if (auto status = admit(context, "Gossip", *request, &caller); !status.ok()) return status;
-        merge_all(*node_.table_, request->members(), node_.config_.membership.max_members, "gossip");
+        merge_all(*node_.table_, request->members(), node_.config_.membership.max_members,
+                  "gossip");
         fill_members(*node_.table_, response);
         return grpc::Status::OK;
     }
@@ -141,7 +148,8 @@ public:
         if (auto status = admit(context, "Ping", *request, &caller); !status.ok()) return status;
         // Target 0 asks whoever answers (`starling check`); a probe names the node it expects.
         if (request->target_id() != 0 && request->target_id() != node_.node_id())
-            return {grpc::StatusCode::NOT_FOUND, "this address now belongs to node " + format_node_id(node_.node_id())};
+            return {grpc::StatusCode::NOT_FOUND,
+                    "this address now belongs to node " + format_node_id(node_.node_id())};
         to_digest(node_.table_->self(), response->mutable_self());
         return grpc::Status::OK;
     }
@@ -152,11 +160,13 @@ public:
         if (auto status = admit(context, "PingReq", *request, &caller); !status.ok()) return status;
         if (request->target_address().size() > 262 || !parse_host_port(request->target_address()))
             return {grpc::StatusCode::INVALID_ARGUMENT, "target_address is not host:port"};
-        response->set_reached(node_.ping(request->target_address(), request->target_id()).has_value());
+        response->set_reached(
+            node_.ping(request->target_address(), request->target_id()).has_value());
         return grpc::Status::OK;
     }
 
-    grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request, v1::LeaveResponse*) override {
+    grpc::Status Leave(grpc::ServerContext* context, const v1::LeaveRequest* request,
+                       v1::LeaveResponse*) override {
         uint64_t caller = 0;
         if (auto status = admit(context, "Leave", *request, &caller); !status.ok()) return status;
         if (request->leaver().node_id() != caller)
@@ -175,10 +185,12 @@ public:
         return node_.answer_pair(caller, *request, response);
     }
 
-    grpc::Status FetchRoundMessage(grpc::ServerContext* context, const v1::FetchRoundMessageRequest* request,
+    grpc::Status FetchRoundMessage(grpc::ServerContext* context,
+                                   const v1::FetchRoundMessageRequest* request,
                                    grpc::ServerWriter<v1::RoundMessageFrame>* writer) override {
         uint64_t caller = 0;
-        if (auto status = admit(context, "FetchRoundMessage", *request, &caller); !status.ok()) return status;
+        if (auto status = admit(context, "FetchRoundMessage", *request, &caller); !status.ok())
+            return status;
         const auto member = node_.table_->find(caller);
         if (!member || !node_.table_->compatible(*member))
             return {grpc::StatusCode::PERMISSION_DENIED,
@@ -189,7 +201,8 @@ public:
 
     grpc::Status exchange(grpc::ServerContext* context, ExchangeServerStream* stream) {
         uint64_t caller = 0;
-        if (auto status = node_.auth_.verify(*context, "Exchange", &caller); !status.ok()) return status;
+        if (auto status = node_.auth_.verify(*context, "Exchange", &caller); !status.ok())
+            return status;
         return node_.answer_exchange(*context, *stream, caller);
     }
 
@@ -210,11 +223,14 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
 public:
     void UpdateArguments(grpc::ChannelArguments*) override {}
     void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-        std::erase_if(*plugins, [](const auto& plugin) { return plugin->name() == "proto_server_reflection"; });
+        std::erase_if(*plugins, [](const auto& plugin) {
+            return plugin->name() == "proto_server_reflection";
+        });
     }
 };
 
-// Nodes that trust one CA share its certificate, which then stands in for a swarm secret nobody set.
+// Nodes that trust one CA share its certificate, which then stands in for a swarm secret nobody
+// set.
 std::string swarm_key_material(const PeerConfig& config) {
     if (!config.swarm_secret.empty() || !config.tls.enabled()) return config.swarm_secret;
     return trust_anchor(config.tls);
@@ -227,8 +243,9 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
       identity_(std::move(identity)),
       auth_(swarm_key_material(config_), identity_, config_.rate_limit),
       tls_(config_.tls.enabled()
-               ? std::make_unique<TlsCertificates>(config_.tls, config_.data_dir.empty() ? std::filesystem::path()
-                                                                                        : config_.data_dir / "tls")
+               ? std::make_unique<TlsCertificates>(config_.tls, config_.data_dir.empty()
+                                                                    ? std::filesystem::path()
+                                                                    : config_.data_dir / "tls")
                : nullptr),
       channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
       snapshots_(config_.snapshots_kept),
@@ -243,8 +260,10 @@ void PeerNode::start() {
     grpc::ResourceQuota quota("starling-peer");
     quota.SetMaxThreads(config_.max_server_threads);
     grpc::ServerBuilder builder;
-    state_sync_ = std::make_unique<StateSyncService>(snapshots_, auth_, config_.max_concurrent_snapshot_chunks);
-    builder.AddListeningPort(config_.listen, tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials(),
+    state_sync_ = std::make_unique<StateSyncService>(snapshots_, auth_,
+                                                     config_.max_concurrent_snapshot_chunks);
+    builder.AddListeningPort(config_.listen,
+                             tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials(),
                              &bound_port);
     builder.RegisterService(service_.get());
     builder.RegisterService(state_sync_.get());
@@ -284,7 +303,8 @@ void PeerNode::start() {
         throw Error("cannot listen on " + config_.listen + " (address in use or not local?)");
     std::vector<std::string> seeds = config_.seeds;
     try {
-        address_ = choose_announce_address(config_.listen, config_.announce, static_cast<uint16_t>(bound_port), seeds);
+        address_ = choose_announce_address(config_.listen, config_.announce,
+                                           static_cast<uint16_t>(bound_port), seeds);
     } catch (...) {
         server_->Shutdown();
         throw;
@@ -307,14 +327,15 @@ void PeerNode::start() {
         const auto result = try_join(seed, &why);
         if (result == JoinResult::Duplicate) {
             server_->Shutdown();
-            throw Error("cannot start: " + why + "; two nodes share one key: give each node its own data directory");
+            throw Error("cannot start: " + why +
+                        "; two nodes share one key: give each node its own data directory");
         }
         if (result == JoinResult::Joined) break;
     }
     if (!seeds_.empty() && table_->reachable_others().empty())
         spdlog::warn("peer: no seed answered; running alone and retrying with backoff");
-    spdlog::info("peer: node {} at {} in swarm '{}', {} member(s) known", format_node_id(node_id()), address_,
-                 config_.swarm_id, table_->all().size());
+    spdlog::info("peer: node {} at {} in swarm '{}', {} member(s) known", format_node_id(node_id()),
+                 address_, config_.swarm_id, table_->all().size());
     running_ = true;
     stopping_ = false;
     thread_ = std::thread([this] { run(); });
@@ -323,7 +344,8 @@ void PeerNode::start() {
 void PeerNode::reload_tls(const TlsConfig& tls) {
     if (!tls_ && !tls.enabled()) return;
     if (!tls_ || !tls.enabled())
-        throw Error(std::string("TLS cannot be turned ") + (tls_ ? "off" : "on") + " while the node runs: restart it");
+        throw Error(std::string("TLS cannot be turned ") + (tls_ ? "off" : "on") +
+                    " while the node runs: restart it");
     tls_->reload(tls);
     spdlog::info("peer: TLS certificate {} in use for new connections", tls.cert.string());
 }
@@ -338,7 +360,8 @@ void PeerNode::add_seeds(const std::vector<std::string>& seeds) {
 
 grpc::ChannelArguments PeerNode::channel_arguments(ChannelUse use) const {
     grpc::ChannelArguments args;
-    const size_t cap = use == ChannelUse::Exchange ? kMaxExchangeFrameBytes : config_.max_message_bytes;
+    const size_t cap =
+        use == ChannelUse::Exchange ? kMaxExchangeFrameBytes : config_.max_message_bytes;
     args.SetMaxReceiveMessageSize(static_cast<int>(cap));
     args.SetMaxSendMessageSize(static_cast<int>(cap));
     // A channel of its own subchannels opens its own connection.
@@ -352,17 +375,20 @@ grpc::ChannelArguments PeerNode::channel_arguments(ChannelUse use) const {
 std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, ChannelUse use) {
     std::lock_guard lock(channels_mutex_);
     auto& channel = channels_[{address, use}];
-    if (!channel) channel = grpc::CreateCustomChannel(address, channel_credentials_, channel_arguments(use));
+    if (!channel)
+        channel = grpc::CreateCustomChannel(address, channel_credentials_, channel_arguments(use));
     return channel;
 }
 
-std::shared_ptr<grpc::Channel> PeerNode::seed_address_channel(const std::string& target, const std::string& seed) {
+std::shared_ptr<grpc::Channel> PeerNode::seed_address_channel(const std::string& target,
+                                                              const std::string& seed) {
     grpc::ChannelArguments args = channel_arguments(ChannelUse::Membership);
     if (config_.tls.enabled()) args.SetSslTargetNameOverride(parse_host_port(seed)->host);
     return grpc::CreateCustomChannel(target, channel_credentials_, args);
 }
 
-SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout) {
+SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
+                    std::chrono::milliseconds timeout) {
     const NodeIdentity stranger = NodeIdentity::generate();
     const SwarmAuth auth(swarm_key_material(config), stranger);
     grpc::ClientContext context;
@@ -371,30 +397,36 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chro
     v1::PingRequest request;
     request.set_target_id(0);  // whoever answers
     v1::PingResponse response;
-    const auto status = v1::Peer::NewStub(grpc::CreateChannel(seed, channel_credentials(config.tls)))
-                            ->Ping(&context, request, &response);
+    const auto status =
+        v1::Peer::NewStub(grpc::CreateChannel(seed, channel_credentials(config.tls)))
+            ->Ping(&context, request, &response);
     if (!status.ok())
-        return {std::nullopt, status.error_message().empty() ? "gRPC status " + std::to_string(status.error_code())
-                                                             : status.error_message()};
+        return {std::nullopt, status.error_message().empty()
+                                  ? "gRPC status " + std::to_string(status.error_code())
+                                  : status.error_message()};
     auto parsed = from_digest(response.self());
-    if (auto* why = std::get_if<std::string>(&parsed)) return {std::nullopt, "its answer is unusable: " + *why};
+    if (auto* why = std::get_if<std::string>(&parsed))
+        return {std::nullopt, "its answer is unusable: " + *why};
     return {std::get<Member>(std::move(parsed)), ""};
 }
 
 PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {
     const std::vector<std::string> targets = config_.resolve_seed(seed);
     if (targets.size() <= 1) return join_through(seed, channel(seed), why);
-    // A name for several members (a headless service): any of them will do, but one may be this node.
+    // A name for several members (a headless service): any of them will do, but one may be this
+    // node.
     size_t self = 0;
     for (const std::string& target : targets) {
-        const JoinResult result = join_through(seed + " at " + target, seed_address_channel(target, seed), why);
+        const JoinResult result =
+            join_through(seed + " at " + target, seed_address_channel(target, seed), why);
         if (result == JoinResult::Joined || result == JoinResult::Duplicate) return result;
         if (result == JoinResult::Self) ++self;
     }
     return self == targets.size() ? JoinResult::Self : JoinResult::Unreachable;
 }
 
-PeerNode::JoinResult PeerNode::join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
+PeerNode::JoinResult PeerNode::join_through(const std::string& seed,
+                                            const std::shared_ptr<grpc::Channel>& channel,
                                             std::string* why) {
     v1::JoinRequest request;
     to_digest(table_->self(), request.mutable_joiner());
@@ -416,8 +448,9 @@ PeerNode::JoinResult PeerNode::join_through(const std::string& seed, const std::
         *why = status.error_message();
         if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
             failures_.count(FailureReason::Auth);
-            spdlog::warn("peer: seed {} refused this node: {}; until that is fixed this node trains alone", seed,
-                         *why);
+            spdlog::warn(
+                "peer: seed {} refused this node: {}; until that is fixed this node trains alone",
+                seed, *why);
         } else {
             spdlog::debug("peer: join through {} failed: {}", seed, *why);
         }
@@ -435,7 +468,8 @@ std::optional<Member> PeerNode::ping(const std::string& address, uint64_t target
     grpc::ClientContext context;
     set_deadline(context, config_.probe_timeout);
     auth_.attach(context, "Ping");
-    if (!v1::Peer::NewStub(channel(address))->Ping(&context, request, &response).ok()) return std::nullopt;
+    if (!v1::Peer::NewStub(channel(address))->Ping(&context, request, &response).ok())
+        return std::nullopt;
     auto parsed = from_digest(response.self());
     auto* member = std::get_if<Member>(&parsed);
     if (!member || member->node_id != target_id) return std::nullopt;
@@ -478,7 +512,8 @@ bool PeerNode::probe(const Member& target) {
     auto helpers = table_->reachable_others();
     std::erase_if(helpers, [&](const Member& m) { return m.node_id == target.node_id; });
     std::shuffle(helpers.begin(), helpers.end(), rng_);
-    if (helpers.size() > static_cast<size_t>(config_.indirect_probes)) helpers.resize(config_.indirect_probes);
+    if (helpers.size() > static_cast<size_t>(config_.indirect_probes))
+        helpers.resize(config_.indirect_probes);
     std::vector<std::future<bool>> answers;
     for (const Member& helper : helpers) {
         answers.push_back(std::async(std::launch::async, [&, helper] {
@@ -489,7 +524,9 @@ bool PeerNode::probe(const Member& target) {
             grpc::ClientContext context;
             set_deadline(context, config_.probe_timeout * 2);
             auth_.attach(context, "PingReq");
-            return v1::Peer::NewStub(channel(helper.address))->PingReq(&context, request, &response).ok() &&
+            return v1::Peer::NewStub(channel(helper.address))
+                       ->PingReq(&context, request, &response)
+                       .ok() &&
                    response.reached();
         }));
     }
@@ -506,7 +543,8 @@ void PeerNode::gossip_with(const Member& target) {
     set_deadline(context, config_.probe_timeout * 2);
     auth_.attach(context, "Gossip");
     if (v1::Peer::NewStub(channel(target.address))->Gossip(&context, request, &response).ok())
-        merge_all(*table_, response.members(), config_.membership.max_members, target.address.c_str());
+        merge_all(*table_, response.members(), config_.membership.max_members,
+                  target.address.c_str());
 }
 
 void PeerNode::maintain_seeds(SteadyClock::time_point now) {
@@ -515,7 +553,8 @@ void PeerNode::maintain_seeds(SteadyClock::time_point now) {
         std::lock_guard lock(seeds_mutex_);
         const auto known = table_->reachable_others();
         for (auto& [seed, state] : seeds_) {
-            const bool member = std::any_of(known.begin(), known.end(), [&](const Member& m) { return m.address == seed; });
+            const bool member = std::any_of(known.begin(), known.end(),
+                                            [&](const Member& m) { return m.address == seed; });
             if (member || seed == address_) {
                 state = SeedState{};
             } else if (now >= state.next_try) {
@@ -541,7 +580,8 @@ void PeerNode::maintain_seeds(SteadyClock::time_point now) {
 
 void PeerNode::tick() {
     const auto now = SteadyClock::now();
-    for (uint64_t id : table_->expire(now)) spdlog::warn("peer: node {} declared dead", format_node_id(id));
+    for (uint64_t id : table_->expire(now))
+        spdlog::warn("peer: node {} declared dead", format_node_id(id));
     maintain_seeds(now);
 
     const auto others = table_->reachable_others();
@@ -557,8 +597,8 @@ void PeerNode::tick() {
         target && (target->state == MemberState::Alive || target->state == MemberState::Suspect)) {
         if (!probe(*target)) {
             if (target->state == MemberState::Alive)
-                spdlog::info("peer: node {} at {} does not answer; suspect", format_node_id(target->node_id),
-                             target->address);
+                spdlog::info("peer: node {} at {} does not answer; suspect",
+                             format_node_id(target->node_id), target->address);
             table_->suspect(target->node_id, SteadyClock::now());
         }
     }
@@ -577,7 +617,8 @@ void PeerNode::close_unused_channels() {
     {
         std::lock_guard lock(rtt_mutex_);
         std::erase_if(rtt_ms_, [&](const auto& entry) { return !members.contains(entry.first); });
-        std::erase_if(exchange_bytes_per_s_, [&](const auto& entry) { return !members.contains(entry.first); });
+        std::erase_if(exchange_bytes_per_s_,
+                      [&](const auto& entry) { return !members.contains(entry.first); });
     }
     {
         std::lock_guard lock(seeds_mutex_);
@@ -585,7 +626,8 @@ void PeerNode::close_unused_channels() {
     }
     // Calls in flight hold their own reference; the connection closes when the last one ends.
     std::lock_guard lock(channels_mutex_);
-    std::erase_if(channels_, [&](const auto& entry) { return !wanted.contains(entry.first.first); });
+    std::erase_if(channels_,
+                  [&](const auto& entry) { return !wanted.contains(entry.first.first); });
 }
 
 size_t PeerNode::open_channels() const {
@@ -627,7 +669,8 @@ void PeerNode::leave() { stop(true); }
 void PeerNode::kill() { stop(false); }
 
 void PeerNode::set_serving(bool serving) {
-    if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(serving);
+    if (server_ && server_->GetHealthCheckService())
+        server_->GetHealthCheckService()->SetServingStatus(serving);
 }
 
 void PeerNode::stop(bool announce) {
@@ -691,8 +734,8 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     std::optional<uint64_t> partner;
     for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
         if (!intended_declined) {
-            const Proposal outcome =
-                propose(round, *intended, PairMode::Deterministic, membership_digest(view), nonce, deadline);
+            const Proposal outcome = propose(round, *intended, PairMode::Deterministic,
+                                             membership_digest(view), nonce, deadline);
             partner = outcome.partner;
             intended_declined = !partner && !outcome.ask_again;
         }
@@ -702,19 +745,22 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
             // views check).
             for (size_t tried = 0; tried < candidates.size(); tried++, next++) {
                 const uint64_t candidate = candidates[next % candidates.size()];
-                if (declined.count(candidate) || (candidate == intended && !intended_declined)) continue;
-                const Proposal outcome = propose(round, candidate, PairMode::Random, 0, nonce, deadline);
+                if (declined.count(candidate) || (candidate == intended && !intended_declined))
+                    continue;
+                const Proposal outcome =
+                    propose(round, candidate, PairMode::Random, 0, nonce, deadline);
                 partner = outcome.partner;
                 if (!partner && !outcome.ask_again) declined.insert(candidate);
                 next++;
                 break;
             }
         }
-        const bool anyone_left = !intended_declined || std::any_of(candidates.begin(), candidates.end(), [&](uint64_t c) {
-                                     return !declined.count(c);
-                                 });
+        const bool anyone_left =
+            !intended_declined || std::any_of(candidates.begin(), candidates.end(),
+                                              [&](uint64_t c) { return !declined.count(c); });
         if (partner || !anyone_left) break;
-        partner = pairing_->await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
+        partner =
+            pairing_->await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
     }
     pairing_->close(round);
     // A proposal may have been accepted between the last look and close().
@@ -724,21 +770,24 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     return table_->find(*partner);
 }
 
-PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest, uint64_t nonce,
-                                     SteadyClock::time_point deadline) {
+PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
+                                     uint64_t nonce, SteadyClock::time_point deadline) {
     const auto target = table_->find(to);
-    if (!target || !pairing_->begin_proposal(round, to, nonce)) return {pairing_->partner(round), false};
+    if (!target || !pairing_->begin_proposal(round, to, nonce))
+        return {pairing_->partner(round), false};
     v1::PairRequest request;
     request.set_round(round);
     request.set_nonce(nonce);
     request.set_membership_digest(digest);
-    request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC : v1::PAIR_MODE_RANDOM);
+    request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
+                                                     : v1::PAIR_MODE_RANDOM);
     v1::PairResponse response;
     grpc::ClientContext context;
     const auto allowed = deadline - SteadyClock::now();
     context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
-    const auto status = v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
+    const auto status =
+        v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
     if (status.ok() && response.crossed()) {
@@ -751,18 +800,23 @@ PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode,
     return {pairing_->end_proposal(round, accepted), status.ok() && response.ask_again()};
 }
 
-grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response) {
+grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request,
+                                   v1::PairResponse* response) {
     const auto member = table_->find(caller);
     if (!member || caller == node_id())
-        return {grpc::StatusCode::PERMISSION_DENIED, "node " + format_node_id(caller) + " is not a member this node knows"};
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " is not a member this node knows"};
     if (!table_->compatible(*member))
         return {grpc::StatusCode::PERMISSION_DENIED,
-                "node " + format_node_id(caller) + " runs another model, protocol or swarm and is never paired"};
+                "node " + format_node_id(caller) +
+                    " runs another model, protocol or swarm and is never paired"};
     if (request.mode() == v1::PAIR_MODE_CONFIRM) {
         const bool ours = paired_with(request.round(), caller);
         response->set_accepted(ours);
-        if (!ours) response->set_reason("node " + format_node_id(node_id()) + " is not paired with node " +
-                                        format_node_id(caller) + " for round " + std::to_string(request.round()));
+        if (!ours)
+            response->set_reason("node " + format_node_id(node_id()) + " is not paired with node " +
+                                 format_node_id(caller) + " for round " +
+                                 std::to_string(request.round()));
         return grpc::Status::OK;
     }
     if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
@@ -770,13 +824,18 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
     table_->note_round(caller, request.round());  // it is choosing for this round: it is there
     PairAnswer answer;
     if (member->state != MemberState::Alive) {
-        answer.reason = "node " + format_node_id(caller) + " is " + member_state_name(member->state) + " in this node's view";
+        answer.reason = "node " + format_node_id(caller) + " is " +
+                        member_state_name(member->state) + " in this node's view";
     } else {
-        const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC ? PairMode::Deterministic : PairMode::Random;
+        const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC
+                                  ? PairMode::Deterministic
+                                  : PairMode::Random;
         const auto view = table_->pairable_ids();
         PairingView ours{table_->self().round, membership_digest(view), std::nullopt};
-        if (mode == PairMode::Deterministic) ours.deterministic_partner = deterministic_partner(request.round(), view, node_id());
-        answer = pairing_->consider({caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
+        if (mode == PairMode::Deterministic)
+            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id());
+        answer = pairing_->consider(
+            {caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
     }
     response->set_accepted(answer.accepted);
     response->set_crossed(answer.crossed);
@@ -793,34 +852,40 @@ bool PeerNode::paired_with(uint64_t round, uint64_t caller) {
     return pairing_->partner(round) == caller;
 }
 
-bool PeerNode::confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline,
-                               std::string* why) {
+bool PeerNode::confirm_pairing(uint64_t round, const Member& partner,
+                               SteadyClock::time_point deadline, std::string* why) {
     v1::PairRequest request;
     request.set_round(round);
     request.set_mode(v1::PAIR_MODE_CONFIRM);
     v1::PairResponse response;
     grpc::ClientContext context;
-    const auto allowed = std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4);
+    const auto allowed =
+        std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4);
     context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
-    const auto status = v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
+    const auto status =
+        v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
     count_if_cut_off(status, allowed);
     if (status.ok() && response.accepted()) return true;
-    *why = status.ok() ? response.reason() : "cannot confirm the pairing: " + status.error_message();
+    *why =
+        status.ok() ? response.reason() : "cannot confirm the pairing: " + status.error_message();
     return false;
 }
 
-grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context,
-                                       ExchangeServerStream& stream, uint64_t caller) {
+grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                       uint64_t caller) {
     ExchangeWireFrame first;
-    if (!stream.Read(&first)) return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
+    if (!stream.Read(&first))
+        return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
     const uint64_t round = first.fields.round();
     // At once, not after T_xchg: a caller that believes itself paired when this node does not
     // (an acceptance whose answer was lost, this node restarted) goes solo now.
     if (!paired_with(round, caller))
-        return {grpc::StatusCode::PERMISSION_DENIED,
-                "node " + format_node_id(caller) + " is not this node's partner for round " + std::to_string(round)};
-    return exchanges_->answer(context, stream, caller, first, SteadyClock::now() + config_.exchange_timeout);
+        return {grpc::StatusCode::PERMISSION_DENIED, "node " + format_node_id(caller) +
+                                                         " is not this node's partner for round " +
+                                                         std::to_string(round)};
+    return exchanges_->answer(context, stream, caller, first,
+                              SteadyClock::now() + config_.exchange_timeout);
 }
 
 FailureCounts PeerNode::failures() const {
@@ -830,7 +895,8 @@ FailureCounts PeerNode::failures() const {
 }
 
 void PeerNode::count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && allowed >= config_.probe_timeout)
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+        allowed >= config_.probe_timeout)
         failures_.count(FailureReason::Timeout);
 }
 
@@ -838,7 +904,8 @@ std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint6
     std::optional<double> measured;
     {
         std::lock_guard lock(rtt_mutex_);
-        if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end()) measured = it->second;
+        if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end())
+            measured = it->second;
     }
     return exchange_budget(bytes, measured, config_.min_link_bytes_per_s, config_.exchange_timeout,
                            config_.exchange_timeout_max);
@@ -849,7 +916,8 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
     const auto deadline = slot.deadline.value_or(started + config_.exchange_timeout);
     ExchangeResult result = [&] {
         if (!running_) return exchange_failed("this node is not running");
-        if (pairing_->partner(slot.round) != slot.partner) return exchange_failed("not this node's partner for the round");
+        if (pairing_->partner(slot.round) != slot.partner)
+            return exchange_failed("not this node's partner for the round");
         const auto partner = table_->find(slot.partner);
         if (!partner) return exchange_failed("not a member this node knows");
         if (node_id() > slot.partner) {
@@ -876,7 +944,8 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         // lengthens the next budget. A transfer its deadline cut off counts too, so a link slower
         // than min_link_bytes_per_s gets the time it needs from the next round on; one that failed
         // early for another reason says nothing about the link.
-        const double seconds = std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
+        const double seconds =
+            std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
         std::lock_guard lock(rtt_mutex_);
         exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
     }
@@ -886,13 +955,14 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         failures_.count(FailureReason::Timeout);
     }
     if (!result.error.empty())
-        result.error = "exchange with node " + format_node_id(slot.partner) + " for round " + std::to_string(slot.round) +
-                       ": " + result.error;
+        result.error = "exchange with node " + format_node_id(slot.partner) + " for round " +
+                       std::to_string(slot.round) + ": " + result.error;
     return result;
 }
 
 std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
-                                          std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes) {
+                                          std::span<codec::MessageDecoder* const> decoders,
+                                          uint64_t* bytes) {
     const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
     std::vector<std::string> errors(members.size());
     std::vector<uint64_t> read(members.size(), 0);
@@ -912,8 +982,8 @@ std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64
                 return;
             }
             const FetchedRoundMessage fetched = fetch_round_message(
-                *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context, round, members[i],
-                *decoders[i], &read[i]);
+                *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context, round,
+                members[i], *decoders[i], &read[i]);
             errors[i] = fetched.error;
             if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
             if (fetched.timed_out) failures_.count(FailureReason::Timeout);
@@ -924,28 +994,31 @@ std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64
     for (size_t i = 0; i < members.size(); i++) {
         *bytes += read[i];
         if (!errors[i].empty())
-            errors[i] = "round " + std::to_string(round) + " message of node " + format_node_id(members[i]) + ": " +
-                        errors[i];
+            errors[i] = "round " + std::to_string(round) + " message of node " +
+                        format_node_id(members[i]) + ": " + errors[i];
     }
     return errors;
 }
 
-FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected, std::span<std::byte> destination,
-                                  const FetchOptions& options) {
+FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected,
+                                  std::span<std::byte> destination, const FetchOptions& options) {
     if (!running_) throw Error("state sync: this node is not running");
     std::vector<std::string> donors;
     for (uint64_t id : table_->pairable_ids()) {
         if (id == node_id()) continue;
         if (const auto member = table_->find(id)) donors.push_back(member->address);
     }
-    if (donors.empty()) throw Error("state sync: no live member runs this model, so there is no donor to fetch from");
+    if (donors.empty())
+        throw Error(
+            "state sync: no live member runs this model, so there is no donor to fetch from");
     FetchOptions watched = options;
     // A donor frozen or killed mid-copy is let go once the failure detector says it is dead, not
     // at its chunk deadline, which on a slow link is tens of seconds. Suspicion alone is not
     // enough: a donor busy serving may answer probes late without being gone.
     watched.donor_gone = [this](const std::string& address) {
         for (const Member& m : table_->all())
-            if (m.address == address) return m.state == MemberState::Dead || m.state == MemberState::Left;
+            if (m.address == address)
+                return m.state == MemberState::Dead || m.state == MemberState::Left;
         return true;  // no longer a member at all
     };
     return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, watched);

@@ -38,24 +38,25 @@ namespace starling {
 
 struct PeerConfig {
     std::string listen = "127.0.0.1:0";  // port 0: any free port (tests)
-    std::string announce;                 // what peers dial; empty: the listen host and bound port
-    std::vector<std::string> seeds;       // host:port of members to join through
+    std::string announce;                // what peers dial; empty: the listen host and bound port
+    std::vector<std::string> seeds;      // host:port of members to join through
     // The addresses a seed names (peer/address.h), each tried until one is a member that is not
     // this node; replaceable so that a test can give a name several addresses without a DNS server.
     std::function<std::vector<std::string>(const std::string&)> resolve_seed = resolve_seed_targets;
     std::string swarm_id = "starling";
-    std::string swarm_secret;             // the same on every node of a swarm; may be empty with TLS
-    TlsConfig tls;                        // mutual TLS on the peer port when set (peer/tls.h)
-    std::string fingerprint;              // the model's; members with another are never paired
-    std::string model;                    // its signature (model_signature), named when they differ
-    std::filesystem::path data_dir;       // node.key and peers.txt; empty: fresh identity, no cache
+    std::string swarm_secret;        // the same on every node of a swarm; may be empty with TLS
+    TlsConfig tls;                   // mutual TLS on the peer port when set (peer/tls.h)
+    std::string fingerprint;         // the model's; members with another are never paired
+    std::string model;               // its signature (model_signature), named when they differ
+    std::filesystem::path data_dir;  // node.key and peers.txt; empty: fresh identity, no cache
     std::chrono::milliseconds gossip_interval{1000};
     std::chrono::milliseconds probe_timeout{500};
     int indirect_probes = 3;
     MembershipLimits membership;
     std::chrono::milliseconds join_backoff_max{30000};
-    size_t max_message_bytes = 4u << 20;  // any one membership RPC; exchange frames have their own cap
-    std::chrono::milliseconds pair_timeout{5000};       // T_pair: choosing a round's partner, in all
+    size_t max_message_bytes =
+        4u << 20;  // any one membership RPC; exchange frames have their own cap
+    std::chrono::milliseconds pair_timeout{5000};  // T_pair: choosing a round's partner, in all
     // T_xchg: a whole exchange, end to end, at least; a partner whose measured rate (or, before an
     // exchange with it, min_link_bytes_per_s) needs longer for the message gets up to the ceiling.
     std::chrono::milliseconds exchange_timeout{10000};
@@ -66,7 +67,7 @@ struct PeerConfig {
     std::chrono::milliseconds state_sync_timeout{10000};
     std::chrono::milliseconds state_sync_timeout_max{120000};
     double state_sync_min_link_bytes_per_s = 125000;  // 1 Mbit/s
-    uint64_t max_round_gap = 1;                         // S_max: a partner's round differs by at most this
+    uint64_t max_round_gap = 1;  // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
     size_t snapshots_kept = 2;               // so a joiner's fetch survives the next publish
@@ -80,7 +81,8 @@ struct SeedAnswer {
     std::optional<Member> member;
     std::string problem;  // when member is empty
 };
-SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed, std::chrono::milliseconds timeout);
+SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
+                    std::chrono::milliseconds timeout);
 
 class PeerNode {
 public:
@@ -117,7 +119,8 @@ public:
     // calls and round-message fetches cut off by their deadlines, partners' messages refused,
     // and what the layers above counted.
     FailureCounts failures() const;
-    // A failure a layer above sees: a message its outer step refused, a failed state copy or checkpoint.
+    // A failure a layer above sees: a message its outer step refused, a failed state copy or
+    // checkpoint.
     void count_failure(FailureReason reason) { failures_.count(reason); }
     // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
@@ -133,7 +136,8 @@ public:
     std::optional<Member> choose_partner(uint64_t round);
     // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
     // at once; returns within exchange_timeout, or by slot.deadline when that is sooner (plus the
-    // moment a cancelled stream takes to end). A round may exchange more than once with its partner.
+    // moment a cancelled stream takes to end). A round may exchange more than once with its
+    // partner.
     ExchangeResult exchange(ExchangeSlot slot);
     // The time an exchange of `bytes` with `partner` gets (exchange_budget): from the rate of the
     // last whole exchange with it, or the config's minimum before one.
@@ -145,9 +149,11 @@ public:
     // (decoders[i] for members[i]), within exchange_timeout. Returns per member "" when the
     // message arrived whole, else what went wrong; adds the bytes read to *bytes.
     std::vector<std::string> gather(uint64_t round, std::span<const uint64_t> members,
-                                    std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes);
+                                    std::span<codec::MessageDecoder* const> decoders,
+                                    uint64_t* bytes);
 
-    // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots here.
+    // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots
+    // here.
     SnapshotStore& snapshots() { return snapshots_; }
     // A joiner's catch-up: fetches the snapshot most live compatible members hold, from all of
     // them at once, into destination. Throws starling::Error when no member can deliver one.
@@ -162,12 +168,15 @@ private:
     enum class ChannelUse { Membership, Exchange };
 
     grpc::ChannelArguments channel_arguments(ChannelUse use) const;
-    std::shared_ptr<grpc::Channel> channel(const std::string& address, ChannelUse use = ChannelUse::Membership);
+    std::shared_ptr<grpc::Channel> channel(const std::string& address,
+                                           ChannelUse use = ChannelUse::Membership);
     JoinResult try_join(const std::string& seed, std::string* why);
-    JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel, std::string* why);
+    JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
+                            std::string* why);
     // A channel of its own to one of the addresses of a seed with several, verified (with TLS)
     // against the seed's host name, since the certificate names that and not the address.
-    std::shared_ptr<grpc::Channel> seed_address_channel(const std::string& target, const std::string& seed);
+    std::shared_ptr<grpc::Channel> seed_address_channel(const std::string& target,
+                                                        const std::string& seed);
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
     bool probe(const Member& target);
     void gossip_with(const Member& target);
@@ -189,14 +198,17 @@ private:
     };
     Proposal propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest, uint64_t nonce,
                      SteadyClock::time_point deadline);
-    grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request, v1::PairResponse* response);
+    grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request,
+                             v1::PairResponse* response);
     // Whether this node holds `caller` as its partner for `round` (waiting briefly when its own
     // proposal to the caller is still being answered).
     bool paired_with(uint64_t round, uint64_t caller);
     // Asks the partner whether it holds this node as its partner for the round too; false, with
     // why, when it does not or cannot be asked.
-    bool confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline, std::string* why);
-    grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream, uint64_t caller);
+    bool confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline,
+                         std::string* why);
+    grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                 uint64_t caller);
     // A pairing call its deadline cut off counts as a timeout when it was allowed a probe's time at
     // least: one that began as the round's pairing budget ran out met the budget's end, not a
     // peer too slow to answer.
@@ -219,7 +231,8 @@ private:
 
     mutable std::mutex rtt_mutex_;
     std::map<uint64_t, double> rtt_ms_;
-    std::map<uint64_t, double> exchange_bytes_per_s_;  // by partner, from the last whole exchange; under rtt_mutex_
+    std::map<uint64_t, double>
+        exchange_bytes_per_s_;  // by partner, from the last whole exchange; under rtt_mutex_
 
     mutable std::mutex channels_mutex_;
     std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_;

@@ -41,10 +41,12 @@ void RoundMessageBoard::publish(uint64_t round, std::shared_ptr<const EncodedMes
     published_.notify_all();
 }
 
-std::shared_ptr<const EncodedMessage> RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline) {
+std::shared_ptr<const EncodedMessage> RoundMessageBoard::wait(uint64_t round,
+                                                              SteadyClock::time_point deadline) {
     std::unique_lock lock(mutex_);
     published_.wait_until(lock, deadline, [&] {
-        return stopped_ || messages_.contains(round) || (!messages_.empty() && messages_.rbegin()->first > round);
+        return stopped_ || messages_.contains(round) ||
+               (!messages_.empty() && messages_.rbegin()->first > round);
     });
     const auto it = messages_.find(round);
     return stopped_ || it == messages_.end() ? nullptr : it->second;
@@ -58,10 +60,13 @@ void RoundMessageBoard::stop() {
     published_.notify_all();
 }
 
-grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, SteadyClock::time_point deadline,
+grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
+                                 SteadyClock::time_point deadline,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer) {
     const std::shared_ptr<const EncodedMessage> message = board.wait(round, deadline);
-    if (!message) return {grpc::StatusCode::NOT_FOUND, "no message for round " + std::to_string(round) + " here"};
+    if (!message)
+        return {grpc::StatusCode::NOT_FOUND,
+                "no message for round " + std::to_string(round) + " here"};
     v1::RoundMessageFrame frame;
     frame.set_header(as_string(message->header));
     if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
@@ -72,8 +77,9 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, Stead
     return grpc::Status::OK;
 }
 
-FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round,
-                                        uint64_t sender, codec::MessageDecoder& decoder, uint64_t* bytes) {
+FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
+                                        uint64_t round, uint64_t sender,
+                                        codec::MessageDecoder& decoder, uint64_t* bytes) {
     v1::FetchRoundMessageRequest request;
     request.set_round(round);
     const auto reader = stub.FetchRoundMessage(&context, request);
@@ -88,8 +94,8 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
                 decoder.accept_header(as_bytes(frame.header()));
                 const codec::MessageHeader& h = decoder.header();
                 if (h.node_id != sender || h.round != round)
-                    throw Error("the message is node " + format_node_id(h.node_id) + "'s for round " +
-                                std::to_string(h.round));
+                    throw Error("the message is node " + format_node_id(h.node_id) +
+                                "'s for round " + std::to_string(h.round));
             } else {
                 *bytes += frame.chunk().size();
                 decoder.accept_chunk(as_bytes(frame.chunk()));
@@ -102,7 +108,8 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
     const grpc::Status status = reader->Finish();
     if (!problem.empty()) return {problem, true};
     if (!status.ok())
-        return {std::string("stream status ") + status_code_name(status.error_code()) + ": " + status.error_message(),
+        return {std::string("stream status ") + status_code_name(status.error_code()) + ": " +
+                    status.error_message(),
                 false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED};
     if (!decoder.complete()) return {"the message ended before its last chunk"};
     return {};

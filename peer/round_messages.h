@@ -46,7 +46,8 @@ private:
 };
 
 // The server's side of Peer.FetchRoundMessage: the message, frame by frame.
-grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round, SteadyClock::time_point deadline,
+grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
+                                 SteadyClock::time_point deadline,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer);
 
 struct FetchedRoundMessage {
@@ -57,7 +58,8 @@ struct FetchedRoundMessage {
 
 // The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
 // names that sender and round; adds the bytes read to *bytes.
-FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context, uint64_t round,
-                                        uint64_t sender, codec::MessageDecoder& decoder, uint64_t* bytes);
+FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
+                                        uint64_t round, uint64_t sender,
+                                        codec::MessageDecoder& decoder, uint64_t* bytes);
 
 }  // namespace starling

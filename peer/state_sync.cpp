@@ -20,17 +20,21 @@ namespace {
 
 Hash256 blake2b(std::span<const std::byte> bytes) {
     Hash256 hash{};
-    crypto_generichash(hash.data(), hash.size(), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
-                       nullptr, 0);
+    crypto_generichash(hash.data(), hash.size(),
+                       reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), nullptr,
+                       0);
     return hash;
 }
 
 template <typename T>
 void append_le(std::string& out, T value) {
-    for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+    for (size_t i = 0; i < sizeof(T); ++i)
+        out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-std::span<const std::byte> as_bytes(std::string_view text) { return std::as_bytes(std::span(text.data(), text.size())); }
+std::span<const std::byte> as_bytes(std::string_view text) {
+    return std::as_bytes(std::span(text.data(), text.size()));
+}
 
 std::string hex_prefix(const Hash256& id) {
     return fmt::format("{:02x}{:02x}{:02x}{:02x}", id[0], id[1], id[2], id[3]);
@@ -51,14 +55,15 @@ Hash256 SnapshotManifestInfo::computed_id() const {
     append_le<uint64_t>(canonical, total_bytes);
     append_le<uint32_t>(canonical, chunk_bytes);
     append_le<uint32_t>(canonical, chunk_count());
-    for (const Hash256& h : chunk_hashes) canonical.append(reinterpret_cast<const char*>(h.data()), h.size());
+    for (const Hash256& h : chunk_hashes)
+        canonical.append(reinterpret_cast<const char*>(h.data()), h.size());
     append_le<uint32_t>(canonical, static_cast<uint32_t>(metadata.size()));
     canonical += metadata;
     return blake2b(as_bytes(canonical));
 }
 
-Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
-                   uint32_t chunk_bytes)
+Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata,
+                   std::vector<std::byte> bytes, uint32_t chunk_bytes)
     : Snapshot(std::move(fingerprint), round, std::move(metadata),
                std::make_shared<const std::vector<std::byte>>(std::move(bytes)), chunk_bytes) {}
 
@@ -67,9 +72,11 @@ Snapshot::Snapshot(std::string fingerprint, uint64_t round, std::string metadata
     : bytes_(std::move(bytes)) {
     ensure_sodium();
     if (chunk_bytes == 0 || chunk_bytes > kMaxSnapshotChunkBytes)
-        throw Error(fmt::format("snapshot chunk size {} is outside 1..{}", chunk_bytes, kMaxSnapshotChunkBytes));
+        throw Error(fmt::format("snapshot chunk size {} is outside 1..{}", chunk_bytes,
+                                kMaxSnapshotChunkBytes));
     if (metadata.size() > kMaxSnapshotMetadataBytes)
-        throw Error(fmt::format("snapshot metadata of {} bytes exceeds {}", metadata.size(), kMaxSnapshotMetadataBytes));
+        throw Error(fmt::format("snapshot metadata of {} bytes exceeds {}", metadata.size(),
+                                kMaxSnapshotMetadataBytes));
     manifest_.fingerprint = std::move(fingerprint);
     manifest_.round = round;
     manifest_.total_bytes = bytes_->size();
@@ -107,7 +114,8 @@ std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
 std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned char> id) const {
     std::lock_guard lock(mutex_);
     for (const auto& s : snapshots_)
-        if (std::equal(id.begin(), id.end(), s->manifest().id.begin(), s->manifest().id.end())) return s;
+        if (std::equal(id.begin(), id.end(), s->manifest().id.begin(), s->manifest().id.end()))
+            return s;
     return nullptr;
 }
 
@@ -121,10 +129,12 @@ void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out) {
     out->set_metadata(manifest.metadata);
 }
 
-StateSyncService::StateSyncService(const SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks)
+StateSyncService::StateSyncService(const SnapshotStore& store, SwarmAuth& auth,
+                                   int max_concurrent_chunks)
     : store_(store), auth_(auth), max_concurrent_chunks_(max_concurrent_chunks) {}
 
-grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest*,
+grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context,
+                                           const v1::GetManifestRequest*,
                                            v1::SnapshotManifest* response) {
     uint64_t caller = 0;
     if (auto status = auth_.verify(*context, "GetManifest", &caller); !status.ok()) return status;
@@ -134,20 +144,25 @@ grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context, const v
     return grpc::Status::OK;
 }
 
-grpc::Status StateSyncService::FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest* request,
+grpc::Status StateSyncService::FetchChunk(grpc::ServerContext* context,
+                                          const v1::FetchChunkRequest* request,
                                           v1::SnapshotChunk* response) {
     uint64_t caller = 0;
     if (auto status = auth_.verify(*context, "FetchChunk", &caller); !status.ok()) return status;
-    const auto snapshot = store_.find({reinterpret_cast<const unsigned char*>(request->snapshot_id().data()),
-                                       request->snapshot_id().size()});
-    if (!snapshot) return {grpc::StatusCode::NOT_FOUND, "snapshot no longer held; ask for the manifest again"};
+    const auto snapshot =
+        store_.find({reinterpret_cast<const unsigned char*>(request->snapshot_id().data()),
+                     request->snapshot_id().size()});
+    if (!snapshot)
+        return {grpc::StatusCode::NOT_FOUND, "snapshot no longer held; ask for the manifest again"};
     if (request->index() >= snapshot->manifest().chunk_count())
         return {grpc::StatusCode::OUT_OF_RANGE,
-                fmt::format("chunk {} of a snapshot with {}", request->index(), snapshot->manifest().chunk_count())};
+                fmt::format("chunk {} of a snapshot with {}", request->index(),
+                            snapshot->manifest().chunk_count())};
     if (serving_.fetch_add(1) >= max_concurrent_chunks_) {
         serving_.fetch_sub(1);
-        return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-                fmt::format("already serving {} chunks; try again shortly", max_concurrent_chunks_)};
+        return {
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            fmt::format("already serving {} chunks; try again shortly", max_concurrent_chunks_)};
     }
     const auto bytes = snapshot->chunk(request->index());
     response->set_index(request->index());
@@ -156,20 +171,25 @@ grpc::Status StateSyncService::FetchChunk(grpc::ServerContext* context, const v1
     return grpc::Status::OK;
 }
 
-SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const SnapshotExpectation& expected) {
+SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest,
+                                    const SnapshotExpectation& expected) {
     SnapshotManifestInfo info;
     if (manifest.fingerprint() != expected.fingerprint)
-        throw Error(fmt::format("snapshot of another model (fingerprint '{}', this node '{}')", manifest.fingerprint(),
-                                expected.fingerprint));
+        throw Error(fmt::format("snapshot of another model (fingerprint '{}', this node '{}')",
+                                manifest.fingerprint(), expected.fingerprint));
     if (manifest.total_bytes() != expected.total_bytes)
-        throw Error(fmt::format("snapshot of {} bytes, this node's state takes {}", manifest.total_bytes(),
-                                expected.total_bytes));
+        throw Error(fmt::format("snapshot of {} bytes, this node's state takes {}",
+                                manifest.total_bytes(), expected.total_bytes));
     if (manifest.chunk_bytes() == 0 || manifest.chunk_bytes() > kMaxSnapshotChunkBytes)
-        throw Error(fmt::format("snapshot chunk size {} outside 1..{}", manifest.chunk_bytes(), kMaxSnapshotChunkBytes));
-    const uint64_t count = (expected.total_bytes + manifest.chunk_bytes() - 1) / manifest.chunk_bytes();
+        throw Error(fmt::format("snapshot chunk size {} outside 1..{}", manifest.chunk_bytes(),
+                                kMaxSnapshotChunkBytes));
+    const uint64_t count =
+        (expected.total_bytes + manifest.chunk_bytes() - 1) / manifest.chunk_bytes();
     if (static_cast<uint64_t>(manifest.chunk_hashes_size()) != count)
-        throw Error(fmt::format("snapshot lists {} chunk hashes for {} chunks", manifest.chunk_hashes_size(), count));
-    if (manifest.metadata().size() > kMaxSnapshotMetadataBytes) throw Error("snapshot metadata too large");
+        throw Error(fmt::format("snapshot lists {} chunk hashes for {} chunks",
+                                manifest.chunk_hashes_size(), count));
+    if (manifest.metadata().size() > kMaxSnapshotMetadataBytes)
+        throw Error("snapshot metadata too large");
     if (manifest.snapshot_id().size() != info.id.size()) throw Error("snapshot id is not 32 bytes");
     info.fingerprint = manifest.fingerprint();
     info.round = manifest.round();
@@ -182,7 +202,8 @@ SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const 
         std::memcpy(hash.data(), h.data(), hash.size());
     }
     std::memcpy(info.id.data(), manifest.snapshot_id().data(), info.id.size());
-    if (info.computed_id() != info.id) throw Error("snapshot manifest does not match its id (damaged or forged)");
+    if (info.computed_id() != info.id)
+        throw Error("snapshot manifest does not match its id (damaged or forged)");
     return info;
 }
 
@@ -191,11 +212,13 @@ namespace {
 // Cancels a client call once gone(donor) says so, asked every 100 ms until this is destroyed.
 class CancelIfGone {
 public:
-    CancelIfGone(grpc::ClientContext& context, const FetchOptions& options, const std::string& donor) {
+    CancelIfGone(grpc::ClientContext& context, const FetchOptions& options,
+                 const std::string& donor) {
         if (!options.donor_gone) return;
         thread_ = std::thread([this, &context, &options, donor] {
             std::unique_lock lock(mutex_);
-            while (!disarmed_changed_.wait_for(lock, std::chrono::milliseconds(100), [&] { return disarmed_; })) {
+            while (!disarmed_changed_.wait_for(lock, std::chrono::milliseconds(100),
+                                               [&] { return disarmed_; })) {
                 if (options.donor_gone(donor)) {
                     cancelled_ = true;
                     context.TryCancel();
@@ -229,27 +252,34 @@ private:
     std::thread thread_;
 };
 
-constexpr const char* kDonorGone = "the donor is gone (the failure detector declared it dead, or it left)";
+constexpr const char* kDonorGone =
+    "the donor is gone (the failure detector declared it dead, or it left)";
 
 // One fetch of one snapshot from the donors that hold it: a shared queue of chunk indices that
 // per-donor workers drain. A donor that fails gives its chunk back and stops.
 class ChunkFetch {
 public:
-    ChunkFetch(const SnapshotManifestInfo& manifest, std::vector<char>& done, std::span<std::byte> destination,
-               SwarmAuth& auth, const FetchOptions& options)
-        : manifest_(manifest), done_(done), destination_(destination), auth_(auth), options_(options) {
+    ChunkFetch(const SnapshotManifestInfo& manifest, std::vector<char>& done,
+               std::span<std::byte> destination, SwarmAuth& auth, const FetchOptions& options)
+        : manifest_(manifest),
+          done_(done),
+          destination_(destination),
+          auth_(auth),
+          options_(options) {
         for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
             if (!done_[i]) pending_.push_back(i);
         finished_ = manifest.chunk_count() - static_cast<uint32_t>(pending_.size());
     }
 
     // Runs workers for every donor; returns the donors to drop (failed or lied).
-    std::vector<std::string> run(const std::map<std::string, std::shared_ptr<grpc::Channel>>& donors,
-                                 std::map<std::string, uint32_t>& delivered, std::string& last_error) {
+    std::vector<std::string> run(
+        const std::map<std::string, std::shared_ptr<grpc::Channel>>& donors,
+        std::map<std::string, uint32_t>& delivered, std::string& last_error) {
         std::vector<std::thread> workers;
         for (const auto& [address, channel] : donors)
             for (int slot = 0; slot < options_.inflight_per_donor; ++slot)
-                workers.emplace_back([&, address = address, channel = channel] { work(address, channel); });
+                workers.emplace_back(
+                    [&, address = address, channel = channel] { work(address, channel); });
         for (auto& w : workers) w.join();
         for (const auto& [address, count] : delivered_) delivered[address] += count;
         last_error = last_error_;
@@ -263,7 +293,9 @@ private:
             uint32_t index = 0;
             {
                 std::unique_lock lock(mutex_);
-                wake_.wait(lock, [&] { return !pending_.empty() || inflight_ == 0 || stopped_.contains(address); });
+                wake_.wait(lock, [&] {
+                    return !pending_.empty() || inflight_ == 0 || stopped_.contains(address);
+                });
                 if (pending_.empty() || stopped_.contains(address)) return;
                 index = pending_.front();
                 pending_.pop_front();
@@ -274,7 +306,8 @@ private:
             const auto timeout = chunk_timeout(address, index);
             const auto started = std::chrono::steady_clock::now();
             const bool ok = fetch_one(*stub, address, index, timeout, &error, &code);
-            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
             // Busy: wait and retry. Slow (out of time): retry with a longer deadline, dropped only
             // after a few in a row. Not found: an honest donor that moved on to a newer snapshot;
             // it stops serving this fetch but may offer the next one. Anything else: dropped.
@@ -297,13 +330,15 @@ private:
                 ++delivered_[address];
                 pace.timeouts = 0;
                 pace.at_least = std::chrono::milliseconds(0);
-                pace.bytes_per_s = static_cast<double>(manifest_.chunk_size(index)) / std::max(seconds, 1e-3);
+                pace.bytes_per_s =
+                    static_cast<double>(manifest_.chunk_size(index)) / std::max(seconds, 1e-3);
                 if (options_.progress) options_.progress(++finished_, manifest_.chunk_count());
             } else {
                 pending_.push_back(index);
                 if (slow) {
-                    spdlog::info("state sync: chunk {} from {} ran out of its {:.0f} s; asking again with more time",
-                                 index, address, std::chrono::duration<double>(timeout).count());
+                    spdlog::info(
+                        "state sync: chunk {} from {} ran out of its {:.0f} s; asking again with more time",
+                        index, address, std::chrono::duration<double>(timeout).count());
                 }
                 if (!busy) {
                     stopped_.insert(address);
@@ -324,10 +359,14 @@ private:
     std::chrono::milliseconds chunk_timeout(const std::string& address, uint32_t index) {
         std::lock_guard lock(mutex_);
         DonorPace& pace = pace_[address];
-        if (pace.bytes_per_s <= 0) pace.bytes_per_s = options_.min_rate_bytes_per_s / options_.inflight_per_donor;
-        const double seconds = 4.0 * static_cast<double>(manifest_.chunk_size(index)) / pace.bytes_per_s;
-        const auto wanted = std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e7) * 1000));
-        return std::clamp(std::max(wanted, pace.at_least), options_.call_timeout, options_.max_call_timeout);
+        if (pace.bytes_per_s <= 0)
+            pace.bytes_per_s = options_.min_rate_bytes_per_s / options_.inflight_per_donor;
+        const double seconds =
+            4.0 * static_cast<double>(manifest_.chunk_size(index)) / pace.bytes_per_s;
+        const auto wanted =
+            std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e7) * 1000));
+        return std::clamp(std::max(wanted, pace.at_least), options_.call_timeout,
+                          options_.max_call_timeout);
     }
 
     // On failure *code is the call's status, or INVALID_ARGUMENT for bad data.
@@ -350,14 +389,16 @@ private:
         *code = grpc::StatusCode::INVALID_ARGUMENT;
         const auto& data = response.data();
         if (response.index() != index || data.size() != manifest_.chunk_size(index)) {
-            *error = fmt::format("chunk {} came back as chunk {} of {} bytes", index, response.index(), data.size());
+            *error = fmt::format("chunk {} came back as chunk {} of {} bytes", index,
+                                 response.index(), data.size());
             return false;
         }
         if (blake2b(as_bytes(data)) != manifest_.chunk_hashes[index]) {
             *error = fmt::format("chunk {} does not match its hash in the manifest", index);
             return false;
         }
-        std::memcpy(destination_.data() + uint64_t{index} * manifest_.chunk_bytes, data.data(), data.size());
+        std::memcpy(destination_.data() + uint64_t{index} * manifest_.chunk_bytes, data.data(),
+                    data.size());
         return true;
     }
 
@@ -391,12 +432,13 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
                            const FetchOptions& options) {
     ensure_sodium();
     if (destination.size() != expected.total_bytes)
-        throw Error(fmt::format("state sync: destination of {} bytes for a state of {}", destination.size(),
-                                expected.total_bytes));
+        throw Error(fmt::format("state sync: destination of {} bytes for a state of {}",
+                                destination.size(), expected.total_bytes));
     std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
     for (const auto& address : donors) {
         grpc::ChannelArguments args;
-        args.SetMaxReceiveMessageSize(static_cast<int>(kMaxSnapshotChunkBytes + kMaxSnapshotMetadataBytes + (64u << 10)));
+        args.SetMaxReceiveMessageSize(
+            static_cast<int>(kMaxSnapshotChunkBytes + kMaxSnapshotMetadataBytes + (64u << 10)));
         channels[address] = grpc::CreateCustomChannel(address, credentials, args);
     }
     FetchResult result;
@@ -406,16 +448,19 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         // Every donor's manifest at once; group the donors by the snapshot they offer.
         std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
         for (const auto& [address, channel] : channels) {
-            asked[address] = std::async(std::launch::async, [&, address = address, channel = channel] {
-                v1::SnapshotManifest manifest;
-                grpc::ClientContext context;
-                context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
-                auth.attach(context, "GetManifest");
-                CancelIfGone watch(context, options, address);
-                auto status = v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
-                if (watch.cancelled()) status = grpc::Status(grpc::StatusCode::CANCELLED, kDonorGone);
-                return std::make_pair(status, manifest);
-            });
+            asked[address] =
+                std::async(std::launch::async, [&, address = address, channel = channel] {
+                    v1::SnapshotManifest manifest;
+                    grpc::ClientContext context;
+                    context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+                    auth.attach(context, "GetManifest");
+                    CancelIfGone watch(context, options, address);
+                    auto status =
+                        v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
+                    if (watch.cancelled())
+                        status = grpc::Status(grpc::StatusCode::CANCELLED, kDonorGone);
+                    return std::make_pair(status, manifest);
+                });
         }
         std::map<Hash256, std::pair<SnapshotManifestInfo, std::vector<std::string>>> offers;
         for (auto& [address, answer] : asked) {
@@ -433,10 +478,11 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         }
         if (offers.empty()) break;
         // The snapshot most donors hold, the newest among equals: the most bandwidth to fetch from.
-        const auto best = std::max_element(offers.begin(), offers.end(), [](const auto& a, const auto& b) {
-            return std::make_pair(a.second.second.size(), a.second.first.round) <
-                   std::make_pair(b.second.second.size(), b.second.first.round);
-        });
+        const auto best =
+            std::max_element(offers.begin(), offers.end(), [](const auto& a, const auto& b) {
+                return std::make_pair(a.second.second.size(), a.second.first.round) <
+                       std::make_pair(b.second.second.size(), b.second.first.round);
+            });
         const SnapshotManifestInfo& manifest = best->second.first;
         // Chunks already fetched for an earlier snapshot stay where their hash is unchanged.
         std::vector<char> keep(manifest.chunk_count(), 0);
@@ -448,13 +494,15 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         std::map<std::string, std::shared_ptr<grpc::Channel>> holders;
         for (const auto& address : best->second.second) holders[address] = channels[address];
         spdlog::info("state sync: snapshot {} of round {} ({} bytes, {} chunks) from {} donor(s)",
-                     hex_prefix(manifest.id), manifest.round, manifest.total_bytes, manifest.chunk_count(),
-                     holders.size());
+                     hex_prefix(manifest.id), manifest.round, manifest.total_bytes,
+                     manifest.chunk_count(), holders.size());
         ChunkFetch fetch(manifest, done, destination, auth, options);
-        for (const auto& address : fetch.run(holders, result.chunks_per_donor, last_error)) channels.erase(address);
+        for (const auto& address : fetch.run(holders, result.chunks_per_donor, last_error))
+            channels.erase(address);
         if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) return result;
     }
-    throw Error("state sync: no donor could deliver a verified snapshot (last problem: " + last_error + ")");
+    throw Error("state sync: no donor could deliver a verified snapshot (last problem: " +
+                last_error + ")");
 }
 
 }  // namespace starling

@@ -53,15 +53,17 @@ struct SnapshotManifestInfo {
 
 class Snapshot {
 public:
-    // Throws starling::Error on a chunk size of 0 or above kMaxSnapshotChunkBytes, or metadata above
-    // kMaxSnapshotMetadataBytes. The chunks are hashed on the first call of manifest(), not here: a
-    // node publishes a snapshot every round (gigabytes for large models) and most are never fetched.
-    Snapshot(std::string fingerprint, uint64_t round, std::string metadata, std::vector<std::byte> bytes,
-             uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
+    // Throws starling::Error on a chunk size of 0 or above kMaxSnapshotChunkBytes, or metadata
+    // above kMaxSnapshotMetadataBytes. The chunks are hashed on the first call of manifest(), not
+    // here: a node publishes a snapshot every round (gigabytes for large models) and most are never
+    // fetched.
+    Snapshot(std::string fingerprint, uint64_t round, std::string metadata,
+             std::vector<std::byte> bytes, uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
     // The bytes shared with their owner, who may refill them for a later snapshot once it holds
     // the only reference (use_count() == 1), saving a fresh allocation of gigabytes each round.
     Snapshot(std::string fingerprint, uint64_t round, std::string metadata,
-             std::shared_ptr<const std::vector<std::byte>> bytes, uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
+             std::shared_ptr<const std::vector<std::byte>> bytes,
+             uint32_t chunk_bytes = kDefaultSnapshotChunkBytes);
     const SnapshotManifestInfo& manifest() const;  // thread-safe
     uint64_t round() const { return manifest_.round; }
     std::span<const std::byte> chunk(uint32_t index) const;
@@ -109,11 +111,12 @@ private:
 void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out);
 
 struct SnapshotExpectation {
-    std::string fingerprint;  // this node's model
-    uint64_t total_bytes = 0; // what this node's model implies: never what a donor says
+    std::string fingerprint;   // this node's model
+    uint64_t total_bytes = 0;  // what this node's model implies: never what a donor says
 };
 // The manifest, or throws starling::Error naming what is wrong with it.
-SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest, const SnapshotExpectation& expected);
+SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest,
+                                    const SnapshotExpectation& expected);
 
 struct FetchOptions {
     // A manifest call's deadline, and the least a chunk call gets. A chunk call's deadline follows

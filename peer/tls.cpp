@@ -21,7 +21,9 @@ namespace {
 template <auto Free>
 struct Freer {
     template <typename T>
-    void operator()(T* p) const { Free(p); }
+    void operator()(T* p) const {
+        Free(p);
+    }
 };
 using Bio = std::unique_ptr<BIO, Freer<BIO_free>>;
 using Certificate = std::unique_ptr<X509, Freer<X509_free>>;
@@ -31,7 +33,9 @@ using StoreContext = std::unique_ptr<X509_STORE_CTX, Freer<X509_STORE_CTX_free>>
 void free_stack(STACK_OF(X509) * stack) { sk_X509_free(stack); }  // a macro in OpenSSL 3
 using CertificateStack = std::unique_ptr<STACK_OF(X509), Freer<free_stack>>;  // holds, does not own
 
-Bio memory_bio(const std::string& text) { return Bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size()))); }
+Bio memory_bio(const std::string& text) {
+    return Bio(BIO_new_mem_buf(text.data(), static_cast<int>(text.size())));
+}
 
 std::vector<Certificate> read_certificates(const std::string& pem, const std::string& setting) {
     Bio bio = memory_bio(pem);
@@ -50,15 +54,17 @@ struct TlsFiles {
 TlsFiles read_tls_files(const TlsConfig& tls) {
     const auto read = [](const std::filesystem::path& path, const char* setting) {
         if (path.empty())
-            throw Error(std::string("TLS needs all of peer.tls_ca, peer.tls_cert and peer.tls_key; ") + setting +
-                        " is not set");
+            throw Error(
+                std::string("TLS needs all of peer.tls_ca, peer.tls_cert and peer.tls_key; ") +
+                setting + " is not set");
         try {
             return read_file(path);
         } catch (const Error& e) {
             throw Error(std::string(setting) + ": " + e.what());
         }
     };
-    return {read(tls.ca, "peer.tls_ca"), read(tls.cert, "peer.tls_cert"), read(tls.key, "peer.tls_key")};
+    return {read(tls.ca, "peer.tls_ca"), read(tls.cert, "peer.tls_cert"),
+            read(tls.key, "peer.tls_key")};
 }
 
 }  // namespace
@@ -66,7 +72,8 @@ TlsFiles read_tls_files(const TlsConfig& tls) {
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const TlsConfig& tls) {
     if (!tls.enabled()) return grpc::InsecureServerCredentials();
     const TlsFiles files = read_tls_files(tls);
-    grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions options(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     options.pem_root_certs = files.ca;
     options.pem_key_cert_pairs.push_back({files.key, files.cert});
     return grpc::SslServerCredentials(options);
@@ -82,7 +89,9 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsConfig& t
     return grpc::SslCredentials(options);
 }
 
-std::string trust_anchor(const TlsConfig& tls) { return tls.enabled() ? read_tls_files(tls).ca : std::string(); }
+std::string trust_anchor(const TlsConfig& tls) {
+    return tls.enabled() ? read_tls_files(tls).ca : std::string();
+}
 
 namespace {
 
@@ -106,12 +115,14 @@ void check_tls_pem(const TlsConfig& tls, const TlsFiles& files) {
     for (size_t i = 1; i < chain.size(); ++i) sk_X509_push(intermediates.get(), chain[i].get());
     const StoreContext context(X509_STORE_CTX_new());
     if (!store || !intermediates || !context ||
-        X509_STORE_CTX_init(context.get(), store.get(), chain.front().get(), intermediates.get()) != 1)
+        X509_STORE_CTX_init(context.get(), store.get(), chain.front().get(), intermediates.get()) !=
+            1)
         throw Error("cannot check " + cert + ": out of memory");
     if (X509_verify_cert(context.get()) != 1) {
         const int error = X509_STORE_CTX_get_error(context.get());
         ERR_clear_error();
-        throw Error(cert + " does not verify against " + ca + ": " + X509_verify_cert_error_string(error));
+        throw Error(cert + " does not verify against " + ca + ": " +
+                    X509_verify_cert_error_string(error));
     }
 }
 
@@ -122,8 +133,10 @@ void check_tls_files(const TlsConfig& tls) { check_tls_pem(tls, read_tls_files(t
 TlsCertificates::TlsCertificates(const TlsConfig& tls, std::filesystem::path stage_dir)
     : stage_dir_(std::move(stage_dir)), temporary_(stage_dir_.empty()) {
     if (temporary_) {
-        std::string name = (std::filesystem::temp_directory_path() / "starling-tls-XXXXXX").string();
-        if (::mkdtemp(name.data()) == nullptr) throw Error("cannot make a temporary directory for the TLS files in use");
+        std::string name =
+            (std::filesystem::temp_directory_path() / "starling-tls-XXXXXX").string();
+        if (::mkdtemp(name.data()) == nullptr)
+            throw Error("cannot make a temporary directory for the TLS files in use");
         stage_dir_ = name;
     }
     std::error_code ec;
@@ -138,8 +151,8 @@ TlsCertificates::TlsCertificates(const TlsConfig& tls, std::filesystem::path sta
         throw;
     }
     provider_ = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        (stage_dir_ / "key.pem").string(), (stage_dir_ / "cert.pem").string(), (stage_dir_ / "ca.pem").string(),
-        kRefreshSeconds);
+        (stage_dir_ / "key.pem").string(), (stage_dir_ / "cert.pem").string(),
+        (stage_dir_ / "ca.pem").string(), kRefreshSeconds);
 }
 
 TlsCertificates::~TlsCertificates() {
@@ -175,7 +188,8 @@ std::shared_ptr<grpc::ChannelCredentials> TlsCertificates::channel_credentials()
     options.watch_root_certs();
     options.watch_identity_key_cert_pairs();
     options.set_verify_server_certs(true);
-    options.set_certificate_verifier(std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
+    options.set_certificate_verifier(
+        std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
     return grpc::experimental::TlsCredentials(options);
 }
 

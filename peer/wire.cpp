@@ -30,22 +30,26 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
 
 std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (digest.public_key().size() != kPublicKeyBytes)
-        return fmt::format("public key of {} bytes, expected {}", digest.public_key().size(), kPublicKeyBytes);
+        return fmt::format("public key of {} bytes, expected {}", digest.public_key().size(),
+                           kPublicKeyBytes);
     Member member;
     std::copy(digest.public_key().begin(), digest.public_key().end(), member.public_key.begin());
     member.node_id = digest.node_id();
     if (node_id_from_public_key(member.public_key) != member.node_id)
-        return fmt::format("node id {} does not match its public key", format_node_id(member.node_id));
+        return fmt::format("node id {} does not match its public key",
+                           format_node_id(member.node_id));
     if (digest.address().size() > kMaxAddress || !parse_host_port(digest.address()))
         return fmt::format("node {}: address is not host:port", format_node_id(member.node_id));
     if (digest.fingerprint().size() > kMaxLabel || digest.swarm_id().size() > kMaxLabel)
-        return fmt::format("node {}: fingerprint or swarm id longer than {} bytes", format_node_id(member.node_id),
-                           kMaxLabel);
+        return fmt::format("node {}: fingerprint or swarm id longer than {} bytes",
+                           format_node_id(member.node_id), kMaxLabel);
     if (digest.model().size() > kMaxModel)
-        return fmt::format("node {}: model signature longer than {} bytes", format_node_id(member.node_id), kMaxModel);
+        return fmt::format("node {}: model signature longer than {} bytes",
+                           format_node_id(member.node_id), kMaxModel);
     const int state = digest.state();
     if (state < static_cast<int>(MemberState::Alive) || state > static_cast<int>(MemberState::Left))
-        return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id), state);
+        return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id),
+                           state);
     member.address = digest.address();
     member.incarnation = digest.incarnation();
     member.state = static_cast<MemberState>(state);

@@ -1,6 +1,6 @@
-// Conversions between the membership table and peer.proto, and the names of gRPC status codes. Digests from the wire are untrusted:
-// each is checked (public key size, node id derived from it, address form, field lengths) and a
-// bad one is dropped with the reason, never merged.
+// Conversions between the membership table and peer.proto, and the names of gRPC status codes.
+// Digests from the wire are untrusted: each is checked (public key size, node id derived from it,
+// address form, field lengths) and a bad one is dropped with the reason, never merged.
 #pragma once
 
 #include <grpcpp/support/status.h>

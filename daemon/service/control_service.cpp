@@ -25,7 +25,8 @@ public:
           handlers_(std::move(handlers)),
           stopping_(stopping) {}
 
-    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::NodeStatus* response) override {
+    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                           v1::NodeStatus* response) override {
         *response = state_.status(peer_);
         return grpc::Status::OK;
     }
@@ -43,7 +44,8 @@ public:
         for (const std::string& seed : request->seeds()) {
             const auto parsed = parse_host_port(seed);
             if (!parsed || parsed->port == 0)
-                return {grpc::StatusCode::INVALID_ARGUMENT, "seed \"" + seed + "\" is not host:port"};
+                return {grpc::StatusCode::INVALID_ARGUMENT,
+                        "seed \"" + seed + "\" is not host:port"};
             seeds.push_back(parsed->str());
         }
         handlers_.join(seeds);
@@ -51,14 +53,16 @@ public:
         return grpc::Status::OK;
     }
 
-    grpc::Status Leave(grpc::ServerContext*, const v1::LeaveSwarmRequest*, v1::LeaveSwarmResponse*) override {
+    grpc::Status Leave(grpc::ServerContext*, const v1::LeaveSwarmRequest*,
+                       v1::LeaveSwarmResponse*) override {
         handlers_.leave();
         return grpc::Status::OK;
     }
 
     grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
                        grpc::ServerWriter<v1::NodeStatus>* writer) override {
-        const auto interval = std::chrono::milliseconds(request->interval_ms() ? request->interval_ms() : 1000);
+        const auto interval =
+            std::chrono::milliseconds(request->interval_ms() ? request->interval_ms() : 1000);
         if (interval < std::chrono::milliseconds(50))
             return {grpc::StatusCode::INVALID_ARGUMENT, "interval_ms must be at least 50"};
         auto next = std::chrono::steady_clock::now();
@@ -66,7 +70,8 @@ public:
             if (!writer->Write(state_.status(peer_))) break;
             next += interval;
             // Short sleeps, so a shutdown or a cancelled caller ends the stream promptly.
-            while (std::chrono::steady_clock::now() < next && !context->IsCancelled() && !stopping_.load())
+            while (std::chrono::steady_clock::now() < next && !context->IsCancelled() &&
+                   !stopping_.load())
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
         return grpc::Status::OK;
@@ -84,7 +89,8 @@ public:
         if (bytes.size() >= kSwarmSnapshotHeaderBytes) std::memcpy(&n, bytes.data() + 24, sizeof n);
         if (bytes.size() != swarm_snapshot_bytes(n))
             return {grpc::StatusCode::INTERNAL, "the node's snapshot does not have its own layout"};
-        const std::span<const std::byte> phi = bytes.subspan(kSwarmSnapshotHeaderBytes, n * sizeof(float));
+        const std::span<const std::byte> phi =
+            bytes.subspan(kSwarmSnapshotHeaderBytes, n * sizeof(float));
         constexpr size_t kChunkBytes = 1 << 20;
         v1::ModelChunk chunk;
         chunk.set_llama_config_json(model_json_);
@@ -93,8 +99,10 @@ public:
         chunk.set_parameters(n);
         size_t at = 0;
         do {  // the first message goes out even for no weights at all
-            if (context->IsCancelled() || stopping_.load()) return {grpc::StatusCode::CANCELLED, "the node is stopping"};
-            const std::span<const std::byte> part = phi.subspan(at, std::min(kChunkBytes, phi.size() - at));
+            if (context->IsCancelled() || stopping_.load())
+                return {grpc::StatusCode::CANCELLED, "the node is stopping"};
+            const std::span<const std::byte> part =
+                phi.subspan(at, std::min(kChunkBytes, phi.size() - at));
             chunk.set_phi(part.data(), part.size());
             if (!writer->Write(chunk)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
             chunk.Clear();
@@ -112,11 +120,12 @@ private:
     const std::atomic<bool>& stopping_;
 };
 
-ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer, const ModelConfig& model,
-                             std::string tokenizer_json, ControlHandlers handlers)
+ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer,
+                             const ModelConfig& model, std::string tokenizer_json,
+                             ControlHandlers handlers)
     : address_(address),
-      service_(std::make_unique<Service>(state, peer, model, std::move(tokenizer_json), std::move(handlers),
-                                         stopping_)) {
+      service_(std::make_unique<Service>(state, peer, model, std::move(tokenizer_json),
+                                         std::move(handlers), stopping_)) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
@@ -126,7 +135,8 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
     server_ = builder.BuildAndStart();
     // A unix socket reports no port.
     if (!server_ || (port == 0 && address.rfind("unix:", 0) != 0))
-        throw Error("[control].listen: cannot listen on " + address + " (address in use or not local?)");
+        throw Error("[control].listen: cannot listen on " + address +
+                    " (address in use or not local?)");
     if (const auto parsed = parse_host_port(address); parsed && port != 0)
         address_ = HostPort{parsed->host, static_cast<uint16_t>(port)}.str();
     spdlog::info("control: listening on {}", address_);
@@ -135,7 +145,8 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
 ControlServer::~ControlServer() { shutdown(std::chrono::milliseconds(1000)); }
 
 void ControlServer::set_serving(bool serving) {
-    if (server_->GetHealthCheckService()) server_->GetHealthCheckService()->SetServingStatus(serving);
+    if (server_->GetHealthCheckService())
+        server_->GetHealthCheckService()->SetServingStatus(serving);
 }
 
 void ControlServer::shutdown(std::chrono::milliseconds grace) {

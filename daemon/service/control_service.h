@@ -29,8 +29,8 @@ public:
     // Listens on `address` (host:port or unix:/path); throws starling::Error naming it when it
     // cannot. grpc::EnableDefaultHealthCheckService(true) must have been called before.
     // model and tokenizer_json: the node's, for GetModel's config.json and tokenizer.json.
-    ControlServer(const std::string& address, NodeState& state, PeerNode& peer, const ModelConfig& model,
-                  std::string tokenizer_json, ControlHandlers handlers);
+    ControlServer(const std::string& address, NodeState& state, PeerNode& peer,
+                  const ModelConfig& model, std::string tokenizer_json, ControlHandlers handlers);
     ~ControlServer();
     // What the health service reports; NOT_SERVING once the node drains.
     void set_serving(bool serving);

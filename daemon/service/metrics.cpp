@@ -9,11 +9,13 @@ namespace starling {
 
 namespace {
 
-prometheus::Gauge* gauge(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+prometheus::Gauge* gauge(prometheus::Registry& registry, const std::string& name,
+                         const std::string& help) {
     return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
 }
 
-prometheus::Counter* counter(prometheus::Registry& registry, const std::string& name, const std::string& help) {
+prometheus::Counter* counter(prometheus::Registry& registry, const std::string& name,
+                             const std::string& help) {
     return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
 }
 
@@ -32,12 +34,15 @@ void follow(prometheus::Counter& counter, uint64_t total) {
 
 }  // namespace
 
-NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared<prometheus::Registry>()) {
+NodeMetrics::NodeMetrics(const std::string& listen)
+    : registry_(std::make_shared<prometheus::Registry>()) {
     prometheus::Registry& r = *registry_;
-    build_info_ = &prometheus::BuildGauge()
-                       .Name("starling_build_info")
-                       .Help("Always 1; the labels name the release, the model fingerprint, the node id and the swarm")
-                       .Register(r);
+    build_info_ =
+        &prometheus::BuildGauge()
+             .Name("starling_build_info")
+             .Help(
+                 "Always 1; the labels name the release, the model fingerprint, the node id and the swarm")
+             .Register(r);
     auto& phases = prometheus::BuildGauge()
                        .Name("starling_phase")
                        .Help("1 for the phase the node is in, 0 for the others")
@@ -49,18 +54,25 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     }
     set_phase(v1::NODE_PHASE_STARTING);
     round_ = gauge(r, "starling_round", "The outer round in progress");
-    inner_step_ = gauge(r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
-    steps_target_ = gauge(r, "starling_train_steps_target", "Inner steps the schedule takes in all ([train].steps)");
-    train_loss_ = gauge(r, "starling_train_loss", "Mean training loss of the last round's inner steps (nats/token)");
-    val_loss_ = gauge(r, "starling_val_loss", "Validation loss of phi at the last evaluation (nats/token)");
-    tokens_per_second_ = gauge(r, "starling_tokens_per_second", "Training tokens per second in the last inner phase");
+    inner_step_ =
+        gauge(r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
+    steps_target_ = gauge(r, "starling_train_steps_target",
+                          "Inner steps the schedule takes in all ([train].steps)");
+    train_loss_ = gauge(r, "starling_train_loss",
+                        "Mean training loss of the last round's inner steps (nats/token)");
+    val_loss_ =
+        gauge(r, "starling_val_loss", "Validation loss of phi at the last evaluation (nats/token)");
+    tokens_per_second_ = gauge(r, "starling_tokens_per_second",
+                               "Training tokens per second in the last inner phase");
     train_tokens_ = counter(r, "starling_train_tokens_total", "Tokens trained on in inner steps");
-    compression_ratio_ =
-        gauge(r, "starling_compression_ratio", "fp32 bytes of the weights over bytes sent in the last exchange");
+    compression_ratio_ = gauge(r, "starling_compression_ratio",
+                               "fp32 bytes of the weights over bytes sent in the last exchange");
     partner_distance_ = gauge(r, "starling_partner_distance",
                               "RMS of own weights minus the partner's in the last paired round");
-    checkpoint_round_ = gauge(r, "starling_checkpoint_round", "Round of the newest checkpoint written");
-    checkpoint_time_ = gauge(r, "starling_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint written");
+    checkpoint_round_ =
+        gauge(r, "starling_checkpoint_round", "Round of the newest checkpoint written");
+    checkpoint_time_ = gauge(r, "starling_checkpoint_timestamp_seconds",
+                             "Unix time of the newest checkpoint written");
     auto& rounds = prometheus::BuildCounter()
                        .Name("starling_rounds_total")
                        .Help("Rounds finished, by whether the outer step had a partner")
@@ -68,15 +80,19 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     paired_ = &rounds.Add({{"outcome", "paired"}});
     solo_ = &rounds.Add({{"outcome", "solo"}});
     bytes_sent_ = counter(r, "starling_exchange_sent_bytes_total", "Exchange payload bytes sent");
-    bytes_received_ = counter(r, "starling_exchange_received_bytes_total", "Exchange payload bytes received");
-    auto& failures = prometheus::BuildCounter()
-                         .Name("starling_failures_total")
-                         .Help("Failures by reason: auth, timeout, refused_message, state_sync, checkpoint")
-                         .Register(r);
+    bytes_received_ =
+        counter(r, "starling_exchange_received_bytes_total", "Exchange payload bytes received");
+    auto& failures =
+        prometheus::BuildCounter()
+            .Name("starling_failures_total")
+            .Help("Failures by reason: auth, timeout, refused_message, state_sync, checkpoint")
+            .Register(r);
     for (FailureReason reason : kFailureReasons)
         failures_.push_back(&failures.Add({{"reason", std::string(failure_reason_name(reason))}}));
-    exchange_seconds_ = seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
-    pair_seconds_ = seconds_histogram(r, "starling_pair_seconds", "Time spent choosing a round's partner");
+    exchange_seconds_ =
+        seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
+    pair_seconds_ =
+        seconds_histogram(r, "starling_pair_seconds", "Time spent choosing a round's partner");
     auto& peers = prometheus::BuildGauge()
                       .Name("starling_peers")
                       .Help("Other members this node knows, by state")
@@ -85,10 +101,11 @@ NodeMetrics::NodeMetrics(const std::string& listen) : registry_(std::make_shared
     suspect_ = &peers.Add({{"state", "suspect"}});
     dead_ = &peers.Add({{"state", "dead"}});
     left_ = &peers.Add({{"state", "left"}});
-    peer_rtt_ = &prometheus::BuildGauge()
-                     .Name("starling_peer_rtt_seconds")
-                     .Help("Round-trip time of the last direct probe of each live member, by its node id")
-                     .Register(r);
+    peer_rtt_ =
+        &prometheus::BuildGauge()
+             .Name("starling_peer_rtt_seconds")
+             .Help("Round-trip time of the last direct probe of each live member, by its node id")
+             .Register(r);
     // Last, once every metric exists: scrapes start as soon as the server listens. Declared
     // after the registry, the server goes before it, so no scrape outlives what it reads.
     server_ = std::make_unique<MetricsHttpServer>(listen, [this] { return scrape(); });
@@ -103,10 +120,11 @@ std::string NodeMetrics::scrape() const {
 }
 
 void NodeMetrics::record_identity(const v1::NodeStatus& identity) {
-    build_info_->Add({{"version", identity.version()},
-                      {"fingerprint", identity.model_fingerprint()},
-                      {"node", identity.node_id()},
-                      {"swarm", identity.swarm_id()}})
+    build_info_
+        ->Add({{"version", identity.version()},
+               {"fingerprint", identity.model_fingerprint()},
+               {"node", identity.node_id()},
+               {"swarm", identity.swarm_id()}})
         .Set(1);
     steps_target_->Set(static_cast<double>(identity.total_steps()));
     set_position(identity.round(), static_cast<int64_t>(identity.inner_step()));
@@ -120,7 +138,8 @@ void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int
                                uint64_t weight_bytes) {
     set_position(next_round, inner_step);
     train_loss_->Set(round.train_loss);
-    if (round.inner_seconds > 0.0) tokens_per_second_->Set(static_cast<double>(round.tokens) / round.inner_seconds);
+    if (round.inner_seconds > 0.0)
+        tokens_per_second_->Set(static_cast<double>(round.tokens) / round.inner_seconds);
     train_tokens_->Increment(static_cast<double>(round.tokens));
     (round.solo ? solo_ : paired_)->Increment();
     bytes_sent_->Increment(static_cast<double>(round.bytes_sent));
@@ -128,7 +147,8 @@ void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int
     pair_seconds_->Observe(round.pair_seconds);
     if (round.partner || round.quorum > 1) exchange_seconds_->Observe(round.exchange_seconds);
     if (round.bytes_sent > 0)
-        compression_ratio_->Set(static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
+        compression_ratio_->Set(static_cast<double>(weight_bytes) /
+                                static_cast<double>(round.bytes_sent));
     if (round.partner_distance) partner_distance_->Set(*round.partner_distance);
 }
 
@@ -159,7 +179,8 @@ void NodeMetrics::record_peers(const PeerNode& peer) {
         const std::optional<double> rtt_ms = peer.round_trip_ms(m.node_id);
         if (!rtt_ms) continue;
         const auto known = rtt_by_peer_.extract(m.node_id);
-        prometheus::Gauge* series = known ? known.mapped() : &peer_rtt_->Add({{"peer", format_node_id(m.node_id)}});
+        prometheus::Gauge* series =
+            known ? known.mapped() : &peer_rtt_->Add({{"peer", format_node_id(m.node_id)}});
         series->Set(*rtt_ms / 1000.0);
         live.emplace(m.node_id, series);
     }

@@ -1,8 +1,8 @@
-// Prometheus /metrics for starlingd (prometheus-cpp's registry, served on [metrics].listen): what the
-// node is (build info), where it is (phase, round, inner step of how many), how it learns (losses,
-// tokens), how it exchanges (bytes, latency, paired and solo rounds, compression, distance to
-// partners), the swarm it sees (peers by state, round-trip time per peer), what failed by reason,
-// and the standard process_* figures. docs/operator.md lists them with what to watch.
+// Prometheus /metrics for starlingd (prometheus-cpp's registry, served on [metrics].listen): what
+// the node is (build info), where it is (phase, round, inner step of how many), how it learns
+// (losses, tokens), how it exchanges (bytes, latency, paired and solo rounds, compression, distance
+// to partners), the swarm it sees (peers by state, round-trip time per peer), what failed by
+// reason, and the standard process_* figures. docs/operator.md lists them with what to watch.
 #pragma once
 
 #include <map>
@@ -32,7 +32,8 @@ public:
     // schedule's length) and the position the node starts at.
     void record_identity(const v1::NodeStatus& identity);
     void set_phase(v1::NodePhase phase);
-    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes);
+    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
+                      uint64_t weight_bytes);
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
@@ -48,8 +49,9 @@ public:
 private:
     std::shared_ptr<prometheus::Registry> registry_;
     std::unique_ptr<MetricsHttpServer> server_;
-    prometheus::Gauge *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_, *tokens_per_second_,
-        *compression_ratio_, *partner_distance_, *checkpoint_round_, *checkpoint_time_;
+    prometheus::Gauge *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_,
+        *tokens_per_second_, *compression_ratio_, *partner_distance_, *checkpoint_round_,
+        *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_;

@@ -14,16 +14,21 @@ namespace {
 constexpr size_t kMaxRequestBytes = 8192;  // a scrape's request line and headers
 constexpr std::chrono::seconds kRequestTimeout{10};
 
-std::string response(const std::string& status, const std::string& content_type, const std::string& body) {
+std::string response(const std::string& status, const std::string& content_type,
+                     const std::string& body) {
     return "HTTP/1.1 " + status + "\r\nContent-Type: " + content_type +
-           "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+           "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
+           body;
 }
 
 // One request: read the head (bounded in size and time), answer, close.
 class Exchange : public std::enable_shared_from_this<Exchange> {
 public:
     Exchange(asio::ip::tcp::socket socket, const std::function<std::string()>& body)
-        : socket_(std::move(socket)), request_(kMaxRequestBytes), deadline_(socket_.get_executor()), body_(body) {}
+        : socket_(std::move(socket)),
+          request_(kMaxRequestBytes),
+          deadline_(socket_.get_executor()),
+          body_(body) {}
 
     void start() {
         deadline_.expires_after(kRequestTimeout);
@@ -48,12 +53,13 @@ private:
         } else {
             reply_ = response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body_());
         }
-        asio::async_write(socket_, asio::buffer(reply_), [self = shared_from_this()](const asio::error_code&, size_t) {
-            self->deadline_.cancel();
-            asio::error_code ignored;
-            self->socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-            self->socket_.close(ignored);
-        });
+        asio::async_write(socket_, asio::buffer(reply_),
+                          [self = shared_from_this()](const asio::error_code&, size_t) {
+                              self->deadline_.cancel();
+                              asio::error_code ignored;
+                              self->socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+                              self->socket_.close(ignored);
+                          });
     }
 
     asio::ip::tcp::socket socket_;
@@ -86,7 +92,9 @@ MetricsHttpServer::MetricsHttpServer(const std::string& listen, std::function<st
     if (!error) acceptor_.set_option(asio::socket_base::reuse_address(true), error);
     if (!error) acceptor_.bind(endpoint, error);
     if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
-    if (error) throw Error("[metrics].listen: cannot serve /metrics on " + listen + ": " + error.message());
+    if (error)
+        throw Error("[metrics].listen: cannot serve /metrics on " + listen + ": " +
+                    error.message());
     accept();
     thread_ = std::thread([this] { io_.run(); });
 }
@@ -96,9 +104,7 @@ MetricsHttpServer::~MetricsHttpServer() {
     thread_.join();
 }
 
-uint16_t MetricsHttpServer::port() const {
-    return acceptor_.local_endpoint().port();
-}
+uint16_t MetricsHttpServer::port() const { return acceptor_.local_endpoint().port(); }
 
 void MetricsHttpServer::accept() {
     acceptor_.async_accept([this](const asio::error_code& error, asio::ip::tcp::socket socket) {

@@ -52,8 +52,8 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
         }
         resumed_ = true;
         checkpointed_round_ = saved->round;
-        spdlog::info("resumed from checkpoint {} (round {}, inner step {})", saved->path.string(), node_->round(),
-                     node_->inner_step());
+        spdlog::info("resumed from checkpoint {} (round {}, inner step {})", saved->path.string(),
+                     node_->round(), node_->inner_step());
     }
     const v1::NodeStatus identity = identity_of(config_, *node_, version);
     state_ = std::make_unique<NodeState>(identity);
@@ -64,9 +64,11 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
         // its two streams by the same deadline; the second's cancellation and the outer step get
         // a few seconds more.
         const PeerConfig& peer = config_.swarm.peer;
-        watch_.mark(phase == RoundPhase::Training ? std::chrono::milliseconds(0)
-                                                  : peer.pair_timeout + peer.exchange_timeout_max + std::chrono::seconds(5));
-        set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING : v1::NODE_PHASE_EXCHANGING);
+        watch_.mark(phase == RoundPhase::Training
+                        ? std::chrono::milliseconds(0)
+                        : peer.pair_timeout + peer.exchange_timeout_max + std::chrono::seconds(5));
+        set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING
+                                                : v1::NODE_PHASE_EXCHANGING);
     });
     watch_.mark();  // building the node and loading a checkpoint are done
 }
@@ -89,8 +91,8 @@ void NodeRunner::reload(const NodeConfig& config) {
         if (std::find(seeds_.begin(), seeds_.end(), seed) == seeds_.end()) added.push_back(seed);
     seeds_.insert(seeds_.end(), added.begin(), added.end());
     if (!added.empty()) add_seeds(added);
-    spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)", config.checkpoint_every,
-                 config.keep_checkpoints, added.size());
+    spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)",
+                 config.checkpoint_every, config.keep_checkpoints, added.size());
     // Last: certificates that would not work throw, and the settings above are in effect already.
     peer().reload_tls(config.swarm.peer.tls);
 }
@@ -103,7 +105,8 @@ void NodeRunner::set_phase(v1::NodePhase phase) {
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
-    watch_.mark(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds)));
+    watch_.mark(std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(seconds)));
     std::unique_lock lock(wake_mutex_);
     wake_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return drain_.load(); });
     return !drain_.load();
@@ -114,7 +117,8 @@ std::vector<Member> NodeRunner::compatible_others() const {
     const std::vector<uint64_t> pairable = peer.pairable_ids();
     std::vector<Member> others;
     for (const Member& m : peer.members())
-        if (m.node_id != peer.node_id() && std::find(pairable.begin(), pairable.end(), m.node_id) != pairable.end())
+        if (m.node_id != peer.node_id() &&
+            std::find(pairable.begin(), pairable.end(), m.node_id) != pairable.end())
             others.push_back(m);
     return others;
 }
@@ -126,15 +130,17 @@ void NodeRunner::join_at_start() {
         if (!sleep_unless_draining(0.1)) return;
     const std::vector<Member> others = compatible_others();
     if (others.empty()) {
-        spdlog::warn("no compatible member answered within {} s; starting from the initial weights and joining "
-                     "whoever appears later",
-                     config_.join_timeout_s);
+        spdlog::warn(
+            "no compatible member answered within {} s; starting from the initial weights and joining "
+            "whoever appears later",
+            config_.join_timeout_s);
         return;
     }
     // Members still at round 0 hold the initial weights this node has too.
     uint64_t newest = 0;
     for (const Member& m : others) newest = std::max(newest, m.round);
-    if (newest > node_->round()) copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
+    if (newest > node_->round())
+        copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
 }
 
 void NodeRunner::catch_up_if_behind() {
@@ -145,7 +151,8 @@ void NodeRunner::catch_up_if_behind() {
     std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
     const uint64_t median = rounds[rounds.size() / 2];
     if (median <= node_->round() + config_.swarm.peer.max_round_gap) return;
-    copy_state_from_swarm(fmt::format("round {} is behind the swarm's median round {}", node_->round(), median));
+    copy_state_from_swarm(
+        fmt::format("round {} is behind the swarm's median round {}", node_->round(), median));
 }
 
 void NodeRunner::copy_state_from_swarm(const std::string& why) {
@@ -154,14 +161,16 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
     try {
         // Each chunk is a call within state_sync_timeout_max; a fetch that stops delivering them
         // (every donor gone) gives up after a few.
-        const auto chunk_allowance = config_.swarm.peer.state_sync_timeout_max + std::chrono::seconds(10);
+        const auto chunk_allowance =
+            config_.swarm.peer.state_sync_timeout_max + std::chrono::seconds(10);
         watch_.mark(chunk_allowance);
         node_->join_from_swarm([this, chunk_allowance] { watch_.mark(chunk_allowance); });
         state_->set_position(node_->round(), node_->inner_step());
         if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
         node_->peer().count_failure(FailureReason::StateSync);
-        spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(), e.what());
+        spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(),
+                     e.what());
     }
 }
 
@@ -176,8 +185,8 @@ void NodeRunner::pace() {
     };
     if (!ahead_of_all()) return;
     set_phase(v1::NODE_PHASE_WAITING);
-    spdlog::debug("round {} is ahead of every member by more than {}: waiting up to {} s for one", node_->round(), gap,
-                 config_.pace_timeout_s);
+    spdlog::debug("round {} is ahead of every member by more than {}: waiting up to {} s for one",
+                  node_->round(), gap, config_.pace_timeout_s);
     while (ahead_of_all() && Clock::now() < deadline)
         if (!sleep_unless_draining(0.05)) return;
 }
@@ -186,7 +195,8 @@ void NodeRunner::checkpoint() {
     const RoundStart& start = node_->round_start();
     const uint64_t round = start.snapshot->round();
     if (checkpointed_round_ == round) return;
-    const auto path = save_swarm_checkpoint(config_.checkpoint_dir(), static_cast<size_t>(keep_checkpoints_.load()),
+    const auto path = save_swarm_checkpoint(config_.checkpoint_dir(),
+                                            static_cast<size_t>(keep_checkpoints_.load()),
                                             node_->replica().manifest().fingerprint(), start);
     checkpointed_round_ = round;
     state_->record_checkpoint(round);
@@ -207,16 +217,20 @@ void NodeRunner::after_round(const SwarmRound& round) {
             const double loss = node_->evaluate();
             state_->record_val_loss(loss);
             if (metrics_) metrics_->record_val_loss(loss);
-            spdlog::info("round {}: validation loss of the averaged weights {:.4f}", node_->round(), loss);
+            spdlog::info("round {}: validation loss of the averaged weights {:.4f}", node_->round(),
+                         loss);
         } catch (const Error& e) {
-            spdlog::error("round {}: the validation loss could not be computed: {}", node_->round(), e.what());
+            spdlog::error("round {}: the validation loss could not be computed: {}", node_->round(),
+                          e.what());
         }
     }
     if (checkpoint_due(node_->round(), checkpointed_round_, checkpoint_every_.load())) {
         try {
             checkpoint();
-        } catch (const Error& e) {  // a full disk, say: the node trains on and tries again next round
-            const std::string why = fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
+        } catch (
+            const Error& e) {  // a full disk, say: the node trains on and tries again next round
+            const std::string why =
+                fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
             spdlog::error("{}", why);
             state_->record_checkpoint_failure(why);
             node_->peer().count_failure(FailureReason::Checkpoint);
@@ -230,8 +244,9 @@ void NodeRunner::run() {
         if (node_->schedule_done()) {
             checkpoint();
             set_phase(v1::NODE_PHASE_DONE);
-            spdlog::info("all {} steps of the schedule are taken (round {}); serving the state until stopped",
-                         config_.swarm.train.steps, node_->round());
+            spdlog::info(
+                "all {} steps of the schedule are taken (round {}); serving the state until stopped",
+                config_.swarm.train.steps, node_->round());
             while (sleep_unless_draining(3600.0)) {
             }
             break;

@@ -79,7 +79,8 @@ private:
     std::unique_ptr<NodeState> state_;
     bool resumed_ = false;
     std::optional<uint64_t> checkpointed_round_;
-    std::vector<std::string> seeds_;  // the config's, as of the last reload (the reloading thread's)
+    std::vector<std::string>
+        seeds_;  // the config's, as of the last reload (the reloading thread's)
     std::atomic<int> checkpoint_every_, keep_checkpoints_;
     std::atomic<bool> drain_{false};
     std::mutex wake_mutex_;

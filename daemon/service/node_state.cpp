@@ -7,7 +7,8 @@ namespace starling {
 
 namespace {
 
-double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
@@ -40,8 +41,8 @@ v1::NodePhase NodeState::phase() const {
     return status_.phase();
 }
 
-void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes,
-                             Clock::time_point ended) {
+void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
+                             uint64_t weight_bytes, Clock::time_point ended) {
     std::lock_guard lock(mutex_);
     recent_losses_.push_back(round.train_loss);
     if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
@@ -50,7 +51,8 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     status_.set_round(next_round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
     status_.set_train_loss(round.train_loss);
-    if (round.inner_seconds > 0.0) status_.set_tokens_per_second(static_cast<double>(round.tokens) / round.inner_seconds);
+    if (round.inner_seconds > 0.0)
+        status_.set_tokens_per_second(static_cast<double>(round.tokens) / round.inner_seconds);
     status_.set_last_partner(round.partner && !round.solo ? format_node_id(*round.partner) : "");
     status_.set_last_failure(round.failure);
     status_.set_last_quorum(static_cast<uint32_t>(round.quorum));
@@ -67,8 +69,10 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     status_.set_bytes_sent(status_.bytes_sent() + round.bytes_sent);
     status_.set_bytes_received(status_.bytes_received() + round.bytes_received);
     if (round.bytes_sent > 0)
-        status_.set_compression_ratio(static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
-    if (round.partner || round.quorum > 1) status_.set_last_exchange_seconds(round.exchange_seconds);
+        status_.set_compression_ratio(static_cast<double>(weight_bytes) /
+                                      static_cast<double>(round.bytes_sent));
+    if (round.partner || round.quorum > 1)
+        status_.set_last_exchange_seconds(round.exchange_seconds);
     if (round.partner_distance) status_.set_partner_distance(*round.partner_distance);
 }
 
@@ -99,7 +103,8 @@ void NodeState::record_checkpoint_failure(const std::string& why) {
 void NodeState::forget_departed(const std::vector<Member>& members) {
     std::lock_guard lock(mutex_);
     std::erase_if(exchanges_, [&](const auto& entry) {
-        return std::none_of(members.begin(), members.end(), [&](const Member& m) { return m.node_id == entry.first; });
+        return std::none_of(members.begin(), members.end(),
+                            [&](const Member& m) { return m.node_id == entry.first; });
     });
 }
 
@@ -109,14 +114,18 @@ v1::NodeStatus NodeState::recorded(Clock::time_point now) const {
     s.set_uptime_seconds(seconds_between(started_, now));
     if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
     if (!checkpoint_failure_.empty())
-        s.set_last_failure(s.last_failure().empty() ? checkpoint_failure_ : s.last_failure() + "; " + checkpoint_failure_);
+        s.set_last_failure(s.last_failure().empty()
+                               ? checkpoint_failure_
+                               : s.last_failure() + "; " + checkpoint_failure_);
     for (double loss : recent_losses_) s.add_recent_train_losses(loss);
     if (round_ends_.size() >= 2) {
         const auto& [first_time, first_step] = round_ends_.front();
         const auto& [last_time, last_step] = round_ends_.back();
         if (last_step > first_step) {
-            const double per_step = seconds_between(first_time, last_time) / static_cast<double>(last_step - first_step);
-            const double remaining = static_cast<double>(s.total_steps()) - static_cast<double>(s.inner_step());
+            const double per_step = seconds_between(first_time, last_time) /
+                                    static_cast<double>(last_step - first_step);
+            const double remaining =
+                static_cast<double>(s.total_steps()) - static_cast<double>(s.inner_step());
             s.set_eta_seconds(std::max(0.0, remaining) * per_step);
         }
     }
@@ -149,7 +158,8 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
         info->set_address(m.address);
         info->set_state(member_state_name(m.state));
         info->set_round(m.round);
-        info->set_compatible(m.fingerprint == self.fingerprint && m.protocol_version == self.protocol_version &&
+        info->set_compatible(m.fingerprint == self.fingerprint &&
+                             m.protocol_version == self.protocol_version &&
                              m.swarm_id == self.swarm_id);
         if (auto rtt = peer.round_trip_ms(m.node_id)) info->set_rtt_ms(*rtt);
         if (auto it = exchanges_.find(m.node_id); it != exchanges_.end()) {
@@ -162,10 +172,11 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
 
 std::string NodeState::summary(PeerNode& peer) const {
     const v1::NodeStatus s = status(peer);
-    return fmt::format("round {} {} | loss {} | val {} | peers {} alive | paired {} solo {}", s.round(),
-                       node_phase_name(s.phase()), s.has_train_loss() ? fmt::format("{:.4f}", s.train_loss()) : "-",
-                       s.has_val_loss() ? fmt::format("{:.4f}", s.val_loss()) : "-", s.peers_alive(),
-                       s.rounds_paired(), s.rounds_solo());
+    return fmt::format("round {} {} | loss {} | val {} | peers {} alive | paired {} solo {}",
+                       s.round(), node_phase_name(s.phase()),
+                       s.has_train_loss() ? fmt::format("{:.4f}", s.train_loss()) : "-",
+                       s.has_val_loss() ? fmt::format("{:.4f}", s.val_loss()) : "-",
+                       s.peers_alive(), s.rounds_paired(), s.rounds_solo());
 }
 
 }  // namespace starling

@@ -25,8 +25,8 @@ public:
     using Clock = std::chrono::steady_clock;
     // A finished round: its report, the node's round and inner step after it, the bytes of the
     // fp32 weights (for the compression ratio), and when it ended (for the ETA).
-    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step, uint64_t weight_bytes,
-                      Clock::time_point ended = Clock::now());
+    void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
+                      uint64_t weight_bytes, Clock::time_point ended = Clock::now());
     // The round and inner step after a resume or a catch-up from the swarm; the pace starts over.
     void set_position(uint64_t round, int64_t inner_step);
     void record_val_loss(double loss);
@@ -45,8 +45,8 @@ public:
     std::string summary(PeerNode& peer) const;
 
 private:
-    static constexpr size_t kRecentRounds = 60;   // losses kept for the trend
-    static constexpr size_t kPaceRounds = 10;     // rounds the ETA's pace is measured over
+    static constexpr size_t kRecentRounds = 60;  // losses kept for the trend
+    static constexpr size_t kPaceRounds = 10;    // rounds the ETA's pace is measured over
     struct Exchanges {
         uint64_t count = 0;
         Clock::time_point last{};
@@ -57,9 +57,11 @@ private:
     Clock::time_point started_ = Clock::now();
     std::optional<Clock::time_point> checkpointed_;
     std::string checkpoint_failure_;  // since the last checkpoint written
-    std::map<uint64_t, Exchanges> exchanges_;  // by partner id; only members still listed are reported
+    std::map<uint64_t, Exchanges>
+        exchanges_;  // by partner id; only members still listed are reported
     std::deque<double> recent_losses_;
-    std::deque<std::pair<Clock::time_point, int64_t>> round_ends_;  // when each of the last rounds ended, at which step
+    std::deque<std::pair<Clock::time_point, int64_t>>
+        round_ends_;  // when each of the last rounds ended, at which step
 };
 
 std::string_view node_phase_name(v1::NodePhase phase);  // "training", "exchanging", ...

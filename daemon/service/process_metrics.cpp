@@ -15,7 +15,8 @@ namespace starling {
 
 namespace {
 
-prometheus::MetricFamily family(std::string name, std::string help, prometheus::MetricType type, double value) {
+prometheus::MetricFamily family(std::string name, std::string help, prometheus::MetricType type,
+                                double value) {
     prometheus::ClientMetric metric;
     if (type == prometheus::MetricType::Counter) {
         metric.counter.value = value;
@@ -59,26 +60,30 @@ std::vector<prometheus::MetricFamily> process_metric_families() {
     if (fields.size() >= 22) {
         const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
         const double page_bytes = static_cast<double>(sysconf(_SC_PAGESIZE));
-        const double user_ticks = std::stod(fields[14 - 3]), system_ticks = std::stod(fields[15 - 3]);
-        families.push_back(family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-                                  MetricType::Counter, (user_ticks + system_ticks) / ticks_per_second));
-        families.push_back(family("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricType::Gauge,
-                                  std::stod(fields[23 - 3])));
+        const double user_ticks = std::stod(fields[14 - 3]),
+                     system_ticks = std::stod(fields[15 - 3]);
+        families.push_back(
+            family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                   MetricType::Counter, (user_ticks + system_ticks) / ticks_per_second));
+        families.push_back(family("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                                  MetricType::Gauge, std::stod(fields[23 - 3])));
         families.push_back(family("process_resident_memory_bytes", "Resident memory size in bytes.",
                                   MetricType::Gauge, std::stod(fields[24 - 3]) * page_bytes));
         if (const auto booted = boot_time())
             families.push_back(family("process_start_time_seconds",
-                                      "Start time of the process since unix epoch in seconds.", MetricType::Gauge,
+                                      "Start time of the process since unix epoch in seconds.",
+                                      MetricType::Gauge,
                                       *booted + std::stod(fields[22 - 3]) / ticks_per_second));
     }
     std::error_code error;
     const auto descriptors = std::filesystem::directory_iterator("/proc/self/fd", error);
     if (!error)
-        families.push_back(family("process_open_fds", "Number of open file descriptors.", MetricType::Gauge,
+        families.push_back(family("process_open_fds", "Number of open file descriptors.",
+                                  MetricType::Gauge,
                                   static_cast<double>(std::distance(descriptors, {}))));
     if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0)
-        families.push_back(family("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge,
-                                  static_cast<double>(limit.rlim_cur)));
+        families.push_back(family("process_max_fds", "Maximum number of open file descriptors.",
+                                  MetricType::Gauge, static_cast<double>(limit.rlim_cur)));
     return families;
 }
 

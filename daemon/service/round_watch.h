@@ -18,7 +18,8 @@ public:
     explicit RoundWatch(Clock::time_point now = Clock::now()) : marked_(now) {}
 
     // Progress now; the next mark may come up to `allowance` later than the watchdog's interval.
-    void mark(std::chrono::milliseconds allowance = std::chrono::milliseconds(0), Clock::time_point now = Clock::now());
+    void mark(std::chrono::milliseconds allowance = std::chrono::milliseconds(0),
+              Clock::time_point now = Clock::now());
     // Whether the last mark is recent enough: within its allowance plus `interval`.
     bool healthy(std::chrono::microseconds interval, Clock::time_point now = Clock::now()) const;
     double seconds_since_mark(Clock::time_point now = Clock::now()) const;

@@ -36,7 +36,9 @@ using namespace starling;
 void prepare_data_dir(const std::filesystem::path& dir) {
     std::error_code error;
     std::filesystem::create_directories(dir, error);
-    if (error) throw Error("[node].data_dir " + dir.string() + ": cannot be created (" + error.message() + ")");
+    if (error)
+        throw Error("[node].data_dir " + dir.string() + ": cannot be created (" + error.message() +
+                    ")");
     const std::filesystem::path probe = dir / ".starlingd-write-test";
     if (!std::ofstream(probe).good())
         throw Error("[node].data_dir " + dir.string() + ": not writable by this user");
@@ -64,11 +66,16 @@ NodeConfig load(const std::string& path, const NodeFlags& flags) {
 // The event loop: signals, the once-a-second tick, and the end of the round loop.
 class EventLoop {
 public:
-    EventLoop(NodeRunner& runner, std::function<void()> drain, NodeMetrics* metrics, std::string config_path,
-              NodeFlags flags)
-        : runner_(runner), drain_(std::move(drain)), metrics_(metrics), config_path_(std::move(config_path)),
+    EventLoop(NodeRunner& runner, std::function<void()> drain, NodeMetrics* metrics,
+              std::string config_path, NodeFlags flags)
+        : runner_(runner),
+          drain_(std::move(drain)),
+          metrics_(metrics),
+          config_path_(std::move(config_path)),
           flags_(std::move(flags)),
-          signals_(io_, SIGINT, SIGTERM, SIGHUP), tick_(io_), watchdog_(watchdog_interval()) {}
+          signals_(io_, SIGINT, SIGTERM, SIGHUP),
+          tick_(io_),
+          watchdog_(watchdog_interval()) {}
 
     // Runs until the round loop has drained; rethrows what ended it abnormally.
     void run() {
@@ -127,8 +134,9 @@ private:
             metrics_->record_peers(peer);
             metrics_->record_failures(peer.failures());
         }
-        tick_.expires_after(watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
-                                      : std::chrono::seconds(1));
+        tick_.expires_after(
+            watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
+                      : std::chrono::seconds(1));
         tick_.async_wait([this](const asio::error_code& error) {
             if (!error) on_tick();
         });
@@ -143,9 +151,10 @@ private:
             stalled_ = false;
         } else if (!stalled_) {
             stalled_ = true;
-            spdlog::error("the round loop has made no progress for {:.0f} s (phase {}): no more watchdog pings, so "
-                          "systemd restarts the service",
-                          watch.seconds_since_mark(), node_phase_name(runner_.state().phase()));
+            spdlog::error(
+                "the round loop has made no progress for {:.0f} s (phase {}): no more watchdog pings, so "
+                "systemd restarts the service",
+                watch.seconds_since_mark(), node_phase_name(runner_.state().phase()));
         }
     }
 
@@ -167,24 +176,32 @@ private:
 int main(int argc, char** argv) {
     const bool buffers_kept = keep_freed_buffers_for_reuse();
     use_log_format("text");
-    if (!buffers_kept) spdlog::warn("malloc refused to keep freed buffers for reuse; exchanges will run slower");
+    if (!buffers_kept)
+        spdlog::warn("malloc refused to keep freed buffers for reuse; exchanges will run slower");
     CLI::App app{"starlingd: one node of a Starling swarm, run as a service"};
     std::string config_path;
     NodeFlags flags;
-    app.add_option("-c,--config", config_path, "TOML config (configs/pico.toml, nano.toml, 124m.toml)")->required();
-    app.add_option("--data-dir", flags.data_dir, "[node].data_dir: node key, peer cache, checkpoints");
+    app.add_option("-c,--config", config_path,
+                   "TOML config (configs/pico.toml, nano.toml, 124m.toml)")
+        ->required();
+    app.add_option("--data-dir", flags.data_dir,
+                   "[node].data_dir: node key, peer cache, checkpoints");
     app.add_option("--listen", flags.listen, "[peer].listen: HOST:PORT of the peer port");
     app.add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
     app.add_option("--seed", flags.seeds, "HOST:PORT of a member to join through (repeatable)");
     app.add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:PATH");
-    app.add_option("--metrics", flags.metrics, "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
-    app.add_option("--log-level", flags.log_level, "[node].log_level: trace, debug, info, warn, error");
-    app.add_option("--log-format", flags.log_format, "[node].log_format: text, or json (one object per line)");
+    app.add_option("--metrics", flags.metrics,
+                   "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
+    app.add_option("--log-level", flags.log_level,
+                   "[node].log_level: trace, debug, info, warn, error");
+    app.add_option("--log-format", flags.log_format,
+                   "[node].log_format: text, or json (one object per line)");
     app.set_version_flag("--version", "starlingd " STARLING_VERSION);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 1;  // --help is 0; any mistake on the command line is bad input
+        return app.exit(e) == 0 ? 0
+                                : 1;  // --help is 0; any mistake on the command line is bad input
     }
 
     try {
@@ -192,22 +209,26 @@ int main(int argc, char** argv) {
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         use_log_format(config.log_format);
         for (const std::string& name : unknown_starling_variables())
-            spdlog::warn("environment variable {} is not a Starling setting and is ignored (a setting's variable is "
-                         "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
-                         name);
+            spdlog::warn(
+                "environment variable {} is not a Starling setting and is ignored (a setting's variable is "
+                "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
+                name);
         raise_open_file_limit();
         prepare_data_dir(config.data_dir);
         const DataDirLock data_dir_lock(config.data_dir);  // held until the process ends
         // Before the peer server is built, so Kubernetes can probe the peer port.
         grpc::EnableDefaultHealthCheckService(true);
         std::unique_ptr<NodeMetrics> metrics;
-        if (!config.metrics_listen.empty()) metrics = std::make_unique<NodeMetrics>(config.metrics_listen);
+        if (!config.metrics_listen.empty())
+            metrics = std::make_unique<NodeMetrics>(config.metrics_listen);
         NodeRunner runner(config, STARLING_VERSION, metrics.get());
         // For grpcurl on the Control server; the peer server takes it out of its own builder.
         grpc::reflection::InitProtoReflectionServerBuilderPlugin();
         std::unique_ptr<ControlServer> control;
-        std::atomic<ControlServer*> serving_control{nullptr};  // a Leave may arrive while it is built
-        // A signal or `starling leave`: health says NOT_SERVING at once, then the round loop drains.
+        std::atomic<ControlServer*> serving_control{
+            nullptr};  // a Leave may arrive while it is built
+        // A signal or `starling leave`: health says NOT_SERVING at once, then the round loop
+        // drains.
         auto drain = [&] {
             notify_stopping();
             runner.peer().set_serving(false);
@@ -216,10 +237,13 @@ int main(int argc, char** argv) {
         };
         control = std::make_unique<ControlServer>(
             config.control_listen, runner.state(), runner.peer(), config.swarm.train.model,
-            load_tokenizer(config.swarm.train.data.tokenizer)->hf_json(), ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); }, drain});
+            load_tokenizer(config.swarm.train.data.tokenizer)->hf_json(),
+            ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); },
+                            drain});
         serving_control = control.get();
-        spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}", STARLING_VERSION,
-                     format_node_id(runner.peer().node_id()), runner.peer().address(), config.swarm.peer.swarm_id,
+        spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}",
+                     STARLING_VERSION, format_node_id(runner.peer().node_id()),
+                     runner.peer().address(), config.swarm.peer.swarm_id,
                      runner.node().replica().manifest().fingerprint(), control->address(),
                      config.metrics_listen.empty() ? "off" : config.metrics_listen);
         EventLoop(runner, drain, metrics.get(), config_path, flags).run();

@@ -27,7 +27,8 @@ std::string read_secret_file(const std::filesystem::path& path) {
     std::stringstream text;
     text << in.rdbuf();
     std::string secret = text.str();
-    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r' || secret.back() == ' '))
+    while (!secret.empty() &&
+           (secret.back() == '\n' || secret.back() == '\r' || secret.back() == ' '))
         secret.pop_back();
     if (secret.empty()) throw Error("config: [peer].secret_file " + path.string() + " is empty");
     return secret;
@@ -42,7 +43,8 @@ void read_peer_section(TableReader& p, PeerConfig& peer) {
     std::string secret_file;
     p.read("secret_file", secret_file);
     if (!secret_file.empty()) {
-        need(peer.swarm_secret.empty(), "[peer].secret and [peer].secret_file are both set; keep one");
+        need(peer.swarm_secret.empty(),
+             "[peer].secret and [peer].secret_file are both set; keep one");
         peer.swarm_secret = read_secret_file(secret_file);
     }
     std::string ca, cert, key;
@@ -87,12 +89,14 @@ void NodeConfig::validate(NodeConfigUse use) const {
     need(eval_every >= 0, "[swarm].eval_every must not be negative");
     need(!p.listen.empty(), "[peer].listen must not be empty");
     need(!p.swarm_id.empty(), "[peer].swarm_id must not be empty");
-    need(use == NodeConfigUse::ReadCheckpoints || !p.swarm_secret.empty() || p.tls.enabled(),
-         "[peer].secret (or secret_file, or STARLING_PEER_SECRET) must be set unless TLS is configured: every "
-         "node of a swarm proves membership with it");
+    need(
+        use == NodeConfigUse::ReadCheckpoints || !p.swarm_secret.empty() || p.tls.enabled(),
+        "[peer].secret (or secret_file, or STARLING_PEER_SECRET) must be set unless TLS is configured: every "
+        "node of a swarm proves membership with it");
     need(p.gossip_interval.count() >= 10, "[peer].gossip_interval_ms must be at least 10");
     need(p.probe_timeout.count() >= 10, "[peer].probe_timeout_ms must be at least 10");
-    need(p.membership.suspicion_timeout.count() >= 10, "[peer].suspicion_timeout_ms must be at least 10");
+    need(p.membership.suspicion_timeout.count() >= 10,
+         "[peer].suspicion_timeout_ms must be at least 10");
     need(p.pair_timeout.count() >= 10, "[peer].pair_timeout_ms must be at least 10");
     need(p.exchange_timeout.count() >= 10, "[peer].exchange_timeout_ms must be at least 10");
     need(p.exchange_timeout_max >= p.exchange_timeout,
@@ -107,9 +111,11 @@ void NodeConfig::validate(NodeConfigUse use) const {
          "[control].listen \"" + control_listen +
              "\" is not a local address; the Control API can make the node leave, so set "
              "[control].allow_remote = true to expose it on purpose");
-    const std::vector<std::string> levels{"trace", "debug", "info", "warn", "error", "critical", "off"};
+    const std::vector<std::string> levels{"trace", "debug",    "info", "warn",
+                                          "error", "critical", "off"};
     need(std::find(levels.begin(), levels.end(), log_level) != levels.end(),
-         "[node].log_level \"" + log_level + "\" is not one of trace, debug, info, warn, error, critical, off");
+         "[node].log_level \"" + log_level +
+             "\" is not one of trace, debug, info, warn, error, critical, off");
     need(log_format == "text" || log_format == "json",
          "[node].log_format \"" + log_format + "\" is not text or json");
 }
@@ -118,8 +124,8 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
     const std::string file = path.string();
     const toml::table root = parse_config_file(file);
     check_config_sections(file, root,
-                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint", "node", "swarm",
-                           "outer", "exchange", "peer", "control", "metrics"});
+                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint",
+                           "node", "swarm", "outer", "exchange", "peer", "control", "metrics"});
     auto section = [&](const char* name) { return config_section(file, root, name); };
 
     NodeConfig c;
@@ -130,7 +136,8 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
     c.swarm.peer.listen = "0.0.0.0:7700";
     TrainConfig& t = c.swarm.train;
     try {
-        // [data]'s node_id and partitions are `starling train`'s: a swarm node's data order follows its node id.
+        // [data]'s node_id and partitions are `starling train`'s: a swarm node's data order follows
+        // its node id.
         read_engine_sections(file, root, t);
         TableReader e = section("eval");
         int steps_between_evals = 0;  // [eval].every is `starling train`'s, in steps

@@ -26,22 +26,27 @@ struct NodeConfig {
     SwarmConfig swarm;
     std::filesystem::path data_dir = "out/node";  // node.key, peers.txt, checkpoints/
     std::string log_level = "info";
-    std::string log_format = "text";  // or "json": one object per line (daemon/service/log_format.h)
+    std::string log_format =
+        "text";                 // or "json": one object per line (daemon/service/log_format.h)
     int checkpoint_every = 10;  // rounds; 0: only when draining
     int keep_checkpoints = 3;
-    double join_timeout_s = 30.0;  // first start with seeds and no checkpoint: wait this long for a donor
-    double pace_timeout_s = 60.0;  // a node ahead of every compatible member waits at most this per round
-    int eval_every = 10;           // rounds between validation losses of phi; 0: never
+    double join_timeout_s =
+        30.0;  // first start with seeds and no checkpoint: wait this long for a donor
+    double pace_timeout_s =
+        60.0;             // a node ahead of every compatible member waits at most this per round
+    int eval_every = 10;  // rounds between validation losses of phi; 0: never
     std::string control_listen = "127.0.0.1:7701";  // or unix:/path
     bool control_allow_remote = false;  // a non-local control address is refused unless this is set
     std::string metrics_listen = "127.0.0.1:9464";  // "" turns /metrics off
 
     std::filesystem::path checkpoint_dir() const { return data_dir / "checkpoints"; }
-    void validate(NodeConfigUse use = NodeConfigUse::RunNode) const;  // throws starling::Error naming the key
+    void validate(
+        NodeConfigUse use = NodeConfigUse::RunNode) const;  // throws starling::Error naming the key
 };
 
 // Reads and validates a config file (environment overrides applied); errors name the file and key.
-NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use = NodeConfigUse::RunNode);
+NodeConfig load_node_config(const std::filesystem::path& path,
+                            NodeConfigUse use = NodeConfigUse::RunNode);
 
 // What starlingd's flags may set; each one given replaces the config's value.
 struct NodeFlags {

@@ -21,7 +21,8 @@ std::string checksum_of(std::span<const std::byte> bytes) {
 
 // Moves a checkpoint that does not read back into root/corrupt/<its name>[.N], the first free name;
 // returns where it went, or "" (logged) when the move fails and it stays where it is.
-std::filesystem::path move_aside(const std::filesystem::path& root, const std::filesystem::path& checkpoint) {
+std::filesystem::path move_aside(const std::filesystem::path& root,
+                                 const std::filesystem::path& checkpoint) {
     const std::filesystem::path corrupt = root / "corrupt";
     std::error_code error;
     std::filesystem::create_directories(corrupt, error);
@@ -30,15 +31,16 @@ std::filesystem::path move_aside(const std::filesystem::path& root, const std::f
         target = corrupt / (checkpoint.filename().string() + "." + std::to_string(n));
     if (!error) std::filesystem::rename(checkpoint, target, error);
     if (!error) return target;
-    spdlog::error("cannot move the corrupt checkpoint {} aside into {}: {}", checkpoint.string(), corrupt.string(),
-                  error.message());
+    spdlog::error("cannot move the corrupt checkpoint {} aside into {}: {}", checkpoint.string(),
+                  corrupt.string(), error.message());
     return {};
 }
 
 }  // namespace
 
 std::filesystem::path save_swarm_checkpoint(const std::filesystem::path& root, size_t keep,
-                                            const std::string& fingerprint, const RoundStart& start) {
+                                            const std::string& fingerprint,
+                                            const RoundStart& start) {
     const std::span<const std::byte> state = start.snapshot->bytes();
     const uint64_t round = start.snapshot->round();
     nlohmann::json meta = {{"format", kFormat},
@@ -55,7 +57,8 @@ std::filesystem::path save_swarm_checkpoint(const std::filesystem::path& root, s
     });
 }
 
-SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir, const std::string& fingerprint) {
+SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir,
+                                      const std::string& fingerprint) {
     const std::filesystem::path meta_path = dir / "checkpoint.json";
     nlohmann::json meta;
     try {
@@ -69,13 +72,14 @@ SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir, const st
     uint64_t size = 0;
     try {
         if (meta.at("format").get<std::string>() != kFormat)
-            throw Error(meta_path.string() + ": format \"" + meta.at("format").get<std::string>() + "\" is not " +
-                        kFormat);
+            throw Error(meta_path.string() + ": format \"" + meta.at("format").get<std::string>() +
+                        "\" is not " + kFormat);
         const std::string theirs = meta.at("fingerprint").get<std::string>();
         if (theirs != fingerprint)
-            throw CheckpointOfAnotherModel(meta_path.string() + ": saved for model " + theirs +
-                                           ", but the config's model is " + fingerprint +
-                                           "; move the checkpoints away or use another [node].data_dir");
+            throw CheckpointOfAnotherModel(
+                meta_path.string() + ": saved for model " + theirs +
+                ", but the config's model is " + fingerprint +
+                "; move the checkpoints away or use another [node].data_dir");
         c.round = meta.at("round").get<uint64_t>();
         c.data = {meta.at("data_epoch").get<uint64_t>(), meta.at("data_position").get<uint64_t>()};
         size = meta.at("state_bytes").get<uint64_t>();
@@ -86,10 +90,11 @@ SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir, const st
     const std::filesystem::path state_path = dir / "state.bin";
     c.state = read_file_bytes(state_path);
     if (c.state.size() != size)
-        throw Error(state_path.string() + ": " + std::to_string(c.state.size()) + " bytes, checkpoint.json says " +
-                    std::to_string(size));
+        throw Error(state_path.string() + ": " + std::to_string(c.state.size()) +
+                    " bytes, checkpoint.json says " + std::to_string(size));
     if (checksum_of(c.state) != checksum)
-        throw Error(state_path.string() + ": checksum does not match checkpoint.json (the file is corrupt)");
+        throw Error(state_path.string() +
+                    ": checksum does not match checkpoint.json (the file is corrupt)");
     return c;
 }
 

@@ -27,11 +27,13 @@ struct SwarmCheckpoint {
 
 // Saves the node's round start; returns the checkpoint directory.
 std::filesystem::path save_swarm_checkpoint(const std::filesystem::path& root, size_t keep,
-                                            const std::string& fingerprint, const RoundStart& start);
+                                            const std::string& fingerprint,
+                                            const RoundStart& start);
 
 // Reads one checkpoint directory; throws starling::Error naming the file and what is wrong
 // (missing, another format or model, a size or checksum that does not match).
-SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir, const std::string& fingerprint);
+SwarmCheckpoint read_swarm_checkpoint(const std::filesystem::path& dir,
+                                      const std::string& fingerprint);
 
 // A checkpoint saved for another model: never skipped, since starting over would prune it.
 class CheckpointOfAnotherModel : public Error {

@@ -63,16 +63,19 @@ void SwarmConfig::validate() const {
     train.validate();
     if (inner_steps < 1) throw Error("swarm: inner_steps must be at least 1");
     outer.validate();
-    if (method == SwarmMethod::NoLoCo && exchange.mode == MessageMode::Fused && outer.pull != outer.lr)
-        throw Error("swarm: [exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
-                    "[outer].lr; use mode = \"split\" for any other pull");
+    if (method == SwarmMethod::NoLoCo && exchange.mode == MessageMode::Fused &&
+        outer.pull != outer.lr)
+        throw Error(
+            "swarm: [exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
+            "[outer].lr; use mode = \"split\" for any other pull");
     if (exchange.state_codec == codec::Codec::Q4)
         throw Error("swarm: the state codec must be BF16SR, Q8 or F32 (Q4 is a delta codec)");
     if (exchange.delta_codec == codec::Codec::BF16SR)
         throw Error("swarm: the delta codec must be Q8, Q4 or F32 (BF16SR is a state codec)");
 }
 
-SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(config.train.lr_schedule()) {
+SwarmNode::SwarmNode(const SwarmConfig& config)
+    : config_(config), schedule_(config.train.lr_schedule()) {
     config_.validate();
     engine_.train = config_.train;
     engine_.replicas = 1;
@@ -85,14 +88,18 @@ SwarmNode::SwarmNode(const SwarmConfig& config) : config_(config), schedule_(con
     config_.peer.model = model_signature(config_.train.model);
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(engine_, backend_, 0, peer_->node_id());
-    const bool split = config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;
+    const bool split =
+        config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;
     plan_ = split || config_.method == SwarmMethod::DiLoCo
-                ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta, config_.exchange.delta_codec)
-                  : codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
+                ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta,
+                                   config_.exchange.delta_codec)
+                : codec::make_plan(replica_->manifest(), codec::PlanKind::State,
+                                   config_.exchange.state_codec);
     const size_t n = replica_->size();
     received_.resize(n);
     if (split) {
-        phi_plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State, config_.exchange.state_codec);
+        phi_plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State,
+                                     config_.exchange.state_codec);
         received_phi_.resize(n);
     }
     scratch_a_.resize(n);
@@ -130,7 +137,8 @@ FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
     options.max_call_timeout = config_.peer.state_sync_timeout_max;
     options.min_rate_bytes_per_s = config_.peer.state_sync_min_link_bytes_per_s;
     if (on_chunk) options.progress = [&](uint32_t, uint32_t) { on_chunk(); };
-    FetchResult fetched = peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes, options);
+    FetchResult fetched =
+        peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes, options);
     const SwarmCounters counters = adopt(bytes);
     spdlog::info("swarm: node {} joined at round {} (inner step {}) from a snapshot of {} bytes",
                  format_node_id(node_id()), round_, counters.inner_step, bytes.size());
@@ -195,20 +203,21 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
 }
 
 void SwarmNode::log_round(const SwarmRound& r) const {
-    const std::string head = fmt::format("swarm: node {} round {} | loss {:.4f}", format_node_id(node_id()), r.round,
-                                         r.train_loss);
+    const std::string head = fmt::format("swarm: node {} round {} | loss {:.4f}",
+                                         format_node_id(node_id()), r.round, r.train_loss);
     switch (config_.method) {
-        case SwarmMethod::Local:
-            spdlog::info("{} | local", head);
-            return;
+        case SwarmMethod::Local: spdlog::info("{} | local", head); return;
         case SwarmMethod::DiLoCo:
-            spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}", head, r.quorum, r.bytes_sent,
-                         r.bytes_received, r.exchange_seconds, r.failure.empty() ? "" : " | left out: " + r.failure);
+            spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}", head,
+                         r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds,
+                         r.failure.empty() ? "" : " | left out: " + r.failure);
             return;
         case SwarmMethod::NoLoCo:
-            spdlog::info("{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}", head,
-                         r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent, r.bytes_received,
-                         r.pair_seconds, r.exchange_seconds, r.failure.empty() ? "" : " | solo: " + r.failure);
+            spdlog::info(
+                "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}",
+                head, r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent,
+                r.bytes_received, r.pair_seconds, r.exchange_seconds,
+                r.failure.empty() ? "" : " | solo: " + r.failure);
             return;
     }
 }
@@ -225,23 +234,26 @@ void SwarmNode::noloco_step(SwarmRound& report) {
         report.partner = partner->node_id;
         start = Clock::now();
         if (exchange_with(partner->node_id, report)) {
-            partners.push_back({partner->node_id, received_, split ? std::span<const float>(received_phi_)
-                                                                   : std::span<const float>()});
+            partners.push_back(
+                {partner->node_id, received_,
+                 split ? std::span<const float>(received_phi_) : std::span<const float>()});
             // The partner's theta: as sent (fused), or phi + D (split), next to this node's.
             std::span<const float> theirs = received_;
             if (split) {
-                for (size_t i = 0; i < received_.size(); i++) scratch_a_[i] = received_phi_[i] + received_[i];
+                for (size_t i = 0; i < received_.size(); i++)
+                    scratch_a_[i] = received_phi_[i] + received_[i];
                 theirs = scratch_a_;
             }
             report.partner_distance = rms_distance(replica_->theta(), theirs);
         }
         report.exchange_seconds = seconds_since(start);
     }
-    const MemberValues own{node_id(), split ? replica_->displacement() : replica_->theta(),
-                           split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
-    const NoLoCoStep step =
-        noloco_outer_step(config_.outer, config_.exchange.mode, own, partners, replica_->partner_checks(),
-                          replica_->phi(), replica_->momentum(), scratch_a_, scratch_b_);
+    const MemberValues own{
+        node_id(), split ? replica_->displacement() : replica_->theta(),
+        split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
+    const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
+                                              replica_->partner_checks(), replica_->phi(),
+                                              replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
     for (const std::string& why : step.refused) {
         report.failure += (report.failure.empty() ? "" : "; ") + why;
@@ -256,24 +268,29 @@ bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
     const uint64_t bytes = planned_bytes(plan_) + (split ? planned_bytes(phi_plan_) : 0);
     const auto deadline = SteadyClock::now() + peer_->exchange_budget_with(partner, bytes);
     // Part 0: theta (fused), or D with error feedback when configured (split).
-    float* residual = split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
+    float* residual =
+        split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
     codec::MessageEncoder first(plan_, {node_id(), round_, 0},
-                                split ? replica_->displacement().data() : replica_->theta().data(), residual,
-                                config_.exchange.zstd);
-    codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_.data(), received_.size());
+                                split ? replica_->displacement().data() : replica_->theta().data(),
+                                residual, config_.exchange.zstd);
+    codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_.data(),
+                                   received_.size());
     std::future<ExchangeResult> second;
     std::optional<codec::MessageEncoder> phi_out;
     std::optional<codec::MessageDecoder> phi_in;
     if (split) {  // part 1, phi, on a stream of its own at the same time
-        phi_out.emplace(phi_plan_, codec::RoundingKey{node_id(), round_, 1}, replica_->phi().data(), nullptr,
-                        config_.exchange.zstd);
-        phi_in.emplace(manifest.fingerprint(), manifest, received_phi_.data(), received_phi_.size());
+        phi_out.emplace(phi_plan_, codec::RoundingKey{node_id(), round_, 1}, replica_->phi().data(),
+                        nullptr, config_.exchange.zstd);
+        phi_in.emplace(manifest.fingerprint(), manifest, received_phi_.data(),
+                       received_phi_.size());
         second = std::async(std::launch::async, [&] {
-            return peer_->exchange({round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1});
+            return peer_->exchange(
+                {round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1});
         });
     }
     // The exchange checks that each message names the partner and this round.
-    std::vector<ExchangeResult> results{peer_->exchange({round_, partner, outgoing_message(first), first_in, deadline, 0})};
+    std::vector<ExchangeResult> results{
+        peer_->exchange({round_, partner, outgoing_message(first), first_in, deadline, 0})};
     if (split) results.push_back(second.get());
     bool received = true;
     for (const ExchangeResult& r : results) {
@@ -291,8 +308,8 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     const auto start = Clock::now();
     replica_->compute_displacement();
     float* residual = config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
-    codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(), residual,
-                                  config_.exchange.zstd);
+    codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(),
+                                  residual, config_.exchange.zstd);
     const auto own = std::make_shared<const EncodedMessage>(encode_message(encoder));
     peer_->set_round(round_);
     peer_->round_messages().publish(round_, own);
@@ -307,8 +324,8 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     std::vector<std::unique_ptr<codec::MessageDecoder>> decoders;
     for (auto& arena : gathered_) {
         arena.resize(replica_->size());
-        decoders.push_back(
-            std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest, arena.data(), arena.size()));
+        decoders.push_back(std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest,
+                                                                   arena.data(), arena.size()));
     }
     std::vector<uint64_t> others;
     std::vector<codec::MessageDecoder*> other_decoders;
@@ -324,7 +341,8 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     // Its own D as the others decode it, so every member averages the same values.
     decoders[own_index]->accept_header(own->header);
     for (const auto& chunk : own->chunks) decoders[own_index]->accept_chunk(chunk);
-    const std::vector<std::string> errors = peer_->gather(round_, others, other_decoders, &report.bytes_received);
+    const std::vector<std::string> errors =
+        peer_->gather(round_, others, other_decoders, &report.bytes_received);
 
     std::vector<std::span<const float>> decoded;
     for (size_t i = 0, k = 0; i < quorum.size(); i++) {
@@ -369,8 +387,9 @@ void SwarmNode::publish_snapshot() {
         snapshot_buffers_.push_back(buffer);
     }
     pack_snapshot(*buffer);
-    round_start_.snapshot = std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
-                                                             std::shared_ptr<const std::vector<std::byte>>(buffer));
+    round_start_.snapshot =
+        std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
+                                         std::shared_ptr<const std::vector<std::byte>>(buffer));
     round_start_.data = replica_->data().state();
     peer_->snapshots().publish(round_start_.snapshot);
 }

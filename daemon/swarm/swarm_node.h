@@ -2,10 +2,10 @@
 // (experiment/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
 // started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
 // messages with it (fused: theta under the state codec; split: D and phi), a check of what arrived
-// (MessageSanity, as the experiment does), and the NoLoCo outer step of optimizer/outer_round.h with
-// the partner's decoded values, or a solo step when there is no partner, the exchange failed or the message was
-// refused. Then theta = phi, and a snapshot of the state (daemon/swarm/swarm_snapshot.h) is published
-// for joiners.
+// (MessageSanity, as the experiment does), and the NoLoCo outer step of optimizer/outer_round.h
+// with the partner's decoded values, or a solo step when there is no partner, the exchange failed
+// or the message was refused. Then theta = phi, and a snapshot of the state
+// (daemon/swarm/swarm_snapshot.h) is published for joiners.
 //
 // The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
 // bounded by pair_timeout and the exchange by exchange_timeout, after which the round goes solo.
@@ -50,9 +50,10 @@ struct SwarmConfig {
     SwarmMethod method = SwarmMethod::NoLoCo;
     OuterConfig outer;
     // Fused: theta under state_codec. Split: D = theta - phi under delta_codec (error feedback
-    // when set) and phi under state_codec, as two messages on two streams at once within one T_xchg.
+    // when set) and phi under state_codec, as two messages on two streams at once within one
+    // T_xchg.
     ExchangeConfig exchange;
-    PeerConfig peer;  // its fingerprint is replaced by the model's
+    PeerConfig peer;        // its fingerprint is replaced by the model's
     void validate() const;  // throws starling::Error naming the field
 };
 
@@ -65,13 +66,15 @@ struct SwarmRound {
     uint64_t bytes_sent = 0;          // DiLoCo: the message's size times the other quorum members
     uint64_t bytes_received = 0;
     double inner_seconds = 0.0;
-    double pair_seconds = 0.0;        // choosing the partner
-    double exchange_seconds = 0.0;    // the exchange itself (0 without a partner)
-    bool solo = true;                 // the outer step used this node's values only
-    std::string failure;              // why a paired round went solo: the exchange's error or the refusal
-    std::optional<double> partner_distance;  // RMS of own theta minus the partner's, when one arrived
-    uint64_t tokens = 0;              // trained on in the inner phase
-    bool abandoned = false;           // stopped mid inner phase: no outer step, the state is the round's start
+    double pair_seconds = 0.0;      // choosing the partner
+    double exchange_seconds = 0.0;  // the exchange itself (0 without a partner)
+    bool solo = true;               // the outer step used this node's values only
+    std::string failure;  // why a paired round went solo: the exchange's error or the refusal
+    std::optional<double>
+        partner_distance;  // RMS of own theta minus the partner's, when one arrived
+    uint64_t tokens = 0;   // trained on in the inner phase
+    bool abandoned =
+        false;  // stopped mid inner phase: no outer step, the state is the round's start
 };
 
 // What a round is doing, for status reports.
@@ -107,7 +110,9 @@ public:
     SwarmRound run_round() { return run_round(std::atomic<bool>{false}); }
     // Called on the round's thread when it moves between training and exchanging, and with
     // Training again at every inner step (progress for the watchdog: service/round_watch.h).
-    void set_phase_listener(std::function<void(RoundPhase)> listener) { phase_listener_ = std::move(listener); }
+    void set_phase_listener(std::function<void(RoundPhase)> listener) {
+        phase_listener_ = std::move(listener);
+    }
     // Validation loss of phi (the first eval_batches validation batches, in order).
     double evaluate();
 
@@ -130,7 +135,8 @@ public:
 
 private:
     void publish_snapshot();
-    void pack_snapshot(std::span<std::byte> out) const;  // the current state, swarm_snapshot_bytes(n) bytes
+    void pack_snapshot(
+        std::span<std::byte> out) const;  // the current state, swarm_snapshot_bytes(n) bytes
     // The round's message(s) with the partner, decoded into received_ (and received_phi_);
     // adds bytes and failures to the report, and returns whether everything arrived.
     bool exchange_with(uint64_t partner, SwarmRound& report);
@@ -156,7 +162,8 @@ private:
     std::vector<std::vector<float>> gathered_;  // DiLoCo: one decoded D per quorum member
     uint64_t round_ = 0;
     RoundStart round_start_;
-    std::vector<std::shared_ptr<std::vector<std::byte>>> snapshot_buffers_;  // recycled by publish_snapshot
+    std::vector<std::shared_ptr<std::vector<std::byte>>>
+        snapshot_buffers_;  // recycled by publish_snapshot
     std::function<void(RoundPhase)> phase_listener_;
     std::unique_ptr<Evaluator> evaluator_;
 };

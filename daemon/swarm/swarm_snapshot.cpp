@@ -32,15 +32,18 @@ void check_arena(std::span<const float> values, const char* name, bool non_negat
 
 }  // namespace
 
-size_t swarm_snapshot_bytes(size_t params) { return kSwarmSnapshotHeaderBytes + 4 * params * sizeof(float); }
+size_t swarm_snapshot_bytes(size_t params) {
+    return kSwarmSnapshotHeaderBytes + 4 * params * sizeof(float);
+}
 
-void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& counters, std::span<const float> phi,
-                              std::span<const float> momentum, std::span<const float> adamw_m,
-                              std::span<const float> adamw_v) {
+void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& counters,
+                              std::span<const float> phi, std::span<const float> momentum,
+                              std::span<const float> adamw_m, std::span<const float> adamw_v) {
     const size_t n = phi.size();
     if (momentum.size() != n || adamw_m.size() != n || adamw_v.size() != n)
         throw Error("swarm snapshot: the arenas differ in size");
-    if (out.size() != swarm_snapshot_bytes(n)) throw Error("swarm snapshot: the output is not the snapshot's size");
+    if (out.size() != swarm_snapshot_bytes(n))
+        throw Error("swarm snapshot: the output is not the snapshot's size");
     put_u64(out.data(), counters.round);
     put_u64(out.data() + 8, counters.inner_step);
     put_u64(out.data() + 16, counters.adamw_steps);
@@ -52,8 +55,10 @@ void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& cou
     }
 }
 
-std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters, std::span<const float> phi,
-                                           std::span<const float> momentum, std::span<const float> adamw_m,
+std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters,
+                                           std::span<const float> phi,
+                                           std::span<const float> momentum,
+                                           std::span<const float> adamw_m,
                                            std::span<const float> adamw_v) {
     std::vector<std::byte> bytes(swarm_snapshot_bytes(phi.size()));
     pack_swarm_snapshot_into(bytes, counters, phi, momentum, adamw_m, adamw_v);
@@ -63,14 +68,15 @@ std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters, std::s
 SwarmCounters unpack_swarm_snapshot(std::span<const std::byte> bytes, const SwarmArenas& out) {
     const size_t n = out.phi.size();
     if (bytes.size() != swarm_snapshot_bytes(n)) {
-        throw Error("swarm snapshot: " + std::to_string(bytes.size()) + " bytes, but this model needs " +
-                    std::to_string(swarm_snapshot_bytes(n)));
+        throw Error("swarm snapshot: " + std::to_string(bytes.size()) +
+                    " bytes, but this model needs " + std::to_string(swarm_snapshot_bytes(n)));
     }
     if (get_u64(bytes.data() + 24) != n) {
         throw Error("swarm snapshot: it holds " + std::to_string(get_u64(bytes.data() + 24)) +
                     " parameters, this model has " + std::to_string(n));
     }
-    SwarmCounters counters{get_u64(bytes.data()), get_u64(bytes.data() + 8), get_u64(bytes.data() + 16)};
+    SwarmCounters counters{get_u64(bytes.data()), get_u64(bytes.data() + 8),
+                           get_u64(bytes.data() + 16)};
     const std::byte* at = bytes.data() + kSwarmSnapshotHeaderBytes;
     for (std::span<float> arena : {out.phi, out.momentum, out.adamw_m, out.adamw_v}) {
         if (arena.size() != n) throw Error("swarm snapshot: the arenas differ in size");

@@ -34,11 +34,13 @@ struct SwarmArenas {
 size_t swarm_snapshot_bytes(size_t params);
 
 // Packs into `out`, which must hold swarm_snapshot_bytes(n) bytes.
-void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& counters, std::span<const float> phi,
-                              std::span<const float> momentum, std::span<const float> adamw_m,
-                              std::span<const float> adamw_v);
-std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters, std::span<const float> phi,
-                                           std::span<const float> momentum, std::span<const float> adamw_m,
+void pack_swarm_snapshot_into(std::span<std::byte> out, const SwarmCounters& counters,
+                              std::span<const float> phi, std::span<const float> momentum,
+                              std::span<const float> adamw_m, std::span<const float> adamw_v);
+std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters,
+                                           std::span<const float> phi,
+                                           std::span<const float> momentum,
+                                           std::span<const float> adamw_m,
                                            std::span<const float> adamw_v);
 
 // Copies a snapshot into the arenas and returns its counters. The bytes come from other nodes, so

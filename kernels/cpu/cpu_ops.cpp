@@ -101,8 +101,8 @@ void CpuOps<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, 
 }
 
 template <typename T>
-void CpuOps<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp,
-                                 const T* weight, const T* rstd, int N, int C) {
+void CpuOps<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
+                                 const T* rstd, int N, int C) {
     cpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
@@ -122,8 +122,8 @@ void CpuOps<T>::attention_forward(T* out, T* lse, const T* qkv, int B, int T_, i
 }
 
 template <typename T>
-void CpuOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
-                                   const T* lse, int B, int T_, int C, int NH) {
+void CpuOps<T>::attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                                   int B, int T_, int C, int NH) {
     cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH);
 }
 
@@ -187,9 +187,7 @@ void set_cpu_threads(int threads) {
     openblas_set_num_threads(n);
 }
 
-int cpu_threads() {
-    return omp_get_max_threads();
-}
+int cpu_threads() { return omp_get_max_threads(); }
 
 template class CpuOps<float>;
 template class CpuOps<double>;

@@ -32,8 +32,8 @@ public:
     void rope_forward(T* qkv, int B, int T_, int C, int NH, float theta) override;
     void rope_backward(T* dqkv, int B, int T_, int C, int NH, float theta) override;
     void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int C, int NH) override;
-    void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                            int B, int T_, int C, int NH) override;
+    void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B,
+                            int T_, int C, int NH) override;
     void swiglu_forward(T* out, const T* gu, int N, int F) override;
     void swiglu_backward(T* dgu, const T* dout, const T* gu, int N, int F) override;
     void embedding_forward(T* out, const int32_t* tokens, const T* wte, int N, int C) override;

@@ -29,9 +29,9 @@ void crossentropy_forward(T* losses, const T* logits, const int32_t* targets, in
     // Checked before the parallel loop because an exception must not leave an OpenMP region.
     for (int n = 0; n < N; n++) {
         if (targets[n] < 0 || targets[n] >= V) {
-            throw Error("crossentropy_forward: target " + std::to_string(targets[n]) +
-                        " at row " + std::to_string(n) + " is outside the vocabulary [0, " +
-                        std::to_string(V) + ")");
+            throw Error("crossentropy_forward: target " + std::to_string(targets[n]) + " at row " +
+                        std::to_string(n) + " is outside the vocabulary [0, " + std::to_string(V) +
+                        ")");
         }
     }
 #pragma omp parallel for schedule(static)

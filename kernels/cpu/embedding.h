@@ -26,8 +26,8 @@ void embedding_backward(T* dwte, const T* dout, const int32_t* tokens, int N, in
     for (int n = 0; n < N; n++) {
         if (tokens[n] < 0 || tokens[n] >= V) {
             throw Error("embedding_backward: token " + std::to_string(tokens[n]) + " at row " +
-                        std::to_string(n) + " is outside the vocabulary [0, " +
-                        std::to_string(V) + ")");
+                        std::to_string(n) + " is outside the vocabulary [0, " + std::to_string(V) +
+                        ")");
         }
     }
     // Repeated tokens make rows collide, so threads split the channels instead of the rows:

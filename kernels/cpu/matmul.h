@@ -20,10 +20,9 @@ inline void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, do
 
 // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T (+ out when accumulate)
 template <typename T>
-void matmul_forward(T* out, const T* inp, const T* weight, int N, int IC, int OC,
-                    bool accumulate) {
-    gemm(CblasNoTrans, CblasTrans, N, OC, IC, T(1), inp, IC, weight, IC, T(accumulate ? 1 : 0),
-         out, OC);
+void matmul_forward(T* out, const T* inp, const T* weight, int N, int IC, int OC, bool accumulate) {
+    gemm(CblasNoTrans, CblasTrans, N, OC, IC, T(1), inp, IC, weight, IC, T(accumulate ? 1 : 0), out,
+         OC);
 }
 
 // dinp (N,IC) (+)= dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @ inp (N,IC)

@@ -147,7 +147,8 @@ __device__ __forceinline__ void scale_row(float* buf, int ld, int width, const C
 // acc[n] += a times the row-major 16 x 16 block at b + 16 n, for each of a warp's kF accumulators
 // across the head.
 template <int kF>
-__device__ __forceinline__ void mma_across_head(FragAcc (&acc)[kF], const FragA& a, const bf16* b, int ld) {
+__device__ __forceinline__ void mma_across_head(FragAcc (&acc)[kF], const FragA& a, const bf16* b,
+                                                int ld) {
 #pragma unroll
     for (int n = 0; n < kF; n++) {
         FragBRow bf;
@@ -160,8 +161,8 @@ __device__ __forceinline__ void mma_across_head(FragAcc (&acc)[kF], const FragA&
 // kW columns at a time through buf (16 x kW floats), each row multiplied by mul[r] when mul is
 // given. Coalesced: consecutive lanes write consecutive columns.
 template <int HS, int kW>
-__device__ void write_rows(FragAcc (&acc)[HS / 16], float* buf, int buf_ld, float* dst,
-                           size_t ld, int row0, int T, const float* mul) {
+__device__ void write_rows(FragAcc (&acc)[HS / 16], float* buf, int buf_ld, float* dst, size_t ld,
+                           int row0, int T, const float* mul) {
     const int lane = int(threadIdx.x) % 32;
 #pragma unroll
     for (int p = 0; p < HS / kW; p++) {
@@ -191,7 +192,8 @@ __device__ __forceinline__ int query_block_start() {
 
 template <int HS>
 constexpr size_t forward_smem() {
-    return 2 * tile_bytes<HS>() + kWarps * 16 * (kScoreLd * sizeof(float) + kProbLd * sizeof(bf16)) +
+    return 2 * tile_bytes<HS>() +
+           kWarps * 16 * (kScoreLd * sizeof(float) + kProbLd * sizeof(bf16)) +
            kWarps * 16 * sizeof(float);
 }
 
@@ -201,8 +203,8 @@ __global__ void __launch_bounds__(kThreads)
                                 const float* __restrict__ qkv, int T, int C, int NH, float scale,
                                 bool vec) {
     constexpr int kLd = kStagedLd<HS>;
-    constexpr int kF = HS / 16;                    // fragments across the head
-    constexpr int kW = HS < kTile ? HS : kTile;    // O columns per pass through the score buffer
+    constexpr int kF = HS / 16;                  // fragments across the head
+    constexpr int kW = HS < kTile ? HS : kTile;  // O columns per pass through the score buffer
     STARLING_DYNAMIC_SHARED(unsigned char, smem);
     const int warp = int(threadIdx.x) / 32;
     Carve carve{smem};
@@ -320,8 +322,8 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     __syncwarp();
-    write_rows<HS, kW>(of, scores, kScoreLd, out + (size_t(b) * T) * C + size_t(h) * HS,
-                       size_t(C), w0, T, inv_l);
+    write_rows<HS, kW>(of, scores, kScoreLd, out + (size_t(b) * T) * C + size_t(h) * HS, size_t(C),
+                       w0, T, inv_l);
 }
 
 // Both backward kernels. Own rows X, Y and streamed tiles U, W:
@@ -363,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
     float* s_buf = carve.take<float>(kWarps * 2 * 16 * kChunkLd) + warp * 2 * 16 * kChunkLd;
     float* dp_buf = s_buf + 16 * kChunkLd;  // s_buf: S (S^T) of a chunk, fp32; dp_buf: dP (dP^T)
     bf16* p_buf = carve.take<bf16>(kWarps * 2 * 16 * kChunkLdH) + warp * 2 * 16 * kChunkLdH;
-    bf16* ds_buf = p_buf + 16 * kChunkLdH;  // and P (P^T), dS (dS^T) of a chunk, bf16
+    bf16* ds_buf = p_buf + 16 * kChunkLdH;      // and P (P^T), dS (dS^T) of a chunk, bf16
     float* lse_s = carve.take<float>(kStream);  // lse and D of the staged query tile (key side)
     float* d_s = carve.take<float>(kStream);
 
@@ -371,8 +373,8 @@ __global__ void __launch_bounds__(kThreads)
     const int b = bh / NH;
     const int h = bh % NH;
     const size_t ld = 3 * size_t(C);
-    const size_t head = size_t(b) * T * ld + size_t(h) * HS;     // in qkv and dqkv
-    const size_t head_o = size_t(b) * T * C + size_t(h) * HS;    // in out and dout
+    const size_t head = size_t(b) * T * ld + size_t(h) * HS;   // in qkv and dqkv
+    const size_t head_o = size_t(b) * T * C + size_t(h) * HS;  // in out and dout
     const float* q_head = qkv + head;
     const float* k_head = q_head + C;
     const float* v_head = q_head + 2 * C;
@@ -548,16 +550,14 @@ void with_head_size(int hs, Fn&& fn) {
     }
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Dynamic shared memory (up to 67.25 KiB, at head size 128) beyond the default 48 KiB must be
 // allowed per kernel; setting it on every launch keeps this right on any device.
 template <auto Kernel, typename... A>
 void launch_tiles(int B, int T, int NH, size_t smem, cudaStream_t stream, A... args) {
-    STARLING_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(smem)));
+    STARLING_CUDA_CHECK(
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const dim3 grid(unsigned(B * NH), unsigned((T + kRows - 1) / kRows));
     launch<Kernel>(grid, kThreads, smem, stream, args...);
     STARLING_CUDA_CHECK(cudaGetLastError());
@@ -605,9 +605,9 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
         launch_tiles<attention_backward_tc_kernel<HS, false>>(
             B, T, NH, Backward<HS, false>::kSmem, stream, dqkv, scratch, dout, qkv, out, lse, T, C,
             NH, softmax_scale(hs), vec);
-        launch_tiles<attention_backward_tc_kernel<HS, true>>(
-            B, T, NH, Backward<HS, true>::kSmem, stream, dqkv, scratch, dout, qkv, out, lse, T, C,
-            NH, softmax_scale(hs), vec);
+        launch_tiles<attention_backward_tc_kernel<HS, true>>(B, T, NH, Backward<HS, true>::kSmem,
+                                                             stream, dqkv, scratch, dout, qkv, out,
+                                                             lse, T, C, NH, softmax_scale(hs), vec);
     });
 }
 

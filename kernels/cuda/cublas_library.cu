@@ -11,7 +11,7 @@ namespace {
 #if STARLING_CUDA_EMULATION
 // The emulator's cuBLAS (kernels/cuda/emulation/cublas.cpp) is linked in: nothing to open.
 CublasLibrary open_library() {
-    return {cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode,
+    return {cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2,   cublasSetMathMode,
             cublasSgemm_v2,  cublasGemmEx,     cublasGetStatusString};
 }
 #else

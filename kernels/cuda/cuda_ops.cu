@@ -163,7 +163,8 @@ int cuda_device_count(std::string* reason) {
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
         (void)cudaGetLastError();  // not sticky: clear it so a later cudaGetLastError starts clean
-        if (reason != nullptr) *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
+        if (reason != nullptr)
+            *reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(status);
         return 0;
     }
     if (count <= 0) {
@@ -224,17 +225,13 @@ void CudaOps::synchronize() {
     impl_->wait();
 }
 
-float* CudaOps::alloc(size_t n) {
-    return static_cast<float*>(impl_->allocate(n * sizeof(float)));
-}
+float* CudaOps::alloc(size_t n) { return static_cast<float*>(impl_->allocate(n * sizeof(float))); }
 
 int32_t* CudaOps::alloc_tokens(size_t n) {
     return static_cast<int32_t*>(impl_->allocate(n * sizeof(int32_t)));
 }
 
-void CudaOps::release(void* p) {
-    impl_->free(p);
-}
+void CudaOps::release(void* p) { impl_->free(p); }
 
 void CudaOps::fill_zero(float* x, size_t n) {
     impl_->bind();
@@ -244,8 +241,8 @@ void CudaOps::fill_zero(float* x, size_t n) {
 void CudaOps::copy(float* dst, const float* src, size_t n) {
     impl_->bind();
     if (n > 0) {
-        STARLING_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                            impl_->stream));
+        STARLING_CUDA_CHECK(
+            cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, impl_->stream));
     }
 }
 
@@ -287,12 +284,12 @@ void CudaOps::matmul_backward(float* dinp, float* dweight, const float* dout, co
         d.gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, {weight, size_t(OC) * IC}, IC, d_out, OC,
                accumulate_dinp ? 1.0f : 0.0f, dinp, IC);
     }
-    d.gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, {inp, size_t(N) * IC}, IC, d_out, OC, 1.0f,
-           dweight, IC);
+    d.gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, {inp, size_t(N) * IC}, IC, d_out, OC, 1.0f, dweight,
+           IC);
 }
 
-void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
-                              int N, int C, float eps) {
+void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                              int C, float eps) {
     impl_->bind();
     cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, impl_->stream);
 }
@@ -300,8 +297,8 @@ void CudaOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const f
 void CudaOps::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                const float* weight, const float* rstd, int N, int C) {
     impl_->bind();
-    double* partials =
-        impl_->scratch<double>(impl_->partials, std::max<size_t>(rmsnorm_backward_partials(N, C), 1));
+    double* partials = impl_->scratch<double>(impl_->partials,
+                                              std::max<size_t>(rmsnorm_backward_partials(N, C), 1));
     cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, partials, impl_->stream);
 }
 
@@ -326,9 +323,8 @@ void CudaOps::attention_forward(float* out, float* lse, const float* qkv, int B,
     }
 }
 
-void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                 const float* out, const float* lse, int B, int T_, int C,
-                                 int NH) {
+void CudaOps::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                 const float* lse, int B, int T_, int C, int NH) {
     impl_->bind();
     float* d = impl_->scratch<float>(impl_->attention_d, std::max<size_t>(size_t(B) * NH * T_, 1));
     if (impl_->math == MatmulMath::Bf16) {
@@ -348,8 +344,7 @@ void CudaOps::swiglu_backward(float* dgu, const float* dout, const float* gu, in
     cuda::swiglu_backward(dgu, dout, gu, N, F, impl_->stream);
 }
 
-void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte, int N,
-                                int C) {
+void CudaOps::embedding_forward(float* out, const int32_t* tokens, const float* wte, int N, int C) {
     impl_->bind();
     cuda::embedding_forward(out, tokens, wte, N, C, impl_->stream);
 }
@@ -420,13 +415,9 @@ void CudaOps::crossentropy_backward(float* dlogits, const float* logits, const i
     cuda::crossentropy_backward(dlogits, logits, targets, dloss, N, V, impl_->stream);
 }
 
-double CudaOps::sum(const float* x, size_t n) {
-    return impl_->reduce(x, n, false);
-}
+double CudaOps::sum(const float* x, size_t n) { return impl_->reduce(x, n, false); }
 
-double CudaOps::sum_squares(const float* x, size_t n) {
-    return impl_->reduce(x, n, true);
-}
+double CudaOps::sum_squares(const float* x, size_t n) { return impl_->reduce(x, n, true); }
 
 void CudaOps::scale(float* x, float s, size_t n) {
     impl_->bind();

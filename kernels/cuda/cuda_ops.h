@@ -32,9 +32,9 @@ int cuda_device_count(std::string* reason = nullptr);
 
 struct CudaDeviceInfo {
     int index = 0;
-    std::string name;           // "NVIDIA H100 80GB HBM3"
+    std::string name;  // "NVIDIA H100 80GB HBM3"
     int sm_major = 0, sm_minor = 0;
-    size_t total_bytes = 0;     // device memory
+    size_t total_bytes = 0;  // device memory
 };
 
 class CudaOps final : public Ops<float> {
@@ -68,8 +68,7 @@ public:
     void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                         bool accumulate) override;
     void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                         const float* weight, int N, int IC, int OC,
-                         bool accumulate_dinp) override;
+                         const float* weight, int N, int IC, int OC, bool accumulate_dinp) override;
     void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                          int C, float eps) override;
     void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,

@@ -51,8 +51,8 @@ __global__ void rope_kernel(float* qkv, int BT, int T, int C, int NH, float thet
     }
 }
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
-                                         int N, int C) {
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, int N,
+                                         int C) {
     const size_t total = size_t(N) * C;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total;
          i += size_t(gridDim.x) * blockDim.x) {

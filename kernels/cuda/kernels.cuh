@@ -1,7 +1,7 @@
 // The CUDA backend's kernel launchers, one .cu file per op (kernels/cuda/<op>.cu), called by
 // CudaOps (kernels/cuda/cuda_ops.cu). Every pointer is device memory, every launch is enqueued on
-// `stream` and returns without waiting; shapes and semantics are those of kernels/ops.h. Per-element
-// formulas come from kernels/math.h, the same inline functions the CPU backend runs.
+// `stream` and returns without waiting; shapes and semantics are those of kernels/ops.h.
+// Per-element formulas come from kernels/math.h, the same inline functions the CPU backend runs.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,8 +64,8 @@ void adamw_update(float* params, float* m, float* v, const float* grads, size_t 
 
 // Causal attention, flash-style: q rows in tiles against k/v tiles staged in shared memory with an
 // online softmax, so no (T, T) matrix exists anywhere. lse (B, NH, T) as on the CPU. The backward
-// recomputes the probabilities from lse and needs `scratch` of B * NH * T floats (D_i = dO_i . O_i).
-// Head sizes up to kMaxAttentionHeadSize; larger ones throw starling::Error.
+// recomputes the probabilities from lse and needs `scratch` of B * NH * T floats (D_i = dO_i .
+// O_i). Head sizes up to kMaxAttentionHeadSize; larger ones throw starling::Error.
 inline constexpr int kMaxAttentionHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                        cudaStream_t stream);

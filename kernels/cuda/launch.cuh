@@ -25,7 +25,8 @@ __device__ __forceinline__ T warp_sum(T v) {
 }
 
 __device__ __forceinline__ float warp_max(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+    for (int offset = 16; offset > 0; offset /= 2)
+        v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
     return v;
 }
 

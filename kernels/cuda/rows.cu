@@ -14,12 +14,10 @@ namespace starling::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int kRowsPerChunk = 128;        // rows per partial sum of RMSNorm's dweight
+constexpr int kRowsPerChunk = 128;             // rows per partial sum of RMSNorm's dweight
 constexpr size_t kSumChunk = size_t(1) << 14;  // elements per partial of sum / sum_squares
 
-unsigned grid_for_rows(int N) {
-    return unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
+unsigned grid_for_rows(int N) { return unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 // One warp per row.
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
@@ -37,8 +35,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
 
 // dinp, one warp per row: d/dx_k = r w_k g_k - x_k r^3 / C * sum_i g_i w_i x_i.
 __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                             const float* weight, const float* rstd, int N,
-                                             int C) {
+                                             const float* weight, const float* rstd, int N, int C) {
     const int n = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (n >= N) return;
     const float* x = inp + size_t(n) * C;
@@ -188,9 +185,7 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
     STARLING_CUDA_CHECK(cudaGetLastError());
 }
 
-size_t reduce_partials(size_t n) {
-    return (n + kSumChunk - 1) / kSumChunk;
-}
+size_t reduce_partials(size_t n) { return (n + kSumChunk - 1) / kSumChunk; }
 
 void sum_partials(double* partials, const float* x, size_t n, bool squares, cudaStream_t stream) {
     const size_t blocks = reduce_partials(n);

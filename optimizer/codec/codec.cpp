@@ -40,23 +40,15 @@ constexpr size_t kNone = std::numeric_limits<size_t>::max();
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
 
-size_t num_blocks(size_t n) {
-    return n / kBlock + (n % kBlock != 0 ? 1 : 0);
-}
+size_t num_blocks(size_t n) { return n / kBlock + (n % kBlock != 0 ? 1 : 0); }
 
 // Payload bytes of a block of len values (Q8 or Q4).
-size_t payload_bytes(Codec c, size_t len) {
-    return c == Codec::Q8 ? len : (len + 1) / 2;
-}
+size_t payload_bytes(Codec c, size_t len) { return c == Codec::Q8 ? len : (len + 1) / 2; }
 
 // Bytes of one whole block, scale included: where block b starts is b times this.
-size_t full_block_bytes(Codec c) {
-    return kScaleBytes + payload_bytes(c, kBlock);
-}
+size_t full_block_bytes(Codec c) { return kScaleBytes + payload_bytes(c, kBlock); }
 
-std::string name_of(Codec c) {
-    return std::string(codec_name(c));
-}
+std::string name_of(Codec c) { return std::string(codec_name(c)); }
 
 // Runs ok = body(b) for every block b of a range of n elements, in parallel for large ranges.
 // Returns the first block whose body returned false, or kNone. The serial path stops there; the
@@ -124,9 +116,7 @@ public:
     }
 
     // The bits of one element (for ranges that do not start on a window).
-    uint32_t bits(uint64_t index) const {
-        return rounding_bits(s_, index);
-    }
+    uint32_t bits(uint64_t index) const { return rounding_bits(s_, index); }
 
 private:
     PhiloxStream s_;
@@ -140,9 +130,7 @@ private:
     // Eight copies of a word, read as a memory operand (a register would have to be spilled).
     struct alignas(32) Broadcast {
         uint32_t v[8];
-        __m256i get() const {
-            return _mm256_load_si256(reinterpret_cast<const __m256i*>(v));
-        }
+        __m256i get() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(v)); }
     };
 
     static Broadcast broadcast(uint32_t x) {
@@ -151,9 +139,7 @@ private:
         return b;
     }
 
-    static uint32_t group_hi(uint64_t w) {
-        return uint32_t((w * 8) >> 32);
-    }
+    static uint32_t group_hi(uint64_t w) { return uint32_t((w * 8) >> 32); }
 
     // Rounds 1 to 3 over a window: only the counter's last word (the group) varies, so most of
     // their arithmetic is constant and done here, once per high half of the group index.
@@ -333,14 +319,14 @@ bool encode_block_avx2(const float* delta, float* residual, const WordGen& gen, 
     const __m256 inv16 = _mm256_set1_ps(qb.inv16);
     __m256i q[8];
     for (int k = 0; k < 8; k++) {
-        const __m256i rv = _mm256_cvtepu16_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(bits + 8 * k)));
+        const __m256i rv =
+            _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(bits + 8 * k)));
         const __m256 xk = tiny ? _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), _mm256_set1_ps(qb.pre))
                                : _mm256_loadu_ps(x + 8 * k);
         // cvtps rounds to nearest even, as round_to_int does (the default MXCSR mode). The
         // floor lies in [-qmax - 1, qmax + 1], clamped once packed to bytes.
-        q[k] = _mm256_srai_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(xk, inv16)), rv), 16);
+        q[k] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(xk, inv16)), rv),
+                                 16);
     }
     // int32 -> int8 in element order: the packs interleave 128-bit lanes, the permute undoes it.
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -698,9 +684,7 @@ void encode_any(Codec c, const float* delta, float* residual, size_t n, uint64_t
                 const RoundingKey& key, std::span<std::byte> out) {
     check_out_size(c, n, out.size());
     switch (c) {
-        case Codec::F32:
-            encode_f32<FEEDBACK>(delta, residual, n, out.data());
-            return;
+        case Codec::F32: encode_f32<FEEDBACK>(delta, residual, n, out.data()); return;
         case Codec::BF16SR:
             encode_bf16<FEEDBACK>(delta, residual, n, first_index, key, out.data());
             return;
@@ -718,14 +702,10 @@ void encode_any(Codec c, const float* delta, float* residual, size_t n, uint64_t
 
 std::string_view codec_name(Codec codec) {
     switch (codec) {
-        case Codec::F32:
-            return "F32";
-        case Codec::BF16SR:
-            return "BF16SR";
-        case Codec::Q8:
-            return "Q8";
-        case Codec::Q4:
-            return "Q4";
+        case Codec::F32: return "F32";
+        case Codec::BF16SR: return "BF16SR";
+        case Codec::Q8: return "Q8";
+        case Codec::Q4: return "Q4";
     }
     return "unknown";
 }
@@ -752,10 +732,8 @@ size_t encoded_bytes(Codec codec, size_t n) {
         throw Error(name_of(codec) + ": " + std::to_string(n) + " values is too many to encode");
     }
     switch (codec) {
-        case Codec::F32:
-            return 4 * n;
-        case Codec::BF16SR:
-            return 2 * n;
+        case Codec::F32: return 4 * n;
+        case Codec::BF16SR: return 2 * n;
         case Codec::Q8:
         case Codec::Q4:
             // Whole blocks have even length, so the Q4 payload is ceil(n / 2) in all.
@@ -787,18 +765,10 @@ void decode(Codec codec, std::span<const std::byte> in, std::span<float> out) {
                     std::to_string(expected) + " bytes");
     }
     switch (codec) {
-        case Codec::F32:
-            decode_f32(in.data(), out.data(), n);
-            return;
-        case Codec::BF16SR:
-            decode_bf16(in.data(), out.data(), n);
-            return;
-        case Codec::Q8:
-            decode_blocks<127>(codec, in.data(), out.data(), n);
-            return;
-        case Codec::Q4:
-            decode_blocks<7>(codec, in.data(), out.data(), n);
-            return;
+        case Codec::F32: decode_f32(in.data(), out.data(), n); return;
+        case Codec::BF16SR: decode_bf16(in.data(), out.data(), n); return;
+        case Codec::Q8: decode_blocks<127>(codec, in.data(), out.data(), n); return;
+        case Codec::Q4: decode_blocks<7>(codec, in.data(), out.data(), n); return;
     }
     throw Error("decode: unknown codec " + std::to_string(int(codec)));
 }

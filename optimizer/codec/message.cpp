@@ -59,15 +59,16 @@ uint64_t round_up_blocks(uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock
 std::string num(uint64_t v) { return std::to_string(v); }
 
 bool valid_for(PlanKind kind, Codec codec) {
-    if (kind == PlanKind::Delta) return codec == Codec::Q8 || codec == Codec::Q4 || codec == Codec::F32;
+    if (kind == PlanKind::Delta)
+        return codec == Codec::Q8 || codec == Codec::Q4 || codec == Codec::F32;
     return codec == Codec::BF16SR || codec == Codec::Q8 || codec == Codec::F32;
 }
 
 void require_valid(PlanKind kind, Codec codec) {
     if (!valid_for(kind, codec)) {
-        throw Error("message plan: codec " + std::string(codec_name(codec)) + " is not valid for a " +
-                    std::string(plan_kind_name(kind)) + " message (delta: Q8, Q4, F32; state: " +
-                    "BF16SR, Q8, F32)");
+        throw Error("message plan: codec " + std::string(codec_name(codec)) +
+                    " is not valid for a " + std::string(plan_kind_name(kind)) +
+                    " message (delta: Q8, Q4, F32; state: " + "BF16SR, Q8, F32)");
     }
 }
 
@@ -92,8 +93,8 @@ uint64_t total_blocks(const std::vector<Segment>& segments) {
 
 std::string_view plan_kind_name(PlanKind kind) {
     switch (kind) {
-    case PlanKind::Delta: return "delta";
-    case PlanKind::State: return "state";
+        case PlanKind::Delta: return "delta";
+        case PlanKind::State: return "state";
     }
     return "unknown";
 }
@@ -127,7 +128,8 @@ MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec co
     plan.codec = codec;
     plan.numel = manifest.total();
     plan.fingerprint = fingerprint_value(manifest.fingerprint());
-    plan.segments = kind == PlanKind::Delta ? delta_plan(manifest, codec) : state_plan(manifest, codec);
+    plan.segments =
+        kind == PlanKind::Delta ? delta_plan(manifest, codec) : state_plan(manifest, codec);
     return plan;
 }
 
@@ -138,10 +140,14 @@ uint64_t fingerprint_value(std::string_view hex) {
     uint64_t v = 0;
     for (char c : hex) {
         int d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else throw Error("model fingerprint '" + std::string(hex) + "' is not 16 hex digits");
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            throw Error("model fingerprint '" + std::string(hex) + "' is not 16 hex digits");
         v = v << 4 | static_cast<uint64_t>(d);
     }
     return v;
@@ -242,8 +248,8 @@ bool MessageEncoder::next_chunk(std::vector<std::byte>& out) {
     uint8_t flags = 0;
     if (try_zstd_) {
         zbuf_.resize(ZSTD_compressBound(raw));
-        const size_t z = ZSTD_compressCCtx(zstd_->cctx, zbuf_.data(), zbuf_.size(), payload, raw,
-                                           kZstdLevel);
+        const size_t z =
+            ZSTD_compressCCtx(zstd_->cctx, zbuf_.data(), zbuf_.size(), payload, raw, kZstdLevel);
         // Compression pays only if it saves at least 5%.
         if (!ZSTD_isError(z) && z * 20 <= raw * 19) {
             std::memcpy(payload, zbuf_.data(), z);
@@ -304,7 +310,8 @@ MessageDecoder::MessageDecoder(std::string_view expected_fingerprint,
 MessageDecoder::~MessageDecoder() = default;
 
 void MessageDecoder::accept_header(std::span<const std::byte> bytes) {
-    if (failed_) throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
+    if (failed_)
+        throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
     try {
         header_impl(bytes);
     } catch (const std::exception& e) {
@@ -315,7 +322,8 @@ void MessageDecoder::accept_header(std::span<const std::byte> bytes) {
 }
 
 void MessageDecoder::accept_chunk(std::span<const std::byte> bytes) {
-    if (failed_) throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
+    if (failed_)
+        throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
     try {
         chunk_impl(bytes);
     } catch (const std::exception& e) {
@@ -427,7 +435,8 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
     }
     const uint8_t flags = static_cast<uint8_t>(c[kCFlags]);
     bool reserved_zero = (flags & ~kChunkFlagZstd) == 0;
-    for (size_t i = kCReserved; i < kCChecksum; i++) reserved_zero = reserved_zero && c[i] == std::byte{0};
+    for (size_t i = kCReserved; i < kCChecksum; i++)
+        reserved_zero = reserved_zero && c[i] == std::byte{0};
     if (!reserved_zero) throw Error(where + "reserved bits or bytes are not zero");
 
     const uint32_t segment = get32(c + kCSegment);
@@ -467,8 +476,10 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
                     " takes for " + num(count) + " elements");
     }
     if (!zstd && payload_len != uncompressed_len) {
-        throw Error(where + "payload length " + num(payload_len) + " of an uncompressed chunk is not "
-                    "its uncompressed length " + num(uncompressed_len));
+        throw Error(where + "payload length " + num(payload_len) +
+                    " of an uncompressed chunk is not "
+                    "its uncompressed length " +
+                    num(uncompressed_len));
     }
     if (zstd && payload_len > kMaxChunkBytes) {
         throw Error(where + "compressed payload length " + num(payload_len) + " above the cap");
@@ -523,8 +534,7 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
     const bool covered = segment_ == plan_.segments.size();
     if (covered && next_index_ != header_.chunk_count) {
         throw Error(where + "chunk count mismatch: the message is covered after " +
-                    num(next_index_) + " chunks, the header announced " +
-                    num(header_.chunk_count));
+                    num(next_index_) + " chunks, the header announced " + num(header_.chunk_count));
     }
     if (!covered && next_index_ == header_.chunk_count) {
         throw Error(where + "chunk count mismatch: the header announced " +

@@ -57,9 +57,9 @@ std::vector<Segment> state_plan(const ParameterManifest& manifest, Codec codec);
 // Everything a message's layout depends on; both sides build it from the same manifest.
 struct MessagePlan {
     PlanKind kind = PlanKind::Delta;
-    Codec codec = Codec::Q8;      // the requested codec (segments may use F32 in state plans)
-    uint64_t numel = 0;           // arena size
-    uint64_t fingerprint = 0;     // the manifest fingerprint as a number
+    Codec codec = Codec::Q8;   // the requested codec (segments may use F32 in state plans)
+    uint64_t numel = 0;        // arena size
+    uint64_t fingerprint = 0;  // the manifest fingerprint as a number
     std::vector<Segment> segments;
 };
 
@@ -131,7 +131,7 @@ private:
     uint64_t header_checksum_ = 0;
     uint32_t chunk_count_ = 0;
     uint32_t next_index_ = 0;
-    size_t segment_ = 0;       // cursor: segment and element within it
+    size_t segment_ = 0;  // cursor: segment and element within it
     uint64_t element_ = 0;
     std::vector<std::byte> zbuf_;
     struct Zstd;

@@ -19,7 +19,7 @@ public:
     // Set before the first call.
     v1::NodeStatus status;
     grpc::Status unary_result = grpc::Status::OK;  // every unary call ends with it
-    int watch_updates = -1;                        // updates before the stream ends; -1: until cancelled
+    int watch_updates = -1;  // updates before the stream ends; -1: until cancelled
     v1::NodePhase last_phase = v1::NODE_PHASE_TRAINING;  // of the last update before the end
     grpc::Status watch_result = grpc::Status::OK;
 
@@ -27,20 +27,24 @@ public:
     std::vector<std::string> seeds_seen;
     uint32_t interval_seen = 0;
 
-    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::NodeStatus* out) override {
+    grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                           v1::NodeStatus* out) override {
         *out = status;
         return unary_result;
     }
-    grpc::Status ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*, v1::ListPeersResponse* out) override {
+    grpc::Status ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
+                           v1::ListPeersResponse* out) override {
         out->add_peers()->set_node_id("aaaaaaaaaaaaaaaa");
         return unary_result;
     }
-    grpc::Status Join(grpc::ServerContext*, const v1::JoinSwarmRequest* request, v1::JoinSwarmResponse* out) override {
+    grpc::Status Join(grpc::ServerContext*, const v1::JoinSwarmRequest* request,
+                      v1::JoinSwarmResponse* out) override {
         seeds_seen.assign(request->seeds().begin(), request->seeds().end());
         out->set_seeds_added(static_cast<uint32_t>(request->seeds_size()));
         return unary_result;
     }
-    grpc::Status Leave(grpc::ServerContext*, const v1::LeaveSwarmRequest*, v1::LeaveSwarmResponse*) override {
+    grpc::Status Leave(grpc::ServerContext*, const v1::LeaveSwarmRequest*,
+                       v1::LeaveSwarmResponse*) override {
         return unary_result;
     }
     grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,

@@ -79,7 +79,8 @@ TEST_CASE("the data check needs train and val shards and says how to make them")
     config.swarm.train.data.dir = dir.path().string();
     CheckResult result = check_data(config);
     CHECK(result.level == CheckLevel::Fail);
-    CHECK(result.fix.find("starling data prepare --out " + dir.path().string()) != std::string::npos);
+    CHECK(result.fix.find("starling data prepare --out " + dir.path().string()) !=
+          std::string::npos);
 
     const std::vector<uint16_t> tokens(100, 7);
     write_shard(dir.file("train_000000.bin").string(), tokens);
@@ -90,7 +91,8 @@ TEST_CASE("the data check needs train and val shards and says how to make them")
     write_shard(dir.file("val_000000.bin").string(), std::vector<uint16_t>(10, 3));
     result = check_data(config);
     CHECK(result.level == CheckLevel::Ok);
-    CHECK(result.detail.find("1 train shard(s) of 100 tokens, 1 val shard(s) of 10 tokens") != std::string::npos);
+    CHECK(result.detail.find("1 train shard(s) of 100 tokens, 1 val shard(s) of 10 tokens") !=
+          std::string::npos);
 
     test::put(dir.file("val_000000.bin"), "not a shard");
     result = check_data(config);
@@ -141,7 +143,8 @@ TEST_CASE("a port in use, or taken twice, fails naming the address") {
     results = check_ports(config);
     REQUIRE(results.size() == 3);
     CHECK(results[2].level == CheckLevel::Fail);
-    CHECK(results[2].detail.find("metrics 127.0.0.1:47000 takes the port of peer 0.0.0.0:47000") != std::string::npos);
+    CHECK(results[2].detail.find("metrics 127.0.0.1:47000 takes the port of peer 0.0.0.0:47000") !=
+          std::string::npos);
 
     config = local_config();
     config.control_listen = "unix:/run/starling/control.sock";  // no port to bind
@@ -170,7 +173,8 @@ TEST_CASE("the announce check applies the peer layer's rule") {
     CHECK(result.detail == "peers will dial 10.0.0.5:7700");
 }
 
-TEST_CASE("seeds: none starts a swarm, an unreachable one warns, a malformed one or a wrong secret fails") {
+TEST_CASE(
+    "seeds: none starts a swarm, an unreachable one warns, a malformed one or a wrong secret fails") {
     NodeConfig config = local_config();
     CheckResult result = check_seeds(config);
     CHECK(result.level == CheckLevel::Ok);
@@ -193,7 +197,8 @@ TEST_CASE("seeds: none starts a swarm, an unreachable one warns, a malformed one
     stranger.swarm.peer.swarm_secret = "another swarm's secret entirely";
     result = check_seeds(stranger);
     CHECK(result.level == CheckLevel::Fail);
-    CHECK(result.detail.find("1 of 1 refused this node's credentials: " + member.address()) != std::string::npos);
+    CHECK(result.detail.find("1 of 1 refused this node's credentials: " + member.address()) !=
+          std::string::npos);
     CHECK(result.detail.find("wrong swarm secret") != std::string::npos);
 
     // Something listens, but no Starling node: it cannot vouch for the secret.
@@ -224,7 +229,9 @@ TEST_CASE("connect and bind problems are named") {
     CHECK(connect_problem("127.0.0.1", open.port(), kSeedConnectTimeout).empty());
     CHECK(bind_problem("127.0.0.1", open.port()) == "in use");
     CHECK(bind_problem("127.0.0.1", 0).empty());
-    CHECK(connect_problem("no-such-host.invalid", 7700, kSeedConnectTimeout).find("cannot resolve") == 0);
+    CHECK(
+        connect_problem("no-such-host.invalid", 7700, kSeedConnectTimeout).find("cannot resolve") ==
+        0);
 }
 
 TEST_CASE("the credentials check never prints the secret") {
@@ -239,7 +246,8 @@ TEST_CASE("the credentials check never prints the secret") {
     CHECK(result.level == CheckLevel::Warn);
     CHECK(result.fix.find("openssl rand") != std::string::npos);
 
-    config.swarm.peer.tls = {"/nonexistent/ca.pem", "/nonexistent/node.pem", "/nonexistent/node.key"};
+    config.swarm.peer.tls = {"/nonexistent/ca.pem", "/nonexistent/node.pem",
+                             "/nonexistent/node.key"};
     result = check_credentials(config);
     CHECK(result.level == CheckLevel::Fail);
     CHECK(result.detail.find("/nonexistent/") != std::string::npos);
@@ -256,7 +264,8 @@ TEST_CASE("the device check fails for a GPU the machine does not have, and says 
     CHECK(result.fix.find("[train].device") != std::string::npos);
 }
 
-TEST_CASE("the device check names the missing GPU of a list, and a batch that does not split over the GPUs") {
+TEST_CASE(
+    "the device check names the missing GPU of a list, and a batch that does not split over the GPUs") {
     NodeConfig config = local_config();
     const int devices = usable_cuda_devices();
     const std::string missing = "cuda:" + std::to_string(devices);
@@ -274,12 +283,13 @@ TEST_CASE("the device check names the missing GPU of a list, and a batch that do
         config.swarm.train.batch_size = 2 * devices + 1;
         result = check_device(config);
         CHECK(result.level == CheckLevel::Fail);
-        CHECK(result.detail.find("does not split evenly over " + std::to_string(devices) + " GPUs") !=
-              std::string::npos);
+        CHECK(result.detail.find("does not split evenly over " + std::to_string(devices) +
+                                 " GPUs") != std::string::npos);
         config.swarm.train.batch_size = 2 * devices;
         result = check_device(config);
         CHECK(result.level == CheckLevel::Ok);
-        CHECK(result.detail.find("trains on " + std::to_string(devices) + " GPUs") != std::string::npos);
+        CHECK(result.detail.find("trains on " + std::to_string(devices) + " GPUs") !=
+              std::string::npos);
     }
 }
 
@@ -291,17 +301,20 @@ TEST_CASE("the tokenizer check names the vocabulary and fails for shards of anot
     CHECK(result.level == CheckLevel::Ok);
     CHECK(result.detail == "bytes (256 tokens), model vocabulary 256");
 
-    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    const std::string fixture =
+        std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
     test::put(dir.file("tokenizer.json"), test::slurp(fixture));  // shards prepared with it
     result = check_tokenizer(config);
     CHECK(result.level == CheckLevel::Fail);
     CHECK(result.detail.find("[data].tokenizer is empty") != std::string::npos);
-    CHECK(result.fix == "prepare the shards with the configured tokenizer: starling data prepare --out " +
-                            dir.path().string());
+    CHECK(result.fix ==
+          "prepare the shards with the configured tokenizer: starling data prepare --out " +
+              dir.path().string());
 
     config.swarm.train.data.tokenizer = fixture;
     config.swarm.train.model.vocab_size = 50304;
     result = check_tokenizer(config);
     CHECK(result.level == CheckLevel::Ok);
-    CHECK(result.detail == "byte-level BPE " + fixture + " (50257 tokens, 14 merges), model vocabulary 50304");
+    CHECK(result.detail ==
+          "byte-level BPE " + fixture + " (50257 tokens, 14 merges), model vocabulary 50304");
 }

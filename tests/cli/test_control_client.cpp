@@ -33,31 +33,36 @@ std::string closed_address() {
 }  // namespace
 
 TEST_CASE("seeds must be host:port with a port of 1-65535") {
-    for (const char* good : {"10.0.0.2:7700", "node-3.example:1", "localhost:65535", "[::1]:7700", "[fe80::1]:80"}) {
+    for (const char* good :
+         {"10.0.0.2:7700", "node-3.example:1", "localhost:65535", "[::1]:7700", "[fe80::1]:80"}) {
         INFO(good);
         CHECK(is_seed_address(good));
     }
-    for (const char* bad : {"", "notaport", "host:", ":7700", "host:0", "host:65536", "host:-1", "host:+80",
-                            "host:7x", "host:80 ", "a b:80", "::1:7700", "[::1]", "[]:80", "host:99999999999"}) {
+    for (const char* bad :
+         {"", "notaport", "host:", ":7700", "host:0", "host:65536", "host:-1", "host:+80",
+          "host:7x", "host:80 ", "a b:80", "::1:7700", "[::1]", "[]:80", "host:99999999999"}) {
         INFO(bad);
         CHECK_FALSE(is_seed_address(bad));
     }
 }
 
 TEST_CASE("a control address is host:port or a gRPC target with its scheme") {
-    for (const char* good : {"127.0.0.1:7701", "localhost:7701", "[::1]:7701", "unix:/run/starling/control.sock",
-                             "unix:relative.sock", "dns:///node-3.example:7701", "ipv4:127.0.0.1:7701"}) {
+    for (const char* good :
+         {"127.0.0.1:7701", "localhost:7701", "[::1]:7701", "unix:/run/starling/control.sock",
+          "unix:relative.sock", "dns:///node-3.example:7701", "ipv4:127.0.0.1:7701"}) {
         INFO(good);
         CHECK(is_control_address(good));
     }
-    for (const char* bad : {"", "unix:", "garbage", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:0"}) {
+    for (const char* bad :
+         {"", "unix:", "garbage", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:0"}) {
         INFO(bad);
         CHECK_FALSE(is_control_address(bad));
     }
 }
 
 TEST_CASE("a call's status maps to the exit status and message every command shares") {
-    const grpc::Status unavailable(grpc::StatusCode::UNAVAILABLE, "failed to connect to all addresses");
+    const grpc::Status unavailable(grpc::StatusCode::UNAVAILABLE,
+                                   "failed to connect to all addresses");
     const grpc::Status late(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded");
     const grpc::Status refused(grpc::StatusCode::FAILED_PRECONDITION, "the node is still joining");
 
@@ -69,10 +74,11 @@ TEST_CASE("a call's status maps to the exit status and message every command sha
     CHECK(exit_code_for(refused, true) == kExitError);
     CHECK(exit_code_for(grpc::Status::CANCELLED, true) == kExitError);
 
-    CHECK(failure_message(unavailable, true, "127.0.0.1:7701") ==
-          "error: cannot reach starlingd at 127.0.0.1:7701 (is it running? --control or STARLING_CONTROL)");
-    CHECK(failure_message(late, true, "unix:/run/s.sock").find("cannot reach starlingd at unix:/run/s.sock") !=
-          std::string::npos);
+    CHECK(
+        failure_message(unavailable, true, "127.0.0.1:7701") ==
+        "error: cannot reach starlingd at 127.0.0.1:7701 (is it running? --control or STARLING_CONTROL)");
+    CHECK(failure_message(late, true, "unix:/run/s.sock")
+              .find("cannot reach starlingd at unix:/run/s.sock") != std::string::npos);
     CHECK(failure_message(refused, true, "127.0.0.1:7701") == "error: the node is still joining");
     CHECK(failure_message(grpc::Status(grpc::StatusCode::INTERNAL, ""), true, "127.0.0.1:7701") ==
           "error: starlingd at 127.0.0.1:7701 answered with status code 13");
@@ -87,8 +93,10 @@ TEST_CASE("the control address comes from STARLING_CONTROL, else the default") {
     CHECK(default_control_address() == "127.0.0.1:7701");
     ::setenv("STARLING_CONTROL", "unix:/run/starling/control.sock", 1);
     CHECK(default_control_address() == "unix:/run/starling/control.sock");
-    if (before != nullptr) ::setenv("STARLING_CONTROL", saved.c_str(), 1);
-    else ::unsetenv("STARLING_CONTROL");
+    if (before != nullptr)
+        ::setenv("STARLING_CONTROL", saved.c_str(), 1);
+    else
+        ::unsetenv("STARLING_CONTROL");
 }
 
 TEST_CASE("no node at the address is UNAVAILABLE at once, not a hang") {
@@ -97,10 +105,12 @@ TEST_CASE("no node at the address is UNAVAILABLE at once, not a hang") {
     v1::NodeStatus status;
     const grpc::Status result = client.get_status(status);
     CHECK(exit_code_for(result, true) == kExitUnreachable);
-    CHECK(std::chrono::steady_clock::now() - start < ControlClient::kUnaryDeadline + std::chrono::seconds(1));
+    CHECK(std::chrono::steady_clock::now() - start <
+          ControlClient::kUnaryDeadline + std::chrono::seconds(1));
 
     grpc::Status watch_status;
-    CHECK(client.watch(0, 0, [](const v1::NodeStatus&) { FAIL("an update from nowhere"); }, watch_status) ==
+    CHECK(client.watch(
+              0, 0, [](const v1::NodeStatus&) { FAIL("an update from nowhere"); }, watch_status) ==
           WatchEnd::Failed);
     CHECK(exit_code_for(watch_status, false) == kExitUnreachable);
 }
@@ -122,7 +132,8 @@ TEST_CASE("unary calls carry the node's answer or its error") {
     CHECK(node.service.seeds_seen == std::vector<std::string>{"10.0.0.2:7700", "[::1]:7000"});
     CHECK(client.leave().ok());
 
-    node.service.unary_result = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "already draining");
+    node.service.unary_result =
+        grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "already draining");
     const grpc::Status refused = client.leave();
     CHECK(exit_code_for(refused, true) == kExitError);
     CHECK(failure_message(refused, true, client.address()) == "error: already draining");
@@ -160,7 +171,8 @@ TEST_CASE("a watch ends after the count, on stop, or when the node ends it") {
     }
     SECTION("with the node's error") {
         node.service.watch_updates = 1;
-        node.service.watch_result = grpc::Status(grpc::StatusCode::INTERNAL, "status unavailable while loading");
+        node.service.watch_result =
+            grpc::Status(grpc::StatusCode::INTERNAL, "status unavailable while loading");
         CHECK(client.watch(0, 0, collect, status) == WatchEnd::Failed);
         CHECK(status.error_message() == "status unavailable while loading");
     }
@@ -169,9 +181,11 @@ TEST_CASE("a watch ends after the count, on stop, or when the node ends it") {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             client.stop();
         });
-        CHECK(client.watch(0, 0, [](const v1::NodeStatus&) {}, status) == WatchEnd::Stopped);
+        CHECK(client.watch(
+                  0, 0, [](const v1::NodeStatus&) {}, status) == WatchEnd::Stopped);
         stopper.join();
-        CHECK(client.watch(0, 0, collect, status) == WatchEnd::Stopped);  // a stopped client stays stopped
+        CHECK(client.watch(0, 0, collect, status) ==
+              WatchEnd::Stopped);  // a stopped client stays stopped
         CHECK(rounds.empty());
     }
 }

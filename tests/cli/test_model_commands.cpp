@@ -38,7 +38,9 @@ namespace {
 
 const fs::path kPico = fs::path(STARLING_SOURCE_DIR) / "configs" / "pico.toml";
 
-ModelConfig pico_model() { return load_node_config(kPico, NodeConfigUse::ReadCheckpoints).swarm.train.model; }
+ModelConfig pico_model() {
+    return load_node_config(kPico, NodeConfigUse::ReadCheckpoints).swarm.train.model;
+}
 
 // pico's initialisation scaled 15x, so that the next byte is far from uniform and a greedy choice
 // is clear in float32 as in float64.
@@ -55,10 +57,11 @@ std::vector<float> peaked_phi(uint64_t seed) {
 fs::path save_checkpoint(const fs::path& data_dir, uint64_t round, const std::vector<float>& phi,
                          const std::string& fingerprint) {
     const std::vector<float> zeros(phi.size(), 0.0f);
-    auto snapshot = std::make_shared<const Snapshot>(fingerprint, round, "test",
-                                                     pack_swarm_snapshot({round, round * 10, round * 10}, phi, zeros,
-                                                                         zeros, zeros));
-    return save_swarm_checkpoint(data_dir / "checkpoints", 10, fingerprint, {snapshot, {0, round * 100}});
+    auto snapshot = std::make_shared<const Snapshot>(
+        fingerprint, round, "test",
+        pack_swarm_snapshot({round, round * 10, round * 10}, phi, zeros, zeros, zeros));
+    return save_swarm_checkpoint(data_dir / "checkpoints", 10, fingerprint,
+                                 {snapshot, {0, round * 100}});
 }
 
 std::string fingerprint() { return ParameterManifest(pico_model()).fingerprint(); }
@@ -72,7 +75,8 @@ ModelSource node_source(const fs::path& data_dir) {
 
 }  // namespace
 
-TEST_CASE("export writes the newest checkpoint's phi as a Hugging Face directory an independent Llama reads") {
+TEST_CASE(
+    "export writes the newest checkpoint's phi as a Hugging Face directory an independent Llama reads") {
     test::TempDir dir;
     const fs::path data_dir = dir.path() / "node";
     save_checkpoint(data_dir, 3, peaked_phi(1), fingerprint());
@@ -86,7 +90,8 @@ TEST_CASE("export writes the newest checkpoint's phi as a Hugging Face directory
     const HfModel exported = read_hf_model_dir(out);
     REQUIRE(exported.params.size() == phi.size());
     CHECK(std::memcmp(exported.params.data(), phi.data(), phi.size() * sizeof(float)) == 0);
-    CHECK(nlohmann::json::parse(test::slurp(out / "tokenizer_config.json"))["model_max_length"] == config.context);
+    CHECK(nlohmann::json::parse(test::slurp(out / "tokenizer_config.json"))["model_max_length"] ==
+          config.context);
 
     // Sampled from the checkpoint, past the context so the window slides: the reference agrees.
     const std::string prompt = "In the beginning God created";
@@ -107,11 +112,13 @@ TEST_CASE("export writes the newest checkpoint's phi as a Hugging Face directory
     CHECK(std::system(command.c_str()) == 0);
 }
 
-TEST_CASE("export skips a corrupt newest checkpoint and leaves it in place, and refuses bad sources") {
+TEST_CASE(
+    "export skips a corrupt newest checkpoint and leaves it in place, and refuses bad sources") {
     test::TempDir dir;
     const fs::path data_dir = dir.path() / "node";
     ModelSource source = node_source(data_dir);
-    CHECK_THROWS_WITH(load_model(source), Contains("no checkpoint under " + (data_dir / "checkpoints").string()));
+    CHECK_THROWS_WITH(load_model(source),
+                      Contains("no checkpoint under " + (data_dir / "checkpoints").string()));
 
     save_checkpoint(data_dir, 3, peaked_phi(1), fingerprint());
     const fs::path newest = save_checkpoint(data_dir, 5, peaked_phi(2), fingerprint());
@@ -169,7 +176,8 @@ std::string captured_stdout(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample speaks through it") {
+TEST_CASE(
+    "a BPE config's tokenizer.json is exported with the model, and sample speaks through it") {
     test::TempDir dir;
     const std::string verse = "In the beginning God created the heaven and the earth. ";
     std::string corpus;
@@ -190,7 +198,8 @@ TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample 
     replace("[data]\n", "[data]\ntokenizer = \"" + tokenizer_path.string() + "\"\n");
     const fs::path config_path = dir.path() / "pico-bpe.toml";
     test::put(config_path, toml);
-    const ModelConfig config = load_node_config(config_path, NodeConfigUse::ReadCheckpoints).swarm.train.model;
+    const ModelConfig config =
+        load_node_config(config_path, NodeConfigUse::ReadCheckpoints).swarm.train.model;
     REQUIRE(config.vocab_size == 320);
     CpuOps<float> init_ops;
     Model<float> init(config, init_ops, 1, 4);
@@ -224,7 +233,8 @@ TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample 
     const std::vector<int32_t> continuation =
         continue_tokens(model, std::vector<int32_t>(encoded.begin(), encoded.end()), greedy);
     const std::string expected =
-        prompt + tokenizer.decode(std::vector<uint16_t>(continuation.begin(), continuation.end())) + "\n";
+        prompt + tokenizer.decode(std::vector<uint16_t>(continuation.begin(), continuation.end())) +
+        "\n";
     greedy.vocab = 0;  // sample sets it from the tokenizer
     CHECK(captured_stdout([&] { REQUIRE(run_sample(source, prompt, greedy) == 0); }) == expected);
 
@@ -240,8 +250,9 @@ TEST_CASE("a BPE config's tokenizer.json is exported with the model, and sample 
     exported.tokenizer = tokenizer_path;
     CHECK(load_model_tokenizer(exported, loaded)->vocab_size() == tokenizer.vocab_size());
     exported.tokenizer = fs::path(STARLING_SOURCE_DIR) / "tests/data/gpt2_style_tokenizer.json";
-    CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded),
-                      Contains("50257 tokens") && Contains("does not fit") && Contains("320 tokens"));
+    CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded), Contains("50257 tokens") &&
+                                                                  Contains("does not fit") &&
+                                                                  Contains("320 tokens"));
 
     // A live node sends its tokenizer.json with the weights (GetModel): no file needed here.
     LoadedModel live = loaded;

@@ -155,15 +155,16 @@ TEST_CASE("absent optional fields show as a dash and no failure row appears") {
     s.clear_checkpoint_age_seconds();
     s.clear_last_partner();
     s.clear_last_failure();
-    s.set_compression_ratio(0);      // before the first exchange
+    s.set_compression_ratio(0);  // before the first exchange
     s.set_last_exchange_seconds(0);
     s.clear_device();
     s.clear_eta_seconds();
     s.clear_recent_train_losses();
     s.add_recent_train_losses(2.0);  // one round is no trend yet
     const auto rows = rows_by_label(s);
-    for (const char* label : {"train loss", "val loss", "partner distance", "checkpoint", "last partner",
-                              "compression", "last exchange", "device", "eta", "loss trend"}) {
+    for (const char* label :
+         {"train loss", "val loss", "partner distance", "checkpoint", "last partner", "compression",
+          "last exchange", "device", "eta", "loss trend"}) {
         INFO(label);
         CHECK(rows.at(label) == "-");
     }
@@ -189,16 +190,21 @@ TEST_CASE("the peers table has a header and one row per peer") {
 
     const auto lines = lines_of(format_peers(peers));
     REQUIRE(lines.size() == 3);
-    CHECK(lines[0] == "node              address        state    round  compatible  rtt      last exchange  exchanges");
-    CHECK(lines[1] == "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive    41     yes         12.3 ms  1m 15s ago     9");
-    CHECK(lines[2] == "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect  40     no          -        -              0");
+    CHECK(
+        lines[0] ==
+        "node              address        state    round  compatible  rtt      last exchange  exchanges");
+    CHECK(lines[1] ==
+          "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive    41     yes         12.3 ms  1m 15s ago     9");
+    CHECK(lines[2] ==
+          "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect  40     no          -        -              0");
 
     CHECK(format_peers(v1::ListPeersResponse()) == "no other members known\n");
 }
 
 TEST_CASE("the watch line carries round, phase, loss, peers, partner and ETA") {
-    CHECK(format_status_line(full_status()) ==
-          "round 42 | exchanging | loss 1.2346 | peers 3 alive, 1 suspect | partner 8899aabbccddeeff | eta 2h 13m");
+    CHECK(
+        format_status_line(full_status()) ==
+        "round 42 | exchanging | loss 1.2346 | peers 3 alive, 1 suspect | partner 8899aabbccddeeff | eta 2h 13m");
     v1::NodeStatus starting;
     starting.set_phase(v1::NODE_PHASE_STARTING);
     CHECK(format_status_line(starting) ==
@@ -239,6 +245,7 @@ TEST_CASE("JSON carries every field under its .proto name, zeros included") {
     const std::string peers_json = to_json(peers);
     for (const char* key : {"node_id", "address", "state", "round", "compatible", "exchanges"})
         CHECK(peers_json.find(fmt::format("\"{}\":", key)) != std::string::npos);
-    CHECK(peers_json.find("\"exchanges\":0") != std::string::npos);  // a number in a repeated message too
+    CHECK(peers_json.find("\"exchanges\":0") !=
+          std::string::npos);  // a number in a repeated message too
     CHECK(to_json(v1::ListPeersResponse()) == "{\"peers\":[]}");
 }

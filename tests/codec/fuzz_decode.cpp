@@ -62,7 +62,8 @@ bool fuzz_decode_complete(const uint8_t* data, size_t size) {
     size_t pos = 1;
     while (pos < size && parts.size() < kMaxParts) {
         size_t len = 0;
-        for (int i = 0; i < 4 && pos < size; i++, pos++) len |= static_cast<size_t>(data[pos]) << (8 * i);
+        for (int i = 0; i < 4 && pos < size; i++, pos++)
+            len |= static_cast<size_t>(data[pos]) << (8 * i);
         len = std::min(len, size - pos);
         parts.emplace_back(data + pos, data + pos + len);
         pos += len;
@@ -80,7 +81,8 @@ bool fuzz_decode_complete(const uint8_t* data, size_t size) {
         for (size_t i = 1; i < parts.size(); i++) {
             std::vector<uint8_t>& c = parts[i];
             if (c.size() < kChunkHeaderBytes) continue;
-            const size_t payload = std::min<size_t>(get32(c.data() + 24), c.size() - kChunkHeaderBytes);
+            const size_t payload =
+                std::min<size_t>(get32(c.data() + 24), c.size() - kChunkHeaderBytes);
             const uint64_t h = XXH3_64bits_withSeed(c.data(), 40, seed);
             put64(c.data() + 40, XXH3_64bits_withSeed(c.data() + kChunkHeaderBytes, payload, h));
         }
@@ -93,11 +95,13 @@ bool fuzz_decode_complete(const uint8_t* data, size_t size) {
         starling::codec::MessageDecoder decoder(manifest.fingerprint(), manifest, arena.data(),
                                                 arena.size());
         for (size_t i = 0; i < parts.size(); i++) {
-            const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(parts[i].data()),
-                                                   parts[i].size());
+            const std::span<const std::byte> bytes(
+                reinterpret_cast<const std::byte*>(parts[i].data()), parts[i].size());
             try {
-                if (i == 0) decoder.accept_header(bytes);
-                else decoder.accept_chunk(bytes);
+                if (i == 0)
+                    decoder.accept_header(bytes);
+                else
+                    decoder.accept_chunk(bytes);
             } catch (const starling::Error&) {
                 // Once failed, the decoder must refuse everything.
                 if (!decoder.failed()) __builtin_trap();

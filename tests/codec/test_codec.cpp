@@ -54,9 +54,7 @@ Bytes slice(const Bytes& b, size_t from, size_t to) {
 }
 
 // Layout of the block codecs: per block a little-endian fp32 scale, then the payload.
-size_t block_stride(Codec c) {
-    return c == Codec::Q8 ? 4 + 64 : 4 + 32;
-}
+size_t block_stride(Codec c) { return c == Codec::Q8 ? 4 + 64 : 4 + 32; }
 
 float scale_of(Codec c, const Bytes& b, size_t block) {
     float s;
@@ -64,9 +62,7 @@ float scale_of(Codec c, const Bytes& b, size_t block) {
     return s;
 }
 
-float qmax_of(Codec c) {
-    return c == Codec::Q8 ? 127.0f : 7.0f;
-}
+float qmax_of(Codec c) { return c == Codec::Q8 ? 127.0f : 7.0f; }
 
 // The 16 rounding bits of element i, straight from the documented mapping: Philox4x32-10 keyed by
 // the halves of mix64(node_id), counter (round lo, round hi ^ g hi, stream, g lo) with g = i / 8,

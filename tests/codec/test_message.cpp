@@ -94,8 +94,9 @@ std::vector<float> direct_round_trip(const std::vector<Segment>& plan, const std
         Bytes buf(encoded_bytes(s.codec, s.numel));
         const std::span<const float> src(x.data() + s.offset, s.numel);
         if (residual) {
-            encode_with_feedback(s.codec, src, std::span<float>(residual->data() + s.offset, s.numel),
-                                 s.offset, key, buf);
+            encode_with_feedback(s.codec, src,
+                                 std::span<float>(residual->data() + s.offset, s.numel), s.offset,
+                                 key, buf);
         } else {
             encode(s.codec, src, s.offset, key, buf);
         }
@@ -123,8 +124,10 @@ void expect_failure(const Parts& parts, const std::string& word) {
     bool threw = false;
     for (size_t i = 0; i < parts.size() && !threw; i++) {
         try {
-            if (i == 0) f.decoder.accept_header(parts[i]);
-            else f.decoder.accept_chunk(parts[i]);
+            if (i == 0)
+                f.decoder.accept_header(parts[i]);
+            else
+                f.decoder.accept_chunk(parts[i]);
         } catch (const Error& e) {
             threw = true;
             INFO("error: " << e.what());
@@ -150,8 +153,8 @@ TEST_CASE("state plan: 1-D and small tensors as F32, adjacent tensors merged, by
     // 4096, so coded), gate/up/down 8192 each.
     const ParameterManifest m(make_config(1, 64, 4, 128, 128));
     const std::vector<Segment> expected{
-        {0, 8192, Codec::BF16SR, 0},         {8192, 64, Codec::F32, 8192},
-        {8256, 16384, Codec::BF16SR, 8256},  {24640, 64, Codec::F32, 24640},
+        {0, 8192, Codec::BF16SR, 0},          {8192, 64, Codec::F32, 8192},
+        {8256, 16384, Codec::BF16SR, 8256},   {24640, 64, Codec::F32, 24640},
         {24704, 24576, Codec::BF16SR, 24704}, {49280, 64, Codec::F32, 49280},
     };
     CHECK(state_plan(m, Codec::BF16SR) == expected);
@@ -197,8 +200,8 @@ TEST_CASE("delta messages decode bit for bit like the element codec, with and wi
                 const std::vector<float> expected = direct_round_trip(
                     plan.segments, x, kKey, feedback ? &residual_direct : nullptr);
 
-                const Parts parts =
-                    encode_message(plan, kKey, x.data(), feedback ? residual.data() : nullptr, zstd);
+                const Parts parts = encode_message(plan, kKey, x.data(),
+                                                   feedback ? residual.data() : nullptr, zstd);
                 std::vector<float> got(m.total(), -1.0f);
                 decode_message(parts, m.fingerprint(), m, got.data(), got.size());
                 CHECK(same_bits(got, expected));
@@ -214,7 +217,8 @@ TEST_CASE("state messages decode like the codec per segment, 1-D and small tenso
     std::vector<float> x = normal_arena(m.total(), 3);
     for (const TensorInfo& t : m.tensors()) {
         if (t.shape.size() == 1) {
-            for (size_t i = 0; i < t.numel; i++) x[t.offset + i] = 1.0f + 1e-4f * static_cast<float>(i);
+            for (size_t i = 0; i < t.numel; i++)
+                x[t.offset + i] = 1.0f + 1e-4f * static_cast<float>(i);
         }
     }
     for (Codec codec : {Codec::BF16SR, Codec::Q8, Codec::F32}) {
@@ -242,13 +246,15 @@ TEST_CASE("state messages decode like the codec per segment, 1-D and small tenso
                     coded_tensors++;
                 }
             }
-            if (codec != Codec::F32) CHECK(coded_tensors == m.tensors().size() - 9);  // 9 norm gains
+            if (codec != Codec::F32)
+                CHECK(coded_tensors == m.tensors().size() - 9);  // 9 norm gains
         }
     }
 }
 
-TEST_CASE("the encoder streams the same chunks encode_message returns, and the decoder "
-          "completes only at the last chunk") {
+TEST_CASE(
+    "the encoder streams the same chunks encode_message returns, and the decoder "
+    "completes only at the last chunk") {
     const ParameterManifest& m = nano();
     const std::vector<float> x = normal_arena(m.total(), 4);
     const MessagePlan plan = make_plan(m, PlanKind::State, Codec::BF16SR);
@@ -283,8 +289,9 @@ TEST_CASE("a message above 4 MiB splits into chunks of whole blocks, none above 
     // 4 layers at d_model 256: 3,474,688 parameters, 13.9 MB as F32.
     const ParameterManifest m(make_config(4, 256, 4, 768, 256));
     const std::vector<float> x = normal_arena(m.total(), 5);
-    const std::pair<PlanKind, Codec> cases[] = {
-        {PlanKind::Delta, Codec::F32}, {PlanKind::State, Codec::F32}, {PlanKind::State, Codec::BF16SR}};
+    const std::pair<PlanKind, Codec> cases[] = {{PlanKind::Delta, Codec::F32},
+                                                {PlanKind::State, Codec::F32},
+                                                {PlanKind::State, Codec::BF16SR}};
     for (const auto& [kind, codec] : cases) {
         INFO(plan_kind_name(kind) << " " << codec_name(codec));
         const MessagePlan plan = make_plan(m, kind, codec);
@@ -365,30 +372,30 @@ TEST_CASE("header and chunk bytes follow the documented layout") {
     CHECK(static_cast<char>(h[1]) == 'M');
     CHECK(static_cast<char>(h[2]) == 'S');
     CHECK(static_cast<char>(h[3]) == 'G');
-    CHECK(le(h, 4, 2) == 1);           // version
-    CHECK(le(h, 6, 1) == 0);           // plan kind: delta
-    CHECK(le(h, 7, 1) == 2);           // codec: Q8
-    CHECK(le(h, 8, 2) == 64);          // block size
-    CHECK(le(h, 10, 1) == 0);          // flags: no zstd
-    CHECK(le(h, 12, 4) == 9);          // stream
-    CHECK(le(h, 16, 8) == 885888);     // element count
+    CHECK(le(h, 4, 2) == 1);        // version
+    CHECK(le(h, 6, 1) == 0);        // plan kind: delta
+    CHECK(le(h, 7, 1) == 2);        // codec: Q8
+    CHECK(le(h, 8, 2) == 64);       // block size
+    CHECK(le(h, 10, 1) == 0);       // flags: no zstd
+    CHECK(le(h, 12, 4) == 9);       // stream
+    CHECK(le(h, 16, 8) == 885888);  // element count
     CHECK(le(h, 24, 8) == std::stoull(m.fingerprint(), nullptr, 16));
     CHECK(static_cast<uint8_t>(h[32]) == 0x88);  // round, little-endian
     CHECK(le(h, 32, 8) == 0x1122334455667788ULL);
     CHECK(le(h, 40, 8) == 0x0102030405060708ULL);  // sender node id
-    CHECK(le(h, 48, 4) == 1);          // one chunk: 885,888 Q8 values are 941,256 bytes
+    CHECK(le(h, 48, 4) == 1);                      // one chunk: 885,888 Q8 values are 941,256 bytes
     CHECK(le(h, 52, 4) == 0);
     CHECK(le(h, 56, 8) == XXH3_64bits(h.data(), 56));
 
     REQUIRE(parts.size() == 2);
     const Bytes& c = parts[1];
-    CHECK(le(c, 0, 4) == 0);            // chunk index
-    CHECK(le(c, 4, 4) == 0);            // segment
-    CHECK(le(c, 8, 8) == 0);            // first element
-    CHECK(le(c, 16, 8) == 885888);      // element count
+    CHECK(le(c, 0, 4) == 0);                  // chunk index
+    CHECK(le(c, 4, 4) == 0);                  // segment
+    CHECK(le(c, 8, 8) == 0);                  // first element
+    CHECK(le(c, 16, 8) == 885888);            // element count
     CHECK(le(c, 24, 4) == 885888 / 64 * 68);  // payload length: 64 int8 + an fp32 scale per block
     CHECK(le(c, 28, 4) == le(c, 24, 4));
-    CHECK(le(c, 32, 8) == 0);           // flags and reserved
+    CHECK(le(c, 32, 8) == 0);  // flags and reserved
     CHECK(c.size() == 48 + le(c, 24, 4));
     const uint64_t seed = XXH3_64bits_withSeed(c.data(), 40, le(h, 56, 8));
     CHECK(le(c, 40, 8) == XXH3_64bits_withSeed(c.data() + 48, c.size() - 48, seed));
@@ -459,8 +466,9 @@ TEST_CASE("hostile headers: each problem is named and the decoder refuses input 
         expect_failure(tampered([](Bytes& h) { set_le(h, 16, 8, 885887); }), "element count");
     }
     SECTION("wrong fingerprint names both models") {
-        expect_failure(tampered([](Bytes& h) { set_le(h, 24, 8, 0x00000000deadbeefULL); }),
-                       "message for model 00000000deadbeef, this node runs " + nano().fingerprint());
+        expect_failure(
+            tampered([](Bytes& h) { set_le(h, 24, 8, 0x00000000deadbeefULL); }),
+            "message for model 00000000deadbeef, this node runs " + nano().fingerprint());
     }
     SECTION("impossible chunk count") {
         expect_failure(tampered([](Bytes& h) { set_le(h, 48, 4, 0); }), "chunk count");
@@ -471,7 +479,8 @@ TEST_CASE("hostile headers: each problem is named and the decoder refuses input 
     SECTION("a second header") {
         Fixture f;
         f.decoder.accept_header(good[0]);
-        CHECK_THROWS_WITH(f.decoder.accept_header(good[0]), Catch::Matchers::Contains("second header"));
+        CHECK_THROWS_WITH(f.decoder.accept_header(good[0]),
+                          Catch::Matchers::Contains("second header"));
         CHECK_THROWS_WITH(f.decoder.accept_chunk(good[1]), Catch::Matchers::Contains("refusing"));
     }
 }
@@ -487,7 +496,9 @@ TEST_CASE("hostile chunks: each problem is named and the decoder refuses input a
         return p;
     };
     SECTION("truncated chunk header") {
-        expect_failure(tampered(1, [](Bytes& c) { c.resize(40); }, false), "truncated");
+        expect_failure(tampered(
+                           1, [](Bytes& c) { c.resize(40); }, false),
+                       "truncated");
     }
     SECTION("truncated payload") {
         expect_failure(tampered(2, [](Bytes& c) { c.pop_back(); }), "truncated");
@@ -508,10 +519,11 @@ TEST_CASE("hostile chunks: each problem is named and the decoder refuses input a
     SECTION("index right but the range skips ahead") {
         // Chunk 0 claiming elements [64, end) of segment 0: whole blocks inside the plan, but not
         // the next elements.
-        expect_failure(tampered(1, [](Bytes& c) {
-                           set_le(c, 8, 8, 64);
-                           set_le(c, 16, 8, le(c, 16, 8) - 64);
-                       }),
+        expect_failure(tampered(1,
+                                [](Bytes& c) {
+                                    set_le(c, 8, 8, 64);
+                                    set_le(c, 16, 8, le(c, 16, 8) - 64);
+                                }),
                        "out of order");
     }
     SECTION("segment index outside the plan") {
@@ -525,10 +537,11 @@ TEST_CASE("hostile chunks: each problem is named and the decoder refuses input a
     }
     SECTION("range not aligned to blocks") {
         expect_failure(tampered(1, [](Bytes& c) { set_le(c, 16, 8, 100); }), "aligned");
-        expect_failure(tampered(1, [](Bytes& c) {
-                           set_le(c, 8, 8, 1);
-                           set_le(c, 16, 8, 64);
-                       }),
+        expect_failure(tampered(1,
+                                [](Bytes& c) {
+                                    set_le(c, 8, 8, 1);
+                                    set_le(c, 16, 8, 64);
+                                }),
                        "aligned");
     }
     SECTION("payload length does not match the element count") {
@@ -542,7 +555,9 @@ TEST_CASE("hostile chunks: each problem is named and the decoder refuses input a
         expect_failure(tampered(1, [](Bytes& c) { set_le(c, 28, 4, 5u << 20); }), "above the cap");
     }
     SECTION("chunk checksum mismatch") {
-        expect_failure(tampered(3, [](Bytes& c) { c[100] ^= std::byte{1}; }, false), "checksum");
+        expect_failure(tampered(
+                           3, [](Bytes& c) { c[100] ^= std::byte{1}; }, false),
+                       "checksum");
     }
     SECTION("a chunk from another message fails its checksum") {
         const Parts other = state_message(false, 43);
@@ -563,7 +578,8 @@ TEST_CASE("hostile chunks: each problem is named and the decoder refuses input a
     }
     SECTION("chunk before the header") {
         Fixture f;
-        CHECK_THROWS_WITH(f.decoder.accept_chunk(good[1]), Catch::Matchers::Contains("before the header"));
+        CHECK_THROWS_WITH(f.decoder.accept_chunk(good[1]),
+                          Catch::Matchers::Contains("before the header"));
         CHECK_THROWS_WITH(f.decoder.accept_header(good[0]), Catch::Matchers::Contains("refusing"));
     }
     SECTION("header announces more chunks than the message has") {

@@ -77,7 +77,8 @@ TEST_CASE("write the seed corpus for the message fuzzer", "[.generate]") {
     size_t written = 0;
     auto save = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
         std::ofstream out(kCorpus / ("seed-" + name), std::ios::binary | std::ios::trunc);
-        out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        out.write(reinterpret_cast<const char*>(bytes.data()),
+                  static_cast<std::streamsize>(bytes.size()));
         REQUIRE(out.good());
         written++;
     };
@@ -126,7 +127,8 @@ TEST_CASE("write the seed corpus for the message fuzzer", "[.generate]") {
     save("broken-empty", {});
     save("broken-mode-only", {3});
     save("broken-header-only", frame(3, {state[0]}));
-    save("broken-header-truncated", frame(0, {std::vector<std::byte>(state[0].begin(), state[0].begin() + 40)}));
+    save("broken-header-truncated",
+         frame(0, {std::vector<std::byte>(state[0].begin(), state[0].begin() + 40)}));
     {
         auto p = state;
         p[0][0] = std::byte{'X'};

@@ -35,7 +35,8 @@ TEST_CASE("every slot's work is in flight at the same time", "[side_by_side]") {
     CHECK(saw_everyone == std::vector<int>(kSlots, 1));
 }
 
-TEST_CASE("slot 0 runs on the caller and each other slot on its own thread, run after run", "[side_by_side]") {
+TEST_CASE("slot 0 runs on the caller and each other slot on its own thread, run after run",
+          "[side_by_side]") {
     SideBySide side(3);
     std::vector<std::thread::id> first(3), second(3);
     side.run([&](size_t slot) { first[slot] = std::this_thread::get_id(); });
@@ -55,11 +56,13 @@ TEST_CASE("slot 0 runs on the caller and each other slot on its own thread, run 
     CHECK(ran_on == std::this_thread::get_id());
 }
 
-TEST_CASE("a failing slot is reported after every slot finished, the lowest failing slot first", "[side_by_side]") {
+TEST_CASE("a failing slot is reported after every slot finished, the lowest failing slot first",
+          "[side_by_side]") {
     SideBySide side(4);
     std::atomic<int> finished{0};
     const auto work = [&](size_t slot) {
-        if (slot == 3 || slot == 1) throw std::runtime_error("slot " + std::to_string(slot) + " failed");
+        if (slot == 3 || slot == 1)
+            throw std::runtime_error("slot " + std::to_string(slot) + " failed");
         std::this_thread::sleep_for(50ms);  // still running when the failures happen
         finished++;
     };
@@ -72,8 +75,8 @@ TEST_CASE("a failing slot is reported after every slot finished, the lowest fail
     CHECK(finished == 4);
     // A failure on the caller's own slot comes back too.
     CHECK_THROWS_WITH(side.run([](size_t slot) {
-                          if (slot == 0) throw std::runtime_error("caller failed");
-                      }),
+        if (slot == 0) throw std::runtime_error("caller failed");
+    }),
                       "caller failed");
 }
 

@@ -148,18 +148,24 @@ TEST_CASE("a STARLING_ variable that no setting reads is reported, the settings'
 
 TEST_CASE("[data].tokenizer is read, and the model's vocabulary must hold the tokenizer's") {
     // The fixture's vocabulary is GPT-2's size, 50257 tokens.
-    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    const std::string fixture =
+        std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
     const auto config = [&](int vocab, const std::string& tokenizer) {
-        return "[model]\nvocab_size = " + std::to_string(vocab) + "\n[data]\ntokenizer = \"" + tokenizer + "\"\n";
+        return "[model]\nvocab_size = " + std::to_string(vocab) + "\n[data]\ntokenizer = \"" +
+               tokenizer + "\"\n";
     };
     const ConfigFile small(config(50256, fixture));
-    CHECK_THROWS_WITH(small.load(), Catch::Contains(small.path.string()) &&
-                                        Catch::Contains("[model].vocab_size 50256 is below the 50257 tokens of "
-                                                        "[data].tokenizer " + fixture));
+    CHECK_THROWS_WITH(small.load(),
+                      Catch::Contains(small.path.string()) &&
+                          Catch::Contains("[model].vocab_size 50256 is below the 50257 tokens of "
+                                          "[data].tokenizer " +
+                                          fixture));
     CHECK(ConfigFile(config(50257, fixture)).load().data.tokenizer == fixture);
-    CHECK(ConfigFile(config(50304, fixture)).load().model.vocab_size == 50304);  // padded to a multiple of 64
+    CHECK(ConfigFile(config(50304, fixture)).load().model.vocab_size ==
+          50304);  // padded to a multiple of 64
     const ConfigFile missing(config(50304, "/nonexistent/tokenizer.json"));
-    CHECK_THROWS_WITH(missing.load(), Catch::Contains("[data].tokenizer: /nonexistent/tokenizer.json"));
+    CHECK_THROWS_WITH(missing.load(),
+                      Catch::Contains("[data].tokenizer: /nonexistent/tokenizer.json"));
     CHECK(ConfigFile("").load().data.tokenizer.empty());  // bytes
 }
 
@@ -172,7 +178,8 @@ TEST_CASE("nano-bpe.toml's model holds the 4096-token KJV tokenizer its README m
     const EnvVar where("STARLING_DATA_TOKENIZER", tokenizer.c_str());  // instead of out/tokenizers/
     const TrainConfig c = load_train_config(configs + "nano-bpe.toml");
     CHECK(c.model.vocab_size == 4096);
-    CHECK(c.model.num_parameters() == 1377408);  // nano's plus 3840 more embedding rows of 128 (tied)
+    CHECK(c.model.num_parameters() ==
+          1377408);  // nano's plus 3840 more embedding rows of 128 (tied)
     CHECK(c.model.num_parameters() - nano_parameters == 3840 * 128);
     CHECK(c.data.dir == "out/kjv-bpe");
 }

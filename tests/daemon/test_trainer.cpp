@@ -86,8 +86,8 @@ TEST_CASE("bad checkpoints and data give errors that name the file") {
     SECTION("a config that does not match the checkpoint") {
         TrainConfig other = c;
         other.model.n_layer = 3;
-        CHECK_THROWS_WITH(Trainer(other), Catch::Contains("config.json") &&
-                                              Catch::Contains("does not match"));
+        CHECK_THROWS_WITH(Trainer(other),
+                          Catch::Contains("config.json") && Catch::Contains("does not match"));
     }
     SECTION("a truncated model file") {
         fs::resize_file(ckpt / "model.safetensors", 1000);

@@ -23,14 +23,17 @@ using Tokens = std::vector<uint16_t>;
 
 namespace {
 
-const std::string kFixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+const std::string kFixture =
+    std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
 
 const BpeTokenizer& fixture() {
     static const BpeTokenizer tokenizer = BpeTokenizer::read(kFixture);
     return tokenizer;
 }
 
-std::vector<std::string> split(const std::string& text) { return starling::Gpt2PreTokenizer().split(text); }
+std::vector<std::string> split(const std::string& text) {
+    return starling::Gpt2PreTokenizer().split(text);
+}
 
 // Byte tokens of a printable ASCII string, in GPT-2's order.
 Tokens ascii_tokens(const std::string& text) {
@@ -68,14 +71,19 @@ TEST_CASE("GPT-2's pre-tokenizer splits as its expression does, checked by hand"
           std::vector<std::string>{"John", " 3", ":", "16", ",", " and", " 42", "."});
     CHECK(split("(Selah.)--") == std::vector<std::string>{"(", "Selah", ".)--"});
     // Letters by Unicode property: é and ü are letters, so UTF-8 is read as UTF-8.
-    CHECK(split("caf\xc3\xa9 \xc3\xbc" "ber") == std::vector<std::string>{"caf\xc3\xa9", " \xc3\xbc" "ber"});
+    CHECK(split("caf\xc3\xa9 \xc3\xbc"
+                "ber") == std::vector<std::string>{"caf\xc3\xa9",
+                                                   " \xc3\xbc"
+                                                   "ber"});
     CHECK(split("").empty());
 }
 
 TEST_CASE("bytes that are not UTF-8 form words of their own and nothing is lost", "[data][bpe]") {
-    CHECK(split("ab\xff\xfe" "cd") == std::vector<std::string>{"ab", "\xff\xfe", "cd"});
+    CHECK(split("ab\xff\xfe"
+                "cd") == std::vector<std::string>{"ab", "\xff\xfe", "cd"});
     CHECK(split("\xc3") == std::vector<std::string>{"\xc3"});  // a truncated sequence
-    CHECK(split("a \xff" "b") == std::vector<std::string>{"a", " ", "\xff", "b"});
+    CHECK(split("a \xff"
+                "b") == std::vector<std::string>{"a", " ", "\xff", "b"});
 }
 
 TEST_CASE("Genesis 1:1 and 1:3 encode as worked out by hand", "[data][bpe]") {
@@ -109,9 +117,23 @@ TEST_CASE("Genesis 1:1 and 1:3 encode as worked out by hand", "[data][bpe]") {
     const std::string verse3 = "And God said, Let there be light: and there was light.";
     const Tokens there = {258, 81, 68};
     const Tokens light = concat({{220}, ascii_tokens("light")});
-    const Tokens genesis_1_3 = concat({ascii_tokens("And"), {267}, {220}, ascii_tokens("said,"), {220},
-                                       ascii_tokens("Let"), there, {220}, ascii_tokens("be"), light,
-                                       ascii_tokens(":"), {262}, there, {220}, ascii_tokens("was"), light, {13}});
+    const Tokens genesis_1_3 = concat({ascii_tokens("And"),
+                                       {267},
+                                       {220},
+                                       ascii_tokens("said,"),
+                                       {220},
+                                       ascii_tokens("Let"),
+                                       there,
+                                       {220},
+                                       ascii_tokens("be"),
+                                       light,
+                                       ascii_tokens(":"),
+                                       {262},
+                                       there,
+                                       {220},
+                                       ascii_tokens("was"),
+                                       light,
+                                       {13}});
     CHECK(t.encode(verse3) == genesis_1_3);
     CHECK(t.decode(genesis_1_3) == verse3);
 }
@@ -123,7 +145,8 @@ TEST_CASE("byte tokens follow GPT-2's order", "[data][bpe]") {
     CHECK(fixture().encode("\n") == Tokens{198});
     CHECK(fixture().encode(" ") == Tokens{220});
     CHECK(fixture().encode(std::string(1, '\0')) == Tokens{188});
-    CHECK(fixture().encode("\xff") == Tokens{187});  // printable Latin-1: the 188 printables end with it
+    CHECK(fixture().encode("\xff") ==
+          Tokens{187});  // printable Latin-1: the 188 printables end with it
 }
 
 TEST_CASE("added tokens are matched verbatim before pre-tokenization", "[data][bpe]") {
@@ -134,7 +157,9 @@ TEST_CASE("added tokens are matched verbatim before pre-tokenization", "[data][b
     CHECK(t.decode(Tokens{50256, 259}) == "<|endoftext|>In");
     // One character short is ordinary text: "<|" "endoftext" "|", no merge applies inside.
     CHECK(t.encode("<|endoftext|") == ascii_tokens("<|endoftext|"));
-    CHECK_THAT(error_message([&] { t.decode(Tokens{259, 300}); }),
+    CHECK_THAT(error_message([&] {
+                   t.decode(Tokens{259, 300});
+               }),
                Contains(kFixture) && Contains("token 300 at position 1 is not in the vocabulary"));
 }
 
@@ -153,7 +178,8 @@ TEST_CASE("merges read the same as \"a b\" strings and as [\"a\", \"b\"] pairs",
     CHECK(from_pairs.merge_count() == 14);
 }
 
-TEST_CASE("every malformed tokenizer.json is an error naming the file and the problem", "[data][bpe]") {
+TEST_CASE("every malformed tokenizer.json is an error naming the file and the problem",
+          "[data][bpe]") {
     CHECK_THAT(error_message([] { BpeTokenizer::parse("{\"model\": ", "bad.json"); }),
                Contains("bad.json: not JSON"));
     CHECK_THAT(error_message([] { BpeTokenizer::read("/nonexistent/tokenizer.json"); }),
@@ -168,9 +194,12 @@ TEST_CASE("every malformed tokenizer.json is an error naming the file and the pr
     CHECK_THAT(with([](auto& j) { j["model"]["type"] = "WordPiece"; }), Contains("only BPE"));
     CHECK_THAT(with([](auto& j) { j.erase("model"); }), Contains("the file has no \"model\""));
     CHECK_THAT(with([](auto& j) { j["model"].erase("type"); }), Contains("model has no \"type\""));
-    CHECK_THAT(with([](auto& j) { j["model"].erase("vocab"); }), Contains("model has no \"vocab\""));
-    CHECK_THAT(with([](auto& j) { j["model"].erase("merges"); }), Contains("model has no \"merges\""));
-    CHECK_THAT(with([](auto& j) { j.erase("pre_tokenizer"); }), Contains("the file has no \"pre_tokenizer\""));
+    CHECK_THAT(with([](auto& j) { j["model"].erase("vocab"); }),
+               Contains("model has no \"vocab\""));
+    CHECK_THAT(with([](auto& j) { j["model"].erase("merges"); }),
+               Contains("model has no \"merges\""));
+    CHECK_THAT(with([](auto& j) { j.erase("pre_tokenizer"); }),
+               Contains("the file has no \"pre_tokenizer\""));
     CHECK_THAT(with([](auto& j) { j["model"]["merges"].push_back("\xc4\xa0 zz"); }),
                Contains("merge 14") && Contains("\"zz\" is not in model.vocab"));
     // Both parts known, their concatenation not.
@@ -183,31 +212,61 @@ TEST_CASE("every malformed tokenizer.json is an error naming the file and the pr
                Contains("token \"zz\" has id 70000, outside [0, 65535]"));
     CHECK_THAT(with([](auto& j) { j["model"]["vocab"]["zz"] = -1; }), Contains("has id -1"));
     CHECK_THAT(with([](auto& j) { j["model"]["vocab"]["zz"] = "7"; }), Contains("not an integer"));
-    CHECK_THAT(with([](auto& j) { j["model"]["vocab"]["zz"] = 257; }), Contains("have the same id 257"));
-    CHECK_THAT(with([](auto& j) { j["added_tokens"][0]["id"] = 259; }), Contains("have the same id 259"));
+    CHECK_THAT(with([](auto& j) { j["model"]["vocab"]["zz"] = 257; }),
+               Contains("have the same id 257"));
+    CHECK_THAT(with([](auto& j) { j["added_tokens"][0]["id"] = 259; }),
+               Contains("have the same id 259"));
     CHECK_THAT(with([](auto& j) { j["model"]["vocab"].erase("\xc4\xa0"); }),
                Contains("lacks the token for byte 32"));
     CHECK_THAT(with([](auto& j) { j["model"]["vocab"]["\xe2\x82\xac"] = 300; }),
                Contains("outside GPT-2's byte-level alphabet"));
-    CHECK_THAT(with([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), Contains("normalizer NFC is not supported"));
-    CHECK_THAT(with([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
+    CHECK_THAT(with([](auto& j) {
+                   j["normalizer"] = {{"type", "NFC"}};
+               }),
+               Contains("normalizer NFC is not supported"));
+    CHECK_THAT(with([](auto& j) {
+                   j["pre_tokenizer"] = {{"type", "Whitespace"}};
+               }),
                Contains("pre_tokenizer Whitespace is not supported"));
     CHECK_THAT(with([](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }),
                Contains("pre_tokenizer.add_prefix_space = true is not supported"));
-    CHECK_THAT(with([](auto& j) { j["decoder"] = nullptr; }), Contains("decoder null is not supported"));
-    CHECK_THAT(with([](auto& j) { j["model"]["dropout"] = 0.1; }), Contains("model.dropout = 0.1 is not supported"));
+    CHECK_THAT(with([](auto& j) { j["decoder"] = nullptr; }),
+               Contains("decoder null is not supported"));
+    CHECK_THAT(with([](auto& j) { j["model"]["dropout"] = 0.1; }),
+               Contains("model.dropout = 0.1 is not supported"));
     CHECK_THAT(with([](auto& j) { j["model"]["continuing_subword_prefix"] = "##"; }),
                Contains("continuing_subword_prefix"));
     CHECK_THAT(with([](auto& j) { j["added_tokens"][0]["lstrip"] = true; }),
                Contains("added_tokens[0].lstrip = true is not supported"));
-    CHECK_THAT(with([](auto& j) { j["added_tokens"][0]["content"] = ""; }), Contains("empty content"));
+    CHECK_THAT(with([](auto& j) { j["added_tokens"][0]["content"] = ""; }),
+               Contains("empty content"));
 }
 
 TEST_CASE("decode inverts encode on random bytes, UTF-8 or not", "[data][bpe]") {
     // Bytes drawn from an alphabet that makes every kind of word, contractions and added tokens.
-    const std::vector<std::string> pieces = {"a", "e", "n", "d", "t", "h", "I", " ", "  ", "\n", "'s", "'re", "3",
-                                             ":", ".", "\xc3\xa9", "\xff", "\xc3", "\x80", "\t", "<|endoftext|>",
-                                             "<|", std::string(1, '\0')};
+    const std::vector<std::string> pieces = {"a",
+                                             "e",
+                                             "n",
+                                             "d",
+                                             "t",
+                                             "h",
+                                             "I",
+                                             " ",
+                                             "  ",
+                                             "\n",
+                                             "'s",
+                                             "'re",
+                                             "3",
+                                             ":",
+                                             ".",
+                                             "\xc3\xa9",
+                                             "\xff",
+                                             "\xc3",
+                                             "\x80",
+                                             "\t",
+                                             "<|endoftext|>",
+                                             "<|",
+                                             std::string(1, '\0')};
     const Tokens draws = pseudo_random_tokens(20000, 7);
     std::string text;
     for (uint16_t d : draws) text += pieces[d % pieces.size()];

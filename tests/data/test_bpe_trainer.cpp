@@ -28,7 +28,8 @@ using ByteMerges = std::vector<std::pair<std::string, std::string>>;
 
 ByteMerges byte_merges(const TrainedBpe& trained) {
     ByteMerges out;
-    for (const auto& [a, b] : trained.merges) out.emplace_back(trained.token_bytes[size_t(a)], trained.token_bytes[size_t(b)]);
+    for (const auto& [a, b] : trained.merges)
+        out.emplace_back(trained.token_bytes[size_t(a)], trained.token_bytes[size_t(b)]);
     return out;
 }
 
@@ -36,7 +37,8 @@ ByteMerges byte_merges(const TrainedBpe& trained) {
 // frequent, the smallest (first, second) byte strings among equals.
 ByteMerges recounting_trainer(const std::string& text, size_t merges) {
     std::map<std::string, int64_t> counts;
-    starling::Gpt2PreTokenizer().for_each_word(text, [&](std::string_view w) { counts[std::string(w)]++; });
+    starling::Gpt2PreTokenizer().for_each_word(
+        text, [&](std::string_view w) { counts[std::string(w)]++; });
     std::vector<std::pair<std::vector<std::string>, int64_t>> words;
     for (const auto& [w, n] : counts) {
         std::vector<std::string> symbols;
@@ -45,9 +47,11 @@ ByteMerges recounting_trainer(const std::string& text, size_t merges) {
     }
     ByteMerges out;
     while (out.size() < merges) {
-        std::map<std::pair<std::string, std::string>, int64_t> pairs;  // ordered: ties go to the first
+        std::map<std::pair<std::string, std::string>, int64_t>
+            pairs;  // ordered: ties go to the first
         for (const auto& [symbols, n] : words)
-            for (size_t i = 0; i + 1 < symbols.size(); i++) pairs[{symbols[i], symbols[i + 1]}] += n;
+            for (size_t i = 0; i + 1 < symbols.size(); i++)
+                pairs[{symbols[i], symbols[i + 1]}] += n;
         if (pairs.empty()) break;
         auto best = pairs.begin();
         for (auto it = pairs.begin(); it != pairs.end(); ++it)
@@ -79,7 +83,8 @@ const std::string& kjv() {
 
 TEST_CASE("the trainer merges a tiny corpus in the order worked out by hand", "[data][bpe]") {
     // Words "ab", " ab", " abc", " b". Pair counts: a b 3, Ġ a 2, b c 1, Ġ b 1 -> merge a b.
-    // Then Ġ ab 2, ab c 1, Ġ b 1 -> Ġ ab. Then Ġab c 1 and Ġ b 1 tie: " " < " ab" -> Ġ b. Then Ġab c.
+    // Then Ġ ab 2, ab c 1, Ġ b 1 -> Ġ ab. Then Ġab c 1 and Ġ b 1 tie: " " < " ab" -> Ġ b. Then Ġab
+    // c.
     const TrainedBpe trained = train_bpe(kTiny, 261);
     CHECK(byte_merges(trained) == ByteMerges{{"a", "b"}, {" ", "ab"}, {" ", "b"}, {" ab", "c"}});
     REQUIRE(trained.token_bytes.size() == 261);
@@ -89,12 +94,15 @@ TEST_CASE("the trainer merges a tiny corpus in the order worked out by hand", "[
 
     const nlohmann::json json = nlohmann::json::parse(trained.hf_json);
     CHECK(json["model"]["type"] == "BPE");
-    CHECK(json["model"]["merges"] == nlohmann::json{"a b", "\xc4\xa0 ab", "\xc4\xa0 b", "\xc4\xa0" "ab c"});
+    CHECK(json["model"]["merges"] == nlohmann::json{"a b", "\xc4\xa0 ab", "\xc4\xa0 b",
+                                                    "\xc4\xa0"
+                                                    "ab c"});
     CHECK(json["model"]["vocab"].size() == 261);
     CHECK(json["model"]["vocab"]["!"] == 0);
     CHECK(json["model"]["vocab"]["\xc4\xa0"] == 220);  // space
     CHECK(json["model"]["vocab"]["\xc4\x8a"] == 198);  // newline
-    CHECK(json["model"]["vocab"]["\xc4\xa0" "abc"] == 259);
+    CHECK(json["model"]["vocab"]["\xc4\xa0"
+                                 "abc"] == 259);
     CHECK(json["model"]["vocab"]["<|endoftext|>"] == 260);
     CHECK(json["added_tokens"] == nlohmann::json::parse(R"([{"id": 260, "content": "<|endoftext|>",
         "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}])"));
@@ -117,11 +125,13 @@ TEST_CASE("the trainer stops at the vocabulary size or when no pair is left", "[
     CHECK(all.merges.size() == 4);
     CHECK(all.token_bytes.size() == 261);
     CHECK(train_bpe("", 300).merges.empty());
-    CHECK_THAT(error_message([] { train_bpe(kTiny, 256); }), Contains("vocab size 256 is outside [257, 65536]"));
+    CHECK_THAT(error_message([] { train_bpe(kTiny, 256); }),
+               Contains("vocab size 256 is outside [257, 65536]"));
     CHECK_THAT(error_message([] { train_bpe(kTiny, 65537); }), Contains("65537"));
 }
 
-TEST_CASE("the trainer's pair counts, updated per merge, agree with a full recount", "[data][bpe]") {
+TEST_CASE("the trainer's pair counts, updated per merge, agree with a full recount",
+          "[data][bpe]") {
     const std::string text = kjv().substr(0, 60000);
     const TrainedBpe trained = train_bpe(text, 256 + 300 + 1);
     CHECK(byte_merges(trained) == recounting_trainer(text, 300));
@@ -133,7 +143,8 @@ TEST_CASE("a tokenizer trained on the KJV round trips it and random bytes", "[da
     const Tokens tokens = tokenizer.encode(kjv());
     CHECK(tokenizer.vocab_size() == 4096);
     CHECK(tokenizer.decode(tokens) == kjv());
-    CHECK(tokens.size() < kjv().size() / 3);  // a byte-level BPE of this size: about 4 bytes a token
+    CHECK(tokens.size() <
+          kjv().size() / 3);  // a byte-level BPE of this size: about 4 bytes a token
     // GPT-2's ids for single characters: the byte tokens are in its order.
     CHECK(tokenizer.encode("!") == Tokens{0});
     CHECK(tokenizer.encode("H") == Tokens{39});

@@ -77,10 +77,10 @@ TEST_CASE("read_kjv_text gives the verses of the KJV without references", "[data
         return text.find("\n" + verse + "\n") != std::string::npos;
     };
     CHECK(has_line("The song of songs, which is Solomon's."));  // SSol1:1
-    CHECK(
-        has_line("Charity suffereth long, and is kind; charity envieth not; charity vaunteth not itself, "
-                 "is not puffed up,"));  // 1Cor13:4
-    CHECK(has_line("Jesus wept."));      // John11:35
+    CHECK(has_line(
+        "Charity suffereth long, and is kind; charity envieth not; charity vaunteth not itself, "
+        "is not puffed up,"));       // 1Cor13:4
+    CHECK(has_line("Jesus wept."));  // John11:35
     CHECK(
         has_line("I have gone astray like a lost sheep; seek thy servant; for I do not forget thy "
                  "commandments."));  // Psa119:176
@@ -92,18 +92,22 @@ TEST_CASE("strip_verse_references keeps everything after the reference", "[data]
         "1Cor13:4 Charity suffereth long,\n"
         "SSol1:1 The song of songs.\n"
         "Rev22:21 Amen. See 3:16 and Ge1:1 here. \n";
-    CHECK(starling::strip_verse_references(raw, "test") ==
-          "In the beginning.\nCharity suffereth long,\nThe song of songs.\nAmen. See 3:16 and Ge1:1 here. ");
+    CHECK(
+        starling::strip_verse_references(raw, "test") ==
+        "In the beginning.\nCharity suffereth long,\nThe song of songs.\nAmen. See 3:16 and Ge1:1 here. ");
     CHECK(starling::strip_verse_references("Ge1:1 x", "test") == "x");  // no final newline
     CHECK(starling::strip_verse_references("Ge1:1 \n", "test") == "");  // empty verse text
 
-    CHECK_THAT(error_message([] { starling::strip_verse_references("Ge1:1 a\nBad Book: 'x'\n", "`bible`"); }),
+    CHECK_THAT(error_message(
+                   [] { starling::strip_verse_references("Ge1:1 a\nBad Book: 'x'\n", "`bible`"); }),
                Contains("`bible`") && Contains("line 2") && Contains("Bad Book"));
-    CHECK_THAT(error_message([] { starling::strip_verse_references("Ge1:1 a\n\nGe1:2 b\n", "src"); }),
-               Contains("line 2"));
+    CHECK_THAT(
+        error_message([] { starling::strip_verse_references("Ge1:1 a\n\nGe1:2 b\n", "src"); }),
+        Contains("line 2"));
     CHECK_THAT(error_message([] { starling::strip_verse_references("Ge1:1a\n", "src"); }),
                Contains("line 1"));
-    CHECK_THAT(error_message([] { starling::strip_verse_references("", "src"); }), Contains("no verses"));
+    CHECK_THAT(error_message([] { starling::strip_verse_references("", "src"); }),
+               Contains("no verses"));
 }
 
 TEST_CASE("read_kjv_text explains a missing bible program", "[data][corpus]") {

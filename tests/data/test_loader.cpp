@@ -15,7 +15,8 @@ namespace Catch {
 template <>
 struct StringMaker<starling::LoaderState> {
     static std::string convert(const starling::LoaderState& s) {
-        return "{epoch " + std::to_string(s.epoch) + ", position " + std::to_string(s.position) + "}";
+        return "{epoch " + std::to_string(s.epoch) + ", position " + std::to_string(s.position) +
+               "}";
     }
 };
 }  // namespace Catch
@@ -101,7 +102,8 @@ std::vector<std::vector<uint16_t>> take_epochs(starling::DataLoader& loader, siz
     return out;
 }
 
-std::vector<uint16_t> first_tokens(const std::vector<std::vector<uint16_t>>& rows, size_t begin, size_t end) {
+std::vector<uint16_t> first_tokens(const std::vector<std::vector<uint16_t>>& rows, size_t begin,
+                                   size_t end) {
     std::vector<uint16_t> out;
     for (size_t i = begin; i < end; ++i) out.push_back(rows[i][0]);
     return out;
@@ -117,11 +119,13 @@ starling::DataLoaderOptions make_options(const Dataset& d, int B, int T) {
 
 }  // namespace
 
-TEST_CASE("loader: sequential batches are the shifted windows of the raw shards", "[data][loader]") {
+TEST_CASE("loader: sequential batches are the shifted windows of the raw shards",
+          "[data][loader]") {
     TempDir dir;
     // High token values check that uint16 widens to int32 without sign extension.
     const Dataset d = write_dataset(
-        dir, {pseudo_random_tokens(203, 1), pseudo_random_tokens(150, 2), pseudo_random_tokens(97, 3)});
+        dir,
+        {pseudo_random_tokens(203, 1), pseudo_random_tokens(150, 2), pseudo_random_tokens(97, 3)});
     const int B = 3, T = 8;
     const auto windows = expected_windows(d, T);
     REQUIRE(windows.size() == 25 + 18 + 12);
@@ -150,7 +154,8 @@ TEST_CASE("loader: sequential batches are the shifted windows of the raw shards"
                 CHECK(targets[size_t(b * T + t)] == int32_t(d.shards[0][size_t(b * T + t + 1)]));
             }
         }
-        const bool has_high = std::any_of(inputs.begin(), inputs.end(), [](int32_t x) { return x >= 32768; });
+        const bool has_high =
+            std::any_of(inputs.begin(), inputs.end(), [](int32_t x) { return x >= 32768; });
         CHECK(has_high);
     }
 }
@@ -172,7 +177,8 @@ TEST_CASE("loader: with shuffle every sequence appears once per epoch", "[data][
     const auto rows = take_epochs(loader, 3);
     for (const auto& row : rows) {
         // Each row is one of the expected windows (the first token names it).
-        auto it = std::find_if(windows.begin(), windows.end(), [&](const auto& w) { return w[0] == row[0]; });
+        auto it = std::find_if(windows.begin(), windows.end(),
+                               [&](const auto& w) { return w[0] == row[0]; });
         REQUIRE(it != windows.end());
         REQUIRE(row == *it);
     }
@@ -213,7 +219,8 @@ TEST_CASE("loader: the node id seeds the order", "[data][loader]") {
     CHECK(sa == sb);  // same sequences, different order
 }
 
-TEST_CASE("loader: partitions are disjoint, cover everything and ignore the node id", "[data][loader]") {
+TEST_CASE("loader: partitions are disjoint, cover everything and ignore the node id",
+          "[data][loader]") {
     TempDir dir;
     const Dataset d = write_counting_dataset(dir, {1200, 900, 300});
     const int B = 4, T = 16;
@@ -258,8 +265,8 @@ TEST_CASE("loader: partitions are disjoint, cover everything and ignore the node
     for (uint32_t p = 0; p < count; ++p) {
         for (uint32_t q = p + 1; q < count; ++q) {
             std::vector<uint16_t> common;
-            std::set_intersection(parts[p].begin(), parts[p].end(), parts[q].begin(), parts[q].end(),
-                                  std::back_inserter(common));
+            std::set_intersection(parts[p].begin(), parts[p].end(), parts[q].begin(),
+                                  parts[q].end(), std::back_inserter(common));
             CHECK(common.empty());
         }
     }
@@ -341,7 +348,8 @@ TEST_CASE("loader: errors name the problem", "[data][loader]") {
     SECTION("a shard shorter than T+1 tokens") {
         auto options = make_options(d, 1, T);
         CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }),
-                   Contains(d.paths[1]) && Contains("too short") && Contains("16 tokens") && Contains("17"));
+                   Contains(d.paths[1]) && Contains("too short") && Contains("16 tokens") &&
+                       Contains("17"));
     }
     SECTION("exactly T+1 tokens is one sequence") {
         TempDir other;
@@ -376,10 +384,12 @@ TEST_CASE("loader: errors name the problem", "[data][loader]") {
                    Contains("partition index 2"));
         options.partition_index = 0;
         options.partition_count = 0;
-        CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }), Contains("partition"));
+        CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }),
+                   Contains("partition"));
         options.partition_count = 1;
         options.shard_paths.clear();
-        CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }), Contains("no shard"));
+        CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }),
+                   Contains("no shard"));
         options.shard_paths = {dir.file("missing.bin")};
         CHECK_THAT(error_message([&] { starling::DataLoader loader(options); }),
                    Contains(dir.file("missing.bin")) && Contains("no such file"));

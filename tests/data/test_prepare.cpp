@@ -126,23 +126,29 @@ TEST_CASE("prepare_shards rejects bad options and too little text", "[data][prep
     options.val_fraction = 0.05;
     CHECK_THAT(error_message([&] { starling::prepare_shards("In the beginning", options); }),
                Contains("too short") && Contains("16 tokens"));
-    CHECK_THAT(error_message([&] { starling::prepare_shards("", options); }), Contains("too short"));
+    CHECK_THAT(error_message([&] { starling::prepare_shards("", options); }),
+               Contains("too short"));
 
     options.shard_tokens = 0;
-    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains("shard_tokens"));
+    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }),
+               Contains("shard_tokens"));
 
     options.shard_tokens = 100;
     options.out_dir = "";
-    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains("output directory"));
+    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }),
+               Contains("output directory"));
 
     options.out_dir = tmp.file("a_file");
     put(options.out_dir, "\x01\x02\x03");
-    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains(options.out_dir));
+    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }),
+               Contains(options.out_dir));
 }
 
-TEST_CASE("prepare_shards with a tokenizer writes its tokens and copies its file", "[data][prepare][bpe]") {
+TEST_CASE("prepare_shards with a tokenizer writes its tokens and copies its file",
+          "[data][prepare][bpe]") {
     TempDir tmp;
-    const std::string fixture = std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
+    const std::string fixture =
+        std::string(STARLING_SOURCE_DIR) + "/tests/data/gpt2_style_tokenizer.json";
     std::string text;
     for (int i = 0; i < 20; i++) text += "In the beginning God created the heaven and the earth.\n";
     starling::PrepareOptions options;
@@ -158,12 +164,14 @@ TEST_CASE("prepare_shards with a tokenizer writes its tokens and copies its file
     const std::vector<uint16_t> val = read_tokens(result.val_paths[0]);
     tokens.insert(tokens.end(), val.begin(), val.end());
     CHECK(tokens.size() == result.total_tokens);
-    CHECK(std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2) == std::vector<uint16_t>{259, 258});  // In, " the"
+    CHECK(std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2) ==
+          std::vector<uint16_t>{259, 258});  // In, " the"
     CHECK(starling::BpeTokenizer::read(fixture).decode(tokens) == text);
     CHECK(slurp(tmp.file("tokenizer.json")) == slurp(fixture));
     CHECK_NOTHROW(starling::check_shards_tokenizer(options.out_dir, fixture));
     CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, ""); }),
-               Contains("prepared with " + tmp.file("tokenizer.json").string()) && Contains("[data].tokenizer is empty"));
+               Contains("prepared with " + tmp.file("tokenizer.json").string()) &&
+                   Contains("[data].tokenizer is empty"));
     const std::string other = tmp.file("other.json").string();
     put(other, slurp(fixture) + " ");
     CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, other); }),
@@ -174,9 +182,11 @@ TEST_CASE("prepare_shards with a tokenizer writes its tokens and copies its file
     CHECK(starling::prepare_shards(text, options).vocab_size == 256);
     CHECK_FALSE(std::filesystem::exists(tmp.file("tokenizer.json")));
     CHECK_NOTHROW(starling::check_shards_tokenizer(options.out_dir, ""));
-    CHECK_THAT(error_message([&] { starling::check_shards_tokenizer(options.out_dir, fixture); }),
-               Contains("no tokenizer.json") && Contains("starling data prepare --tokenizer " + fixture));
+    CHECK_THAT(
+        error_message([&] { starling::check_shards_tokenizer(options.out_dir, fixture); }),
+        Contains("no tokenizer.json") && Contains("starling data prepare --tokenizer " + fixture));
 
     options.tokenizer = tmp.file("missing.json").string();
-    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }), Contains("missing.json"));
+    CHECK_THAT(error_message([&] { starling::prepare_shards(text, options); }),
+               Contains("missing.json"));
 }

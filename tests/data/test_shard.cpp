@@ -61,7 +61,8 @@ TEST_CASE("write_shard replaces an existing shard", "[data][shard]") {
     starling::write_shard(path, std::vector<uint16_t>{1, 2, 3, 4, 5});
     starling::write_shard(path, std::vector<uint16_t>{9, 8});
     starling::Shard shard(path);
-    CHECK(std::vector<uint16_t>(shard.tokens().begin(), shard.tokens().end()) == std::vector<uint16_t>{9, 8});
+    CHECK(std::vector<uint16_t>(shard.tokens().begin(), shard.tokens().end()) ==
+          std::vector<uint16_t>{9, 8});
     CHECK(dir_names(dir.path()) == std::vector<std::string>{"val_000000.bin"});  // no temp file
 }
 
@@ -101,9 +102,11 @@ TEST_CASE("Shard rejects bad files, naming the path and the problem", "[data][sh
     SECTION("shorter than the header") {
         std::string bytes = raw_shard(20240520, 1, 5, tokens);
         bytes.resize(1000);
-        CHECK_THAT(message_for("short.bin", bytes),
-                   Contains(dir.file("short.bin")) && Contains("too short") && Contains("1000 bytes"));
-        CHECK_THAT(message_for("empty.bin", {}), Contains(dir.file("empty.bin")) && Contains("too short"));
+        CHECK_THAT(message_for("short.bin", bytes), Contains(dir.file("short.bin")) &&
+                                                        Contains("too short") &&
+                                                        Contains("1000 bytes"));
+        CHECK_THAT(message_for("empty.bin", {}),
+                   Contains(dir.file("empty.bin")) && Contains("too short"));
     }
     SECTION("wrong magic: says what was found and what was expected") {
         CHECK_THAT(message_for("magic.bin", raw_shard(20240519, 1, 5, tokens)),
@@ -120,11 +123,13 @@ TEST_CASE("Shard rejects bad files, naming the path and the problem", "[data][sh
                    Contains(dir.file("truncated.bin")) &&
                        Contains("truncated: header says 1000 tokens but the file holds 5"));
         bytes.pop_back();  // an odd byte count
-        CHECK_THAT(message_for("odd.bin", bytes), Contains(dir.file("odd.bin")) && Contains("truncated"));
+        CHECK_THAT(message_for("odd.bin", bytes),
+                   Contains(dir.file("odd.bin")) && Contains("truncated"));
     }
     SECTION("trailing bytes") {
         CHECK_THAT(message_for("trailing.bin", raw_shard(20240520, 1, 4, tokens)),
-                   Contains(dir.file("trailing.bin")) && Contains("trailing bytes") && Contains("2 extra"));
+                   Contains(dir.file("trailing.bin")) && Contains("trailing bytes") &&
+                       Contains("2 extra"));
     }
     SECTION("zero or negative token count") {
         CHECK_THAT(message_for("zero.bin", raw_shard(20240520, 1, 0, {})),
@@ -149,11 +154,13 @@ TEST_CASE("list_shards finds <split>_*.bin sorted and explains an empty result",
     CHECK(starling::list_shards(dir.path().string(), "train") ==
           std::vector<std::string>{dir.file("train_000000.bin"), dir.file("train_000001.bin"),
                                    dir.file("train_000010.bin")});
-    CHECK(starling::list_shards(dir.path().string(), "val") == std::vector<std::string>{dir.file("val_000000.bin")});
+    CHECK(starling::list_shards(dir.path().string(), "val") ==
+          std::vector<std::string>{dir.file("val_000000.bin")});
 
     TempDir empty;
     CHECK_THAT(error_message([&] { starling::list_shards(empty.path().string(), "train"); }),
-               Contains("no train shards in " + empty.path().string()) && Contains("starling data prepare"));
+               Contains("no train shards in " + empty.path().string()) &&
+                   Contains("starling data prepare"));
     CHECK_THAT(error_message([&] { starling::list_shards(dir.path().string(), "test"); }),
                Contains("no test shards in " + dir.path().string()));
 

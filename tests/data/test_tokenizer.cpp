@@ -34,5 +34,6 @@ TEST_CASE("byte tokenizer rejects tokens outside the vocabulary", "[data][tokeni
                    tok.decode(std::vector<uint16_t>{72, 105, 256});
                }),
                Contains("token 256 at position 2") && Contains("vocabulary of 256"));
-    CHECK_THAT(error_message([&] { tok.decode(std::vector<uint16_t>{65535}); }), Contains("token 65535"));
+    CHECK_THAT(error_message([&] { tok.decode(std::vector<uint16_t>{65535}); }),
+               Contains("token 65535"));
 }

@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSwarmConfig = std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml";
+const std::string kSwarmConfig =
+    std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml";
 
 // The study's config, shrunk: 4 replicas, 4 rounds of 10 steps, 2 validation batches.
 ExperimentConfig small(const std::string& name, Method method) {
@@ -97,7 +98,7 @@ TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas wi
     CHECK(a.averaged_phi_loss == Approx(b.averaged_phi_loss).epsilon(1e-5));
     CHECK(a.final_spread == Approx(b.final_spread).epsilon(1e-3));
     CHECK(a.final_spread > 0.0);  // pairs differ: this is not DiLoCo
-    CHECK(a.paired == 8);  // 4 rounds of one pair
+    CHECK(a.paired == 8);         // 4 rounds of one pair
     CHECK(a.solo == 4);
     // Split sends twice what fused does: D and phi instead of theta.
     CHECK(b.sent_per_round == Approx(2.0 * a.sent_per_round).epsilon(1e-12));
@@ -189,7 +190,8 @@ TEST_CASE("experiment: data-parallel steps equal one model trained on the concat
     CHECK(max_diff < 1e-5);
 }
 
-TEST_CASE("experiment: overlapped rounds land the outer step late, send the same bytes and still train") {
+TEST_CASE(
+    "experiment: overlapped rounds land the outer step late, send the same bytes and still train") {
     // Without zstd the bytes are the layout's alone, so both schedules must send exactly as many.
     ExperimentConfig base = small("sequential", Method::NoLoCo);
     base.exchange.zstd = false;
@@ -200,11 +202,13 @@ TEST_CASE("experiment: overlapped rounds land the outer step late, send the same
         c.name = "overlap" + std::to_string(late);
         c.overlap_steps = late;
         const ExperimentSummary overlapped = run_experiment(c);
-        CHECK(overlapped.sent_per_round == sequential.sent_per_round);  // the messages are the same size
+        CHECK(overlapped.sent_per_round ==
+              sequential.sent_per_round);  // the messages are the same size
         CHECK(overlapped.paired == sequential.paired);
         CHECK(overlapped.final_loss_mean != sequential.final_loss_mean);  // the delay is real
         CHECK(overlapped.final_loss_mean < 3.5);                          // from about 5.5
-        CHECK(std::abs(overlapped.final_loss_mean - sequential.final_loss_mean) < 0.05 * sequential.final_loss_mean);
+        CHECK(std::abs(overlapped.final_loss_mean - sequential.final_loss_mean) <
+              0.05 * sequential.final_loss_mean);
     }
 }
 
@@ -220,7 +224,8 @@ TEST_CASE("experiment: config mistakes are refused with the key named") {
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].state_codec"));
     c = small("bad", Method::NoLoCo);
     c.overlap_steps = 11;
-    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[experiment].overlap_steps must be in [0, inner_steps]"));
+    CHECK_THROWS_WITH(c.validate(),
+                      Catch::Contains("[experiment].overlap_steps must be in [0, inner_steps]"));
     c = small("bad", Method::Local);
     c.overlap_steps = 5;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("overlap_steps needs an outer step"));

@@ -55,7 +55,8 @@ void check_devices_agree(Replica& replica) {
 
 }  // namespace
 
-TEST_CASE("a replica on two devices follows one on a single device through its rounds", "[replica][devices]") {
+TEST_CASE("a replica on two devices follows one on a single device through its rounds",
+          "[replica][devices]") {
     const ExperimentConfig config = one_node();
     const LrSchedule schedule = config.train.lr_schedule();
     const Backend one = make_backend({"cpu", 1, "fp32"});
@@ -121,5 +122,6 @@ TEST_CASE("the evaluator scores weights the same on one device and on two", "[re
     CHECK(std::fabs(halves.loss(replica.theta()) - want) <= 1e-9 * want);
 
     config.train.batch_size = 3;
-    CHECK_THROWS_WITH(Evaluator(config, two), Catch::Contains("batch_size 3 does not split evenly over 2 devices"));
+    CHECK_THROWS_WITH(Evaluator(config, two),
+                      Catch::Contains("batch_size 3 does not split evenly over 2 devices"));
 }

@@ -26,15 +26,16 @@ using starling::test::normalized_error;
 using starling::test::same_bits;
 
 // Returns early from the test case, with a warning saying why, where fewer than two GPUs work.
-#define STARLING_SKIP_WITHOUT_TWO_GPUS()                                                       \
-    do {                                                                                       \
-        std::string skip_reason_;                                                              \
-        const int gpus_ = starling::cuda::cuda_device_count(&skip_reason_);                    \
-        if (gpus_ < 2) {                                                                       \
-            WARN(gpus_ << " usable CUDA device(s), two needed"                                 \
-                       << (gpus_ == 0 ? ": " + skip_reason_ : std::string()) << " (test case skipped)"); \
-            return;                                                                            \
-        }                                                                                      \
+#define STARLING_SKIP_WITHOUT_TWO_GPUS()                                     \
+    do {                                                                     \
+        std::string skip_reason_;                                            \
+        const int gpus_ = starling::cuda::cuda_device_count(&skip_reason_);  \
+        if (gpus_ < 2) {                                                     \
+            WARN(gpus_ << " usable CUDA device(s), two needed"               \
+                       << (gpus_ == 0 ? ": " + skip_reason_ : std::string()) \
+                       << " (test case skipped)");                           \
+            return;                                                          \
+        }                                                                    \
     } while (0)
 
 namespace {
@@ -56,7 +57,8 @@ TEST_CASE("NCCL opens at run time with every function a multi-GPU node calls", "
     CHECK(lib.group_end != nullptr);
     CHECK(lib.last_error != nullptr);
     REQUIRE(lib.error_string != nullptr);
-    CHECK(std::string(lib.error_string(ncclInvalidArgument)) == "invalid argument (run with NCCL_DEBUG=WARN for details)");
+    CHECK(std::string(lib.error_string(ncclInvalidArgument)) ==
+          "invalid argument (run with NCCL_DEBUG=WARN for details)");
     // The library found at run time is the major version the headers describe.
     CHECK(cuda::nccl_version().starts_with(std::to_string(NCCL_MAJOR) + "."));
     CHECK(&cuda::NcclLibrary::get() == &lib);
@@ -110,8 +112,10 @@ TEST_CASE("a group on every GPU steps as one GPU on the whole batch", "[gpu][ncc
     const size_t n = group.num_params();
     for (int step = 0; step < 5; step++) {
         CAPTURE(step);
-        for (int32_t& t : inputs) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(config.vocab_size));
-        for (int32_t& t : targets) t = static_cast<int32_t>(gen() % static_cast<uint64_t>(config.vocab_size));
+        for (int32_t& t : inputs)
+            t = static_cast<int32_t>(gen() % static_cast<uint64_t>(config.vocab_size));
+        for (int32_t& t : targets)
+            t = static_cast<int32_t>(gen() % static_cast<uint64_t>(config.vocab_size));
         const double want = single.train_step(inputs.data(), targets.data(), 1e-2f).loss;
         const double got = group.train_step(inputs.data(), targets.data(), 1e-2f).loss;
         CHECK(std::fabs(got - want) <= 1e-5 * want);

@@ -252,12 +252,9 @@ const MatmulShape kMatmulShapes[] = {{1, 1, 1},       {7, 13, 5},     {64, 64, 1
 
 double matmul_tolerance(MatmulMath math) {
     switch (math) {
-        case MatmulMath::Fp32:
-            return kMatmul;
-        case MatmulMath::Tf32:
-            return kTf32;
-        case MatmulMath::Bf16:
-            return kBf16;
+        case MatmulMath::Fp32: return kMatmul;
+        case MatmulMath::Tf32: return kTf32;
+        case MatmulMath::Bf16: return kBf16;
     }
     return 0.0;
 }
@@ -341,11 +338,11 @@ TEST_CASE("CUDA rmsnorm forward and backward match the CPU, the backward accumul
         // out and rstd start as junk; dinp and dweight start non-zero to check accumulation.
         const HostArrays arrays = {random_vector<float>(nc, 10),
                                    random_vector<float>(size_t(s.N), 11),
-                                   random_vector<float>(nc, 12, -2.0, 2.0),            // inp
-                                   random_vector<float>(size_t(s.C), 13, 0.5, 1.5),    // weight
-                                   random_vector<float>(nc, 14),                       // dout
-                                   random_vector<float>(nc, 15),                       // dinp
-                                   random_vector<float>(size_t(s.C), 16)};             // dweight
+                                   random_vector<float>(nc, 12, -2.0, 2.0),          // inp
+                                   random_vector<float>(size_t(s.C), 13, 0.5, 1.5),  // weight
+                                   random_vector<float>(nc, 14),                     // dout
+                                   random_vector<float>(nc, 15),                     // dinp
+                                   random_vector<float>(size_t(s.C), 16)};           // dweight
         const Results r = run_both(gpu, arrays, {}, [&](auto& o, auto& a, int32_t*) {
             o.rmsnorm_forward(a[0], a[1], a[2], a[3], s.N, s.C, 1e-5f);
             o.rmsnorm_backward(a[5], a[6], a[4], a[2], a[3], a[1], s.N, s.C);
@@ -379,8 +376,8 @@ TEST_CASE("CUDA rope forward and backward match the CPU, at long positions too",
             // Only q and k rotate: the v third must come back untouched.
             check_close("v after rope_forward", qkv_part(r.gpu[0], C, 2), qkv_part(r.ref[0], C, 2),
                         kExact);
-            check_close("v after rope_backward", qkv_part(r.gpu[1], C, 2),
-                        qkv_part(r.ref[1], C, 2), kExact);
+            check_close("v after rope_backward", qkv_part(r.gpu[1], C, 2), qkv_part(r.ref[1], C, 2),
+                        kExact);
         }
     }
 }
@@ -399,11 +396,11 @@ TEST_CASE("CUDA attention forward and backward match the CPU for head sizes 16..
                 const size_t n = size_t(B) * T * C;
                 // Scores q.k / sqrt(hs) with q, k in [-2, 2) have a spread of about 1.3:
                 // softmax rows are neither uniform nor one-hot. out, lse and dqkv start as junk.
-                const HostArrays arrays = {random_vector<float>(3 * n, 30, -2.0, 2.0),  // qkv
-                                           random_vector<float>(n, 31),                 // out
+                const HostArrays arrays = {random_vector<float>(3 * n, 30, -2.0, 2.0),    // qkv
+                                           random_vector<float>(n, 31),                   // out
                                            random_vector<float>(size_t(B) * NH * T, 32),  // lse
-                                           random_vector<float>(n, 33),                 // dout
-                                           random_vector<float>(3 * n, 34)};            // dqkv
+                                           random_vector<float>(n, 33),                   // dout
+                                           random_vector<float>(3 * n, 34)};              // dqkv
                 const Results r = run_both(gpu, arrays, {}, [&](auto& o, auto& a, int32_t*) {
                     o.attention_forward(a[1], a[2], a[0], B, T, C, NH);
                     o.attention_backward(a[4], a[3], a[0], a[1], a[2], B, T, C, NH);
@@ -461,8 +458,8 @@ TEST_CASE("CUDA embedding forward is an exact gather, backward accumulates repea
         const std::vector<int32_t> tokens = random_tokens(size_t(c.N), c.distinct, c.V, 50);
         // out starts as junk; dwte starts non-zero to check accumulation.
         const HostArrays arrays = {random_vector<float>(size_t(c.N) * c.C, 51),
-                                   random_vector<float>(size_t(c.V) * c.C, 52),  // wte
-                                   random_vector<float>(size_t(c.N) * c.C, 53),  // dout
+                                   random_vector<float>(size_t(c.V) * c.C, 52),   // wte
+                                   random_vector<float>(size_t(c.N) * c.C, 53),   // dout
                                    random_vector<float>(size_t(c.V) * c.C, 54)};  // dwte
         const Results r = run_both(gpu, arrays, tokens, [&](auto& o, auto& a, int32_t* tok) {
             o.embedding_forward(a[0], tok, a[1], c.N, c.C);
@@ -607,12 +604,11 @@ TEST_CASE("CUDA from_host, to_host, copy and fill_zero move exact bits at odd of
 
     // copy and fill_zero on ranges that start and end off any alignment; the ends must survive.
     const size_t n = 1000003;
-    const Results r = run_both(
-        gpu, {random_vector<float>(n, 102), random_vector<float>(n, 103)}, {},
-        [&](auto& o, auto& a, int32_t*) {
-            o.copy(a[1] + 3, a[0] + 1, n - 7);
-            o.fill_zero(a[0] + 2, n - 5);
-        });
+    const Results r = run_both(gpu, {random_vector<float>(n, 102), random_vector<float>(n, 103)},
+                               {}, [&](auto& o, auto& a, int32_t*) {
+                                   o.copy(a[1] + 3, a[0] + 1, n - 7);
+                                   o.fill_zero(a[0] + 2, n - 5);
+                               });
     check_close("filled", r.gpu[0], r.ref[0], kExact);
     check_close("copied", r.gpu[1], r.ref[1], kExact);
 }

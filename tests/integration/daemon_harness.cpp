@@ -48,10 +48,19 @@ TestDaemon::TestDaemon(std::string name, const std::filesystem::path& root)
       control_port_(free_port()),
       metrics_port_(free_port()) {}
 
-void TestDaemon::start(const std::vector<std::string>& seeds, const Environment& extra, const std::string& config) {
-    std::vector<std::string> argv{starlingd_binary(), "--config", config, "--data-dir", data_dir_.string(),
-                                  "--listen", peer_address(), "--control", control_address(),
-                                  "--metrics", "127.0.0.1:" + std::to_string(metrics_port_)};
+void TestDaemon::start(const std::vector<std::string>& seeds, const Environment& extra,
+                       const std::string& config) {
+    std::vector<std::string> argv{starlingd_binary(),
+                                  "--config",
+                                  config,
+                                  "--data-dir",
+                                  data_dir_.string(),
+                                  "--listen",
+                                  peer_address(),
+                                  "--control",
+                                  control_address(),
+                                  "--metrics",
+                                  "127.0.0.1:" + std::to_string(metrics_port_)};
     for (const std::string& seed : seeds) {
         argv.push_back("--seed");
         argv.push_back(seed);
@@ -78,15 +87,20 @@ namespace {
 
 nlohmann::json json_of(const CommandResult& result, const std::string& what) {
     if (result.status != 0)
-        throw std::runtime_error(what + " exited " + std::to_string(result.status) + ": " + result.output);
+        throw std::runtime_error(what + " exited " + std::to_string(result.status) + ": " +
+                                 result.output);
     return nlohmann::json::parse(result.output);
 }
 
 }  // namespace
 
-nlohmann::json TestDaemon::status() const { return json_of(cli({"status", "--json"}), name_ + ": starling status"); }
+nlohmann::json TestDaemon::status() const {
+    return json_of(cli({"status", "--json"}), name_ + ": starling status");
+}
 
-nlohmann::json TestDaemon::peers() const { return json_of(cli({"peers", "--json"}), name_ + ": starling peers"); }
+nlohmann::json TestDaemon::peers() const {
+    return json_of(cli({"peers", "--json"}), name_ + ": starling peers");
+}
 
 uint64_t json_u64(const nlohmann::json& value) {
     if (value.is_string()) return std::stoull(value.get<std::string>());
@@ -102,7 +116,8 @@ std::vector<LoggedRound> logged_rounds(const std::string& log) {
     std::smatch m;
     while (std::getline(in, text)) {
         if (!std::regex_search(text, m, line)) continue;
-        rounds.push_back({std::stoull(m[1]), std::stod(m[2]), std::stod(m[4]), std::stod(m[5]), m[3] != "none"});
+        rounds.push_back(
+            {std::stoull(m[1]), std::stod(m[2]), std::stod(m[4]), std::stod(m[5]), m[3] != "none"});
     }
     return rounds;
 }
@@ -131,7 +146,8 @@ std::string http_get(int port, const std::string& path) {
         if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
             char buffer[4096];
             ssize_t n;
-            while ((n = read(fd, buffer, sizeof(buffer))) > 0) answer.append(buffer, static_cast<size_t>(n));
+            while ((n = read(fd, buffer, sizeof(buffer))) > 0)
+                answer.append(buffer, static_cast<size_t>(n));
         }
     }
     if (fd >= 0) close(fd);

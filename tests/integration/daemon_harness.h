@@ -57,7 +57,8 @@ private:
 // A JSON value that protobuf may print as a string (64-bit integers) or as a number.
 uint64_t json_u64(const nlohmann::json& value);
 
-// The round lines of a daemon's log: round, training loss, seconds choosing a partner and exchanging.
+// The round lines of a daemon's log: round, training loss, seconds choosing a partner and
+// exchanging.
 struct LoggedRound {
     uint64_t round = 0;
     double loss = 0.0;
@@ -74,7 +75,8 @@ template <typename Predicate>
 void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done()) {
-        if (std::chrono::steady_clock::now() > deadline) FAIL(what << ": not within " << limit.count() << " ms");
+        if (std::chrono::steady_clock::now() > deadline)
+            FAIL(what << ": not within " << limit.count() << " ms");
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
 }

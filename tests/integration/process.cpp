@@ -52,7 +52,8 @@ int decode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + 
 
 }  // namespace
 
-Process::Process(const std::vector<std::string>& argv, const Environment& env, const std::filesystem::path& log)
+Process::Process(const std::vector<std::string>& argv, const Environment& env,
+                 const std::filesystem::path& log)
     : log_(log) {
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) throw std::runtime_error("cannot open " + log.string());

@@ -18,7 +18,8 @@ using Environment = std::map<std::string, std::string>;
 class Process {
 public:
     // Starts argv[0] with the test's environment plus `env`, stdout and stderr into `log`.
-    Process(const std::vector<std::string>& argv, const Environment& env, const std::filesystem::path& log);
+    Process(const std::vector<std::string>& argv, const Environment& env,
+            const std::filesystem::path& log);
     ~Process();  // SIGKILL and reap if still running
     Process(const Process&) = delete;
     Process& operator=(const Process&) = delete;
@@ -37,7 +38,7 @@ private:
 };
 
 struct CommandResult {
-    int status = -1;  // exit status, or 128 + signal number
+    int status = -1;     // exit status, or 128 + signal number
     std::string output;  // stdout and stderr together
 };
 

@@ -65,21 +65,24 @@ private:
 };
 
 size_t count_containing(const std::vector<std::string>& messages, const std::string& text) {
-    return static_cast<size_t>(std::count_if(messages.begin(), messages.end(), [&](const std::string& m) {
-        return m.find(text) != std::string::npos;
-    }));
+    return static_cast<size_t>(
+        std::count_if(messages.begin(), messages.end(),
+                      [&](const std::string& m) { return m.find(text) != std::string::npos; }));
 }
 
 }  // namespace
 
-TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG and STOPPING", "[integration]") {
+TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG and STOPPING",
+          "[integration]") {
     TempDir root;
     NotifySocket systemd(root.path() / "notify");
     TestDaemon a("a", root.path());
     // WATCHDOG_USEC without WATCHDOG_PID: the watchdog applies to whichever process reads it.
-    a.start({}, {{"NOTIFY_SOCKET", (root.path() / "notify").string()}, {"WATCHDOG_USEC", "400000"}});
+    a.start({},
+            {{"NOTIFY_SOCKET", (root.path() / "notify").string()}, {"WATCHDOG_USEC", "400000"}});
 
-    const auto started = systemd.collect(30s, [](const std::string& m) { return m.find("READY=1") != std::string::npos; });
+    const auto started = systemd.collect(
+        30s, [](const std::string& m) { return m.find("READY=1") != std::string::npos; });
     REQUIRE(count_containing(started, "READY=1") == 1);
     const auto running = systemd.collect(3s, [](const std::string&) { return false; });
     // Pings at half the watchdog interval (200 ms): about 15 in 3 s.
@@ -87,13 +90,14 @@ TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG a
     CHECK(count_containing(running, "STATUS=round ") >= 1);
 
     a.process().signal(SIGTERM);
-    const auto stopping =
-        systemd.collect(20s, [](const std::string& m) { return m.find("STOPPING=1") != std::string::npos; });
+    const auto stopping = systemd.collect(
+        20s, [](const std::string& m) { return m.find("STOPPING=1") != std::string::npos; });
     CHECK(count_containing(stopping, "STOPPING=1") == 1);
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running settings kept", "[integration]") {
+TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running settings kept",
+          "[integration]") {
     TempDir root;
     const std::filesystem::path config = root.path() / "node.toml";
     std::filesystem::copy_file(pico_config(), config);
@@ -105,16 +109,19 @@ TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running s
     // the seeds and the log level.
     std::stringstream text;
     text << std::ifstream(config).rdbuf();
-    std::string edited = std::regex_replace(text.str(), std::regex(R"(seeds = \[\])"), R"(seeds = ["127.0.0.1:1"])");
+    std::string edited =
+        std::regex_replace(text.str(), std::regex(R"(seeds = \[\])"), R"(seeds = ["127.0.0.1:1"])");
     REQUIRE(edited != text.str());
     std::ofstream(config) << edited;
     a.process().signal(SIGHUP);
-    eventually("the reload is logged", 10s, [&] { return a.log().find("1 new seed(s)") != std::string::npos; });
+    eventually("the reload is logged", 10s,
+               [&] { return a.log().find("1 new seed(s)") != std::string::npos; });
 
     std::ofstream(config) << "[peer\n";
     a.process().signal(SIGHUP);
-    eventually("the broken file is refused", 10s,
-               [&] { return a.log().find("(the running settings are kept)") != std::string::npos; });
+    eventually("the broken file is refused", 10s, [&] {
+        return a.log().find("(the running settings are kept)") != std::string::npos;
+    });
     CHECK(a.log().find("node.toml:1") != std::string::npos);
     CHECK(a.cli({"status"}).status == 0);
     a.process().signal(SIGTERM);
@@ -127,7 +134,8 @@ TEST_CASE("SIGHUP puts rotated TLS certificates in use once they check out", "[i
     std::filesystem::create_directories(pki);
     make_ca(pki, "old-ca");
     make_ca(pki, "new-ca");
-    write_file_atomic(pki / "both.pem", read_file(pki / "old-ca.pem") + read_file(pki / "new-ca.pem"));
+    write_file_atomic(pki / "both.pem",
+                      read_file(pki / "old-ca.pem") + read_file(pki / "new-ca.pem"));
     // a's files live where its config points, and are replaced in place, as certbot or
     // cert-manager do.
     const std::filesystem::path live = root.path() / "a-tls";
@@ -159,8 +167,9 @@ TEST_CASE("SIGHUP puts rotated TLS certificates in use once they check out", "[i
     const starling::TlsConfig a_new = make_node_tls(pki, "new-ca", "a-new");
     install({pki / "both.pem", a_new.cert, b_tls.key}, pki / "both.pem");
     a.process().signal(SIGHUP);
-    eventually("the mismatched key is refused", 10s,
-               [&] { return a.log().find("is not the key of the certificate") != std::string::npos; });
+    eventually("the mismatched key is refused", 10s, [&] {
+        return a.log().find("is not the key of the certificate") != std::string::npos;
+    });
     CHECK(a.log().find("(the running settings are kept)") != std::string::npos);
 
     install(a_new, pki / "both.pem");
@@ -177,7 +186,8 @@ TEST_CASE("SIGHUP puts rotated TLS certificates in use once they check out", "[i
     CHECK(b.process().wait(20s) == 0);
 }
 
-TEST_CASE("starling watch follows a running node and stops after --count updates", "[integration]") {
+TEST_CASE("starling watch follows a running node and stops after --count updates",
+          "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start();
@@ -192,8 +202,9 @@ TEST_CASE("starling watch follows a running node and stops after --count updates
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("starlingd writes one JSON object per log line with the time zone when asked, and names its release",
-          "[integration]") {
+TEST_CASE(
+    "starlingd writes one JSON object per log line with the time zone when asked, and names its release",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start({}, {{"STARLING_NODE_LOG_FORMAT", "json"}});
@@ -209,10 +220,12 @@ TEST_CASE("starlingd writes one JSON object per log line with the time zone when
         if (line.empty() || line[0] != '{') continue;  // the harness's own header
         INFO(line);
         const nlohmann::json entry = nlohmann::json::parse(line);
-        CHECK(std::regex_match(entry.at("time").get<std::string>(),
-                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d)")));
+        CHECK(
+            std::regex_match(entry.at("time").get<std::string>(),
+                             std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d)")));
         CHECK(entry.at("level").is_string());
-        round_line = round_line || entry.at("message").get<std::string>().find("| loss ") != std::string::npos;
+        round_line = round_line ||
+                     entry.at("message").get<std::string>().find("| loss ") != std::string::npos;
         objects++;
     }
     CHECK(objects >= 3);
@@ -221,38 +234,48 @@ TEST_CASE("starlingd writes one JSON object per log line with the time zone when
     const CommandResult version = run_command({starlingd_binary(), "--version"});
     CHECK(version.status == 0);
     CHECK(version.output.rfind("starlingd ", 0) == 0);
-    const CommandResult bad = run_command({starlingd_binary(), "--config", pico_config(), "--log-format", "xml"},
-                                          daemon_environment());
+    const CommandResult bad =
+        run_command({starlingd_binary(), "--config", pico_config(), "--log-format", "xml"},
+                    daemon_environment());
     CHECK(bad.status == 1);
     CHECK(bad.output.find("log_format \"xml\" is not text or json") != std::string::npos);
 }
 
-TEST_CASE("starling export and sample take a running node's model, the same as its final checkpoint's",
-          "[integration]") {
+TEST_CASE(
+    "starling export and sample take a running node's model, the same as its final checkpoint's",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
-    a.start({}, {{"STARLING_TRAIN_STEPS", "80"}});  // 10 rounds, then the node is done and keeps its state
+    a.start({}, {{"STARLING_TRAIN_STEPS",
+                  "80"}});  // 10 rounds, then the node is done and keeps its state
     eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
     eventually("a is done", 60s, [&] { return a.status()["phase"] == "NODE_PHASE_DONE"; });
 
     const CommandResult live = a.cli({"export", "--hf", (root.path() / "live").string()});
     INFO(live.output);
     REQUIRE(live.status == 0);
-    CHECK(live.output.find("exported round 10 of the node at " + a.control_address()) != std::string::npos);
+    CHECK(live.output.find("exported round 10 of the node at " + a.control_address()) !=
+          std::string::npos);
     Environment env = daemon_environment();
-    const CommandResult saved = run_command({starling_binary(), "export", "--config", pico_config(), "--data-dir",
-                                             a.data_dir().string(), "--hf", (root.path() / "saved").string()},
-                                            env);
+    const CommandResult saved =
+        run_command({starling_binary(), "export", "--config", pico_config(), "--data-dir",
+                     a.data_dir().string(), "--hf", (root.path() / "saved").string()},
+                    env);
     INFO(saved.output);
     REQUIRE(saved.status == 0);
-    CHECK(saved.output.find("exported round 10 of " + (a.data_dir() / "checkpoints").string()) != std::string::npos);
-    CHECK(slurp(root.path() / "live" / "model.safetensors") == slurp(root.path() / "saved" / "model.safetensors"));
-    CHECK(slurp(root.path() / "live" / "config.json") == slurp(root.path() / "saved" / "config.json"));
+    CHECK(saved.output.find("exported round 10 of " + (a.data_dir() / "checkpoints").string()) !=
+          std::string::npos);
+    CHECK(slurp(root.path() / "live" / "model.safetensors") ==
+          slurp(root.path() / "saved" / "model.safetensors"));
+    CHECK(slurp(root.path() / "live" / "config.json") ==
+          slurp(root.path() / "saved" / "config.json"));
 
     // Greedy text from the node and from the export agree.
-    const std::vector<std::string> greedy = {"--prompt", "In the beginning", "--tokens", "24", "--temperature", "0"};
-    std::vector<std::string> from_node = {"sample"}, from_export = {starling_binary(), "sample", "--model",
-                                                                    (root.path() / "live").string()};
+    const std::vector<std::string> greedy = {"--prompt", "In the beginning", "--tokens",
+                                             "24",       "--temperature",    "0"};
+    std::vector<std::string> from_node = {"sample"},
+                             from_export = {starling_binary(), "sample", "--model",
+                                            (root.path() / "live").string()};
     from_node.insert(from_node.end(), greedy.begin(), greedy.end());
     from_export.insert(from_export.end(), greedy.begin(), greedy.end());
     const CommandResult node_text = a.cli(from_node);
@@ -265,7 +288,8 @@ TEST_CASE("starling export and sample take a running node's model, the same as i
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn", "[integration]") {
+TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn",
+          "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
     const Environment diloco{{"STARLING_SWARM_METHOD", "diloco"}};
@@ -292,8 +316,10 @@ TEST_CASE("three starlingd in DiLoCo mode gather every member's message each rou
 namespace {
 
 // grpc.health.v1.Health/Check on `address`, as a Kubernetes gRPC probe sends it.
-std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(const std::string& address) {
-    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(
+    const std::string& address) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 5s);
     grpc::health::v1::HealthCheckResponse response;
@@ -311,15 +337,17 @@ grpc::StatusCode reflection_status(const std::string& address) {
     const grpc::ByteBuffer request(&empty, 1);
     grpc::ByteBuffer response;
     std::promise<grpc::Status> done;
-    stub.UnaryCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", grpc::StubOptions(),
-                   &request, &response, [&](const grpc::Status& status) { done.set_value(status); });
+    stub.UnaryCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                   grpc::StubOptions(), &request, &response,
+                   [&](const grpc::Status& status) { done.set_value(status); });
     return done.get_future().get().error_code();
 }
 
 }  // namespace
 
-TEST_CASE("the gRPC health service answers SERVING on the peer and the control ports, reflection on control only",
-          "[integration]") {
+TEST_CASE(
+    "the gRPC health service answers SERVING on the peer and the control ports, reflection on control only",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start();
@@ -335,8 +363,9 @@ TEST_CASE("the gRPC health service answers SERVING on the peer and the control p
     CHECK_FALSE(health_of(a.peer_address()).has_value());
 }
 
-TEST_CASE("a checkpoint that cannot be written shows in status and /metrics and is retried the next round",
-          "[integration]") {
+TEST_CASE(
+    "a checkpoint that cannot be written shows in status and /metrics and is retried the next round",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     std::filesystem::create_directories(a.data_dir());
@@ -355,7 +384,8 @@ TEST_CASE("a checkpoint that cannot be written shows in status and /metrics and 
     });
     CHECK(failure.find(checkpoints.string()) != std::string::npos);
     eventually("the failure counted in /metrics", 5s, [&] {
-        return sample_value(http_get(a.metrics_port(), "/metrics"), R"(starling_failures_total{reason="checkpoint"})")
+        return sample_value(http_get(a.metrics_port(), "/metrics"),
+                            R"(starling_failures_total{reason="checkpoint"})")
                    .value_or(0.0) >= 1.0;
     });
 

@@ -37,7 +37,8 @@ uint64_t status_u64(const TestDaemon& daemon, const char* key) {
 // The newest round a daemon's checkpoints hold, read from checkpoint.json.
 uint64_t newest_checkpoint_round(const TestDaemon& daemon) {
     uint64_t newest = 0;
-    for (const auto& entry : std::filesystem::directory_iterator(daemon.data_dir() / "checkpoints")) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(daemon.data_dir() / "checkpoints")) {
         const std::string name = entry.path().filename().string();
         if (name.rfind("step_", 0) != 0) continue;
         std::ifstream meta(entry.path() / "checkpoint.json");
@@ -81,7 +82,8 @@ double resident_bytes(pid_t pid) {
 // A live daemon's scrape: every documented family with its type, and nothing else; the build
 // and the phase as its status says them; the round-trip time of each peer; its memory as the
 // kernel counts it; and promtool's lint of the names and units, where promtool is installed.
-void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peers, const std::filesystem::path& dir) {
+void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peers,
+                  const std::filesystem::path& dir) {
     const std::string metrics = http_get(daemon.metrics_port(), "/metrics");
     INFO(daemon.name() << "'s scrape:\n" << metrics);
     const std::map<std::string, std::string> documented = documented_metric_families();
@@ -89,9 +91,10 @@ void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peer
     CHECK(metric_families(metrics) == documented);
 
     const json s = daemon.status();
-    const std::string build = "starling_build_info{fingerprint=\"" + s["model_fingerprint"].get<std::string>() +
-                              "\",node=\"" + s["node_id"].get<std::string>() + "\",swarm=\"integration\",version=\"" +
-                              s["version"].get<std::string>() + "\"}";
+    const std::string build =
+        "starling_build_info{fingerprint=\"" + s["model_fingerprint"].get<std::string>() +
+        "\",node=\"" + s["node_id"].get<std::string>() + "\",swarm=\"integration\",version=\"" +
+        s["version"].get<std::string>() + "\"}";
     CHECK(sample_value(metrics, build) == 1.0);
     const std::regex phase_at_one(R"re(\nstarling_phase\{phase="([a-z]+)"\} 1\n)re");
     const auto phases_at_one = std::sregex_iterator(metrics.begin(), metrics.end(), phase_at_one);
@@ -99,8 +102,9 @@ void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peer
     CHECK(sample_value(metrics, "starling_train_steps_target") == 100000.0);
     CHECK(sample_value(metrics, "starling_train_tokens_total") > 0.0);
     for (const TestDaemon* peer : peers) {
-        const auto rtt = sample_value(metrics, "starling_peer_rtt_seconds{peer=\"" +
-                                                   peer->status()["node_id"].get<std::string>() + "\"}");
+        const auto rtt =
+            sample_value(metrics, "starling_peer_rtt_seconds{peer=\"" +
+                                      peer->status()["node_id"].get<std::string>() + "\"}");
         REQUIRE(rtt.has_value());
         CHECK(*rtt > 0.0);
         CHECK(*rtt < 1.0);
@@ -114,10 +118,12 @@ void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peer
     const std::filesystem::path scrape = dir / (daemon.name() + ".prom");
     std::ofstream(scrape) << metrics;
     const CommandResult lint =
-        run_command({"/bin/sh", "-c", "command -v promtool >/dev/null || exit 127; promtool check metrics < " +
-                                          scrape.string()});
+        run_command({"/bin/sh", "-c",
+                     "command -v promtool >/dev/null || exit 127; promtool check metrics < " +
+                         scrape.string()});
     if (lint.status == 127) {
-        WARN("promtool is not installed (scripts/setup installs it): the scrape's names were not linted");
+        WARN(
+            "promtool is not installed (scripts/setup installs it): the scrape's names were not linted");
     } else {
         INFO(lint.output);
         CHECK(lint.status == 0);
@@ -132,7 +138,8 @@ bool has_rtt_of(const TestDaemon& daemon, const std::string& peer_id) {
 
 }  // namespace
 
-TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newcomer and drains", "[integration]") {
+TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newcomer and drains",
+          "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
     a.start();
@@ -142,9 +149,11 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
 
     // The swarm forms and trains in pairs.
     for (TestDaemon* d : all)
-        eventually(d->name() + " sees 2 peers alive", 30s, [&] { return status_u64(*d, "peers_alive") == 2; });
+        eventually(d->name() + " sees 2 peers alive", 30s,
+                   [&] { return status_u64(*d, "peers_alive") == 2; });
     for (TestDaemon* d : all)
-        eventually(d->name() + " paired 3 rounds", 60s, [&] { return status_u64(*d, "rounds_paired") >= 3; });
+        eventually(d->name() + " paired 3 rounds", 60s,
+                   [&] { return status_u64(*d, "rounds_paired") >= 3; });
     eventually("a reaches round 8", 60s, [&] { return status_u64(a, "round") >= 8; });
     const std::vector<LoggedRound> early = logged_rounds(a.log());
     REQUIRE(early.size() >= 8);
@@ -169,21 +178,24 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     });
     const std::string metrics = http_get(a.metrics_port(), "/metrics");
     std::smatch m;
-    REQUIRE(std::regex_search(metrics, m, std::regex(R"(starling_rounds_total\{outcome="paired"\} (\d+))")));
+    REQUIRE(std::regex_search(metrics, m,
+                              std::regex(R"(starling_rounds_total\{outcome="paired"\} (\d+))")));
     CHECK(std::stoi(m[1]) >= 3);
     check_scrape(a, {&b, &c}, root.path());
 
     // kill -9: the others go on, never waiting past the deadlines, and forget its round-trip time.
     const std::string c_id = c.status()["node_id"];
     const uint64_t c_checkpoint = [&] {
-        eventually("c has a checkpoint", 30s, [&] { return std::filesystem::exists(c.data_dir() / "checkpoints"); });
+        eventually("c has a checkpoint", 30s,
+                   [&] { return std::filesystem::exists(c.data_dir() / "checkpoints"); });
         eventually("c has a checkpoint", 30s, [&] { return newest_checkpoint_round(c) > 0; });
         return newest_checkpoint_round(c);
     }();
     const uint64_t a_round_at_kill = status_u64(a, "round");
     c.process().signal(SIGKILL);
     REQUIRE(c.process().wait(5s) == 128 + SIGKILL);
-    eventually("a's /metrics drops c's round-trip time once c is dead", 15s, [&] { return !has_rtt_of(a, c_id); });
+    eventually("a's /metrics drops c's round-trip time once c is dead", 15s,
+               [&] { return !has_rtt_of(a, c_id); });
     for (TestDaemon* d : {&a, &b})
         eventually(d->name() + " goes 4 rounds past the kill", 60s,
                    [&] { return status_u64(*d, "round") >= a_round_at_kill + 4; });
@@ -192,13 +204,16 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
 
     // Restarted, it resumes from its checkpoint and pairs again.
     c.start({a.peer_address()});
-    eventually("c resumes", 30s, [&] { return c.log().find("resumed from checkpoint") != std::string::npos; });
+    eventually("c resumes", 30s,
+               [&] { return c.log().find("resumed from checkpoint") != std::string::npos; });
     std::smatch resumed;
     const std::string c_log = c.log();
-    REQUIRE(std::regex_search(c_log, resumed, std::regex(R"(resumed from checkpoint \S+ \(round (\d+))")));
+    REQUIRE(std::regex_search(c_log, resumed,
+                              std::regex(R"(resumed from checkpoint \S+ \(round (\d+))")));
     CHECK(std::stoull(resumed[1]) >= c_checkpoint);
     const uint64_t c_paired_before = status_u64(c, "rounds_paired");
-    eventually("c pairs again", 60s, [&] { return status_u64(c, "rounds_paired") > c_paired_before; });
+    eventually("c pairs again", 60s,
+               [&] { return status_u64(c, "rounds_paired") > c_paired_before; });
 
     // A newcomer started alone joins with `starling join` and copies the swarm's state.
     TestDaemon d("d", root.path());
@@ -227,9 +242,11 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     // A fresh node started with a seed copies the swarm's state before its first round.
     TestDaemon e("e", root.path());
     e.start({a.peer_address()});
-    eventually("e starts from the swarm's state", 30s,
-               [&] { return e.log().find("a fresh node in a swarm at round") != std::string::npos; });
-    eventually("e holds a snapshot", 30s, [&] { return e.log().find("joined at round") != std::string::npos; });
+    eventually("e starts from the swarm's state", 30s, [&] {
+        return e.log().find("a fresh node in a swarm at round") != std::string::npos;
+    });
+    eventually("e holds a snapshot", 30s,
+               [&] { return e.log().find("joined at round") != std::string::npos; });
     std::smatch joined_at;
     const std::string e_log = e.log();
     REQUIRE(std::regex_search(e_log, joined_at, std::regex(R"(joined at round (\d+))")));
@@ -250,46 +267,53 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
     REQUIRE(b.process().wait(std::chrono::milliseconds(kExchangeTimeoutMs) + 10s) == 0);
     CHECK(newest_checkpoint_round(b) >= b_round);
     b.start({a.peer_address()});
-    eventually("b resumes", 30s, [&] { return b.log().find("resumed from checkpoint") != std::string::npos; });
+    eventually("b resumes", 30s,
+               [&] { return b.log().find("resumed from checkpoint") != std::string::npos; });
     CHECK(status_u64(b, "round") >= b_round);
 
     for (TestDaemon* daemon : {&a, &b, &c}) daemon->process().signal(SIGTERM);
     for (TestDaemon* daemon : {&a, &b, &c}) CHECK(daemon->process().wait(20s) == 0);
 }
 
-TEST_CASE("starlingd refuses a corrupt config and an unwritable data directory, naming them", "[integration]") {
+TEST_CASE("starlingd refuses a corrupt config and an unwritable data directory, naming them",
+          "[integration]") {
     TempDir root;
     const std::filesystem::path bad = root.path() / "bad.toml";
     std::ofstream(bad) << "[peer]\nlisn = \"127.0.0.1:7700\"\n";
-    CommandResult r = run_command({starlingd_binary(), "--config", bad.string()}, daemon_environment());
+    CommandResult r =
+        run_command({starlingd_binary(), "--config", bad.string()}, daemon_environment());
     CHECK(r.status == 1);
     CHECK(r.output.find("[peer].lisn") != std::string::npos);
 
     std::ofstream(root.path() / "broken.toml") << "[model\nn_layer = 2\n";
-    r = run_command({starlingd_binary(), "--config", (root.path() / "broken.toml").string()}, daemon_environment());
+    r = run_command({starlingd_binary(), "--config", (root.path() / "broken.toml").string()},
+                    daemon_environment());
     CHECK(r.status == 1);
     CHECK(r.output.find("broken.toml:1") != std::string::npos);
 
     // Root may write anywhere, so the directory is made impossible: its parent is a file.
     std::ofstream(root.path() / "file") << "x";
     const std::string data_dir = (root.path() / "file" / "node").string();
-    r = run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir, "--listen",
-                     "127.0.0.1:0", "--control", "127.0.0.1:0", "--metrics", ""},
+    r = run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir,
+                     "--listen", "127.0.0.1:0", "--control", "127.0.0.1:0", "--metrics", ""},
                     daemon_environment());
     CHECK(r.status == 1);
     CHECK(r.output.find("[node].data_dir " + data_dir) != std::string::npos);
 }
 
-TEST_CASE("a second starlingd on a port or a data directory in use exits 1 naming it; unknown variables warn", "[integration]") {
+TEST_CASE(
+    "a second starlingd on a port or a data directory in use exits 1 naming it; unknown variables warn",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start();
     eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
     Environment misspelt = daemon_environment();
     misspelt["STARLING_TRAIN_STPES"] = "5";
-    const auto second = [&](const std::string& data_dir, const std::string& listen, const std::string& control) {
-        return run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir, "--listen", listen,
-                            "--control", control, "--metrics", ""},
+    const auto second = [&](const std::string& data_dir, const std::string& listen,
+                            const std::string& control) {
+        return run_command({starlingd_binary(), "--config", pico_config(), "--data-dir", data_dir,
+                            "--listen", listen, "--control", control, "--metrics", ""},
                            misspelt);
     };
     const std::string own_dir = (root.path() / "second").string();
@@ -297,19 +321,20 @@ TEST_CASE("a second starlingd on a port or a data directory in use exits 1 namin
     CommandResult r = second(a.data_dir().string(), "127.0.0.1:0", "127.0.0.1:0");
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output.find("environment variable STARLING_TRAIN_STPES is not a Starling setting") != std::string::npos);
+    CHECK(r.output.find("environment variable STARLING_TRAIN_STPES is not a Starling setting") !=
+          std::string::npos);
     // The settings' own variables (the secret, the data, the rounds) are not reported.
     CHECK(r.output.find("STARLING_PEER_SECRET is not") == std::string::npos);
     CHECK(r.output.find("STARLING_DATA_DIR is not") == std::string::npos);
-    CHECK(r.output.find("is in use by another starlingd (PID " + std::to_string(a.process().pid())) !=
-          std::string::npos);
-    const CommandResult check = run_command(
-        {starling_binary(), "check", "--config", pico_config(), "--data-dir", a.data_dir().string()},
-        daemon_environment());
+    CHECK(r.output.find("is in use by another starlingd (PID " +
+                        std::to_string(a.process().pid())) != std::string::npos);
+    const CommandResult check = run_command({starling_binary(), "check", "--config", pico_config(),
+                                             "--data-dir", a.data_dir().string()},
+                                            daemon_environment());
     INFO(check.output);
     CHECK(check.status == 1);
-    CHECK(check.output.find("in use by a running starlingd (PID " + std::to_string(a.process().pid())) !=
-          std::string::npos);
+    CHECK(check.output.find("in use by a running starlingd (PID " +
+                            std::to_string(a.process().pid())) != std::string::npos);
 
     // gRPC's SO_REUSEPORT would let these bind, and then answer for a.
     r = second(own_dir, a.peer_address(), "127.0.0.1:0");
@@ -326,13 +351,15 @@ TEST_CASE("a second starlingd on a port or a data directory in use exits 1 namin
     a.process().signal(SIGKILL);
     a.process().wait(20s);
     a.start();
-    eventually("a restarts on its own directory after a kill -9", 30s, [&] { return a.cli({"status"}).status == 0; });
+    eventually("a restarts on its own directory after a kill -9", 30s,
+               [&] { return a.cli({"status"}).status == 0; });
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stops nor starves starlingd",
-          "[integration]") {
+TEST_CASE(
+    "a flood of connections that send only the HTTP/2 preface neither stops nor starves starlingd",
+    "[integration]") {
     // The daemon starts with systemd's usual soft limit on descriptors, lowered further, and
     // must take the hard one; this process needs the room for its 400 sockets.
     rlimit mine{};
@@ -352,7 +379,8 @@ TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stop
     REQUIRE(setrlimit(RLIMIT_NOFILE, &high) == 0);
     eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
     const auto descriptors = [&] {
-        return std::distance(std::filesystem::directory_iterator("/proc/" + std::to_string(a.process().pid()) + "/fd"),
+        return std::distance(std::filesystem::directory_iterator(
+                                 "/proc/" + std::to_string(a.process().pid()) + "/fd"),
                              std::filesystem::directory_iterator{});
     };
     const auto before = descriptors();
@@ -368,12 +396,14 @@ TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stop
         address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
         const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-        REQUIRE(write(fd, preface, sizeof(preface) - 1) == static_cast<ssize_t>(sizeof(preface) - 1));
+        REQUIRE(write(fd, preface, sizeof(preface) - 1) ==
+                static_cast<ssize_t>(sizeof(preface) - 1));
         sockets.push_back(fd);
     }
     CHECK(a.cli({"status"}).status == 0);
     // Connections that never finish their handshake are closed after 10 s, not kept.
-    eventually("the half-open connections are closed", 30s, [&] { return descriptors() < before + 50; });
+    eventually("the half-open connections are closed", 30s,
+               [&] { return descriptors() < before + 50; });
     CHECK(a.cli({"status"}).status == 0);
     for (const int fd : sockets) close(fd);
     CHECK(a.log().find("Too many open files") == std::string::npos);
@@ -381,8 +411,9 @@ TEST_CASE("a flood of connections that send only the HTTP/2 preface neither stop
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, and starling check says so",
-          "[integration]") {
+TEST_CASE(
+    "a node with the wrong swarm secret is refused loudly on both sides, and starling check says so",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path());
     a.start();
@@ -395,19 +426,24 @@ TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, a
     });
     // a refused b's calls, and b had its joins refused: both are auth failures.
     const auto auth_failures = [](const TestDaemon& d) {
-        return sample_value(http_get(d.metrics_port(), "/metrics"), R"(starling_failures_total{reason="auth"})")
+        return sample_value(http_get(d.metrics_port(), "/metrics"),
+                            R"(starling_failures_total{reason="auth"})")
             .value_or(0.0);
     };
-    eventually("both count it in /metrics", 10s, [&] { return auth_failures(a) >= 1 && auth_failures(b) >= 1; });
+    eventually("both count it in /metrics", 10s,
+               [&] { return auth_failures(a) >= 1 && auth_failures(b) >= 1; });
 
     Environment check_env = daemon_environment();
     check_env["STARLING_PEER_SECRET"] = wrong.at("STARLING_PEER_SECRET");
-    const std::vector<std::string> check = {starling_binary(), "check", "--config", pico_config(), "--data-dir",
-                                            (root.path() / "checked").string(), "--seed", a.peer_address()};
+    const std::vector<std::string> check = {starling_binary(), "check",
+                                            "--config",        pico_config(),
+                                            "--data-dir",      (root.path() / "checked").string(),
+                                            "--seed",          a.peer_address()};
     CommandResult r = run_command(check, check_env);
     INFO(r.output);
     CHECK(r.status == 1);
-    CHECK(r.output.find("refused this node's credentials: " + a.peer_address()) != std::string::npos);
+    CHECK(r.output.find("refused this node's credentials: " + a.peer_address()) !=
+          std::string::npos);
     r = run_command(check, daemon_environment());
     INFO(r.output);
     CHECK(r.output.find("refused this node's credentials") == std::string::npos);
@@ -417,8 +453,9 @@ TEST_CASE("a node with the wrong swarm secret is refused loudly on both sides, a
     for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
 }
 
-TEST_CASE("a node with another model is named on both sides with the key that differs, and by starling check",
-          "[integration]") {
+TEST_CASE(
+    "a node with another model is named on both sides with the key that differs, and by starling check",
+    "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path());
     a.start();
@@ -430,9 +467,10 @@ TEST_CASE("a node with another model is named on both sides with the key that di
     });
     Environment three = daemon_environment();
     three["STARLING_MODEL_N_LAYER"] = "3";
-    const CommandResult r = run_command({starling_binary(), "check", "--config", pico_config(), "--data-dir",
-                                         (root.path() / "checked").string(), "--seed", a.peer_address()},
-                                        three);
+    const CommandResult r =
+        run_command({starling_binary(), "check", "--config", pico_config(), "--data-dir",
+                     (root.path() / "checked").string(), "--seed", a.peer_address()},
+                    three);
     INFO(r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find("can never pair with this node: " + a.peer_address() +
@@ -449,7 +487,8 @@ TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration
         for (ifaddrs* i = list; i && outside.empty(); i = i->ifa_next) {
             if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
             char text[INET_ADDRSTRLEN];
-            inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+            inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                      sizeof(text));
             if (std::string(text).rfind("127.", 0) != 0) outside = text;
         }
         freeifaddrs(list);
@@ -463,7 +502,8 @@ TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration
     a.start();
     eventually("a answers on 127.0.0.1", 30s, [&] { return a.cli({"status"}).status == 0; });
     const std::string port = a.control_address().substr(a.control_address().rfind(':') + 1);
-    const CommandResult r = run_command({starling_binary(), "--control", outside + ":" + port, "status"});
+    const CommandResult r =
+        run_command({starling_binary(), "--control", outside + ":" + port, "status"});
     INFO(r.output);
     CHECK(r.status == 2);
     a.process().signal(SIGTERM);
@@ -480,7 +520,8 @@ TEST_CASE("three starlingd train together on emulated CUDA devices", "[integrati
     b.start({a.peer_address()}, on_gpu);
     c.start({a.peer_address()}, on_gpu);
     for (TestDaemon* d : {&a, &b, &c}) {
-        eventually(d->name() + " paired 2 rounds", 120s, [&] { return status_u64(*d, "rounds_paired") >= 2; });
+        eventually(d->name() + " paired 2 rounds", 120s,
+                   [&] { return status_u64(*d, "rounds_paired") >= 2; });
         INFO(d->log());
         CHECK(d->log().find("emulated device 0") != std::string::npos);
     }

@@ -22,8 +22,8 @@ TEMPLATE_TEST_CASE("adamw_update matches two steps worked by hand", "[adamw]", f
     const double g2[3] = {-0.2, -1.0, 0.0};
 
     // Step 1: bias corrections 1 - 0.875 = 0.125 and 1 - 0.984375 = 0.015625.
-    AdamWScalars s1{float(lr), float(beta1), float(beta2), float(eps), float(wd), 0.125f,
-                    0.015625f, float(grad_scale)};
+    AdamWScalars s1{float(lr), float(beta1), float(beta2), float(eps),
+                    float(wd), 0.125f,       0.015625f,    float(grad_scale)};
     std::vector<T> grads1 = {T(g1[0]), T(g1[1]), T(g1[2])};
     ops.adamw_update(params.data(), m.data(), v.data(), grads1.data(), 3, s1);
 
@@ -46,8 +46,7 @@ TEMPLATE_TEST_CASE("adamw_update matches two steps worked by hand", "[adamw]", f
         g = g2[i] * grad_scale;
         double m2 = beta1 * m1 + (1 - beta1) * g;
         double v2 = beta2 * v1 + (1 - beta2) * g * g;
-        double p2 = p1 - lr * ((m2 / 0.234375) / (std::sqrt(v2 / 0.031005859375) + eps) +
-                               wd * p1);
+        double p2 = p1 - lr * ((m2 / 0.234375) / (std::sqrt(v2 / 0.031005859375) + eps) + wd * p1);
 
         REQUIRE(std::abs(double(m[i]) - m2) <= tol);
         REQUIRE(std::abs(double(v[i]) - v2) <= tol);

@@ -10,7 +10,8 @@
 
 using namespace starling;
 
-TEST_CASE("device names parse to auto, cpu, GPU indices or every GPU, and anything else is refused") {
+TEST_CASE(
+    "device names parse to auto, cpu, GPU indices or every GPU, and anything else is refused") {
     CHECK(parse_device("auto").kind == DeviceChoice::Kind::Auto);
     CHECK(parse_device("cpu").kind == DeviceChoice::Kind::Cpu);
     const DeviceChoice plain = parse_device("cuda");
@@ -27,8 +28,9 @@ TEST_CASE("device names parse to auto, cpu, GPU indices or every GPU, and anythi
     CHECK(every.kind == DeviceChoice::Kind::Cuda);
     CHECK(every.all_gpus);
     CHECK(every.gpus.empty());
-    for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda:99999999999", "CPU", "",
-                            "cuda:1,", "cuda:,1", "cuda:1,,2", "cuda:1;2", "cuda:0,all", "cuda:ALL"}) {
+    for (const char* bad :
+         {"gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda:99999999999", "CPU", "", "cuda:1,", "cuda:,1",
+          "cuda:1,,2", "cuda:1;2", "cuda:0,all", "cuda:ALL"}) {
         CHECK_THROWS_WITH(parse_device(bad),
                           Catch::Contains(std::string("device \"") + bad + "\" is not one of"));
     }
@@ -78,7 +80,8 @@ TEST_CASE("an explicit GPU the machine lacks is an error naming it, never a CPU 
     CHECK_THROWS_WITH(make_backend({listed, 1, "fp32"}), Catch::Contains(missing));
 }
 
-TEST_CASE("device cuda:all takes every usable GPU, and is an error naming why where there is none") {
+TEST_CASE(
+    "device cuda:all takes every usable GPU, and is an error naming why where there is none") {
     std::string reason;
     const int devices = usable_cuda_devices(&reason);
     if (devices == 0) {
@@ -91,7 +94,8 @@ TEST_CASE("device cuda:all takes every usable GPU, and is an error naming why wh
     CHECK(backend.gpu);
     CHECK(static_cast<bool>(backend.all_reduce) == (devices > 1));
     for (int i = 0; i < devices; i++) {
-        CHECK(backend.devices[static_cast<size_t>(i)]->name().starts_with("cuda:" + std::to_string(i) + " ("));
+        CHECK(backend.devices[static_cast<size_t>(i)]->name().starts_with(
+            "cuda:" + std::to_string(i) + " ("));
     }
 }
 

@@ -52,8 +52,8 @@ TEST_CASE("matmul_backward matches finite differences", "[matmul][grad]") {
         INFO("accumulate_dinp " << accumulate_dinp);
         auto dinp = dinp0;
         auto dweight = dweight0;
-        ops.matmul_backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N,
-                            IC, OC, accumulate_dinp);
+        ops.matmul_backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N, IC,
+                            OC, accumulate_dinp);
         auto grad_inp = accumulate_dinp ? minus(dinp, dinp0) : dinp;
         auto grad_weight = minus(dweight, dweight0);
         REQUIRE(fd_max_rel_error(loss, inp.data(), grad_inp.data(), inp.size()) < kGradTol);
@@ -63,8 +63,8 @@ TEST_CASE("matmul_backward matches finite differences", "[matmul][grad]") {
 
     SECTION("without dinp, dweight still accumulates") {
         auto dweight = dweight0;
-        ops.matmul_backward(nullptr, dweight.data(), R.data(), inp.data(), weight.data(), N, IC,
-                            OC, false);
+        ops.matmul_backward(nullptr, dweight.data(), R.data(), inp.data(), weight.data(), N, IC, OC,
+                            false);
         auto grad_weight = minus(dweight, dweight0);
         REQUIRE(fd_max_rel_error(loss, weight.data(), grad_weight.data(), weight.size()) <
                 kGradTol);

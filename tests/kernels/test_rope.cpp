@@ -25,10 +25,10 @@ std::vector<double> rope_reference(const std::vector<T>& qkv, QkvShape s, double
                 for (int d = 0; d < hs; d++) {
                     int i = d % half;
                     double angle = t / std::pow(theta, 2.0 * i / hs);
-                    double rotated_half = d < half ? -double(qkv[base + d + half])
-                                                   : double(qkv[base + d - half]);
-                    ref[base + d] = double(qkv[base + d]) * std::cos(angle) +
-                                    rotated_half * std::sin(angle);
+                    double rotated_half =
+                        d < half ? -double(qkv[base + d + half]) : double(qkv[base + d - half]);
+                    ref[base + d] =
+                        double(qkv[base + d]) * std::cos(angle) + rotated_half * std::sin(angle);
                 }
             }
         }

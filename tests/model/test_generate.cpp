@@ -58,7 +58,8 @@ TEST_CASE("a continuation past the context sees only the last context tokens") {
         std::copy(text.end() - static_cast<std::ptrdiff_t>(length), text.end(), window.begin());
         model.forward(window.data(), targets.data());
         const std::vector<float> logits = model.logits_at(0, static_cast<int>(length) - 1);
-        const int expected = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int expected =
+            static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         CHECK(out[i] == expected);
         text.push_back(out[i]);
     }
@@ -69,7 +70,8 @@ TEST_CASE("a continuation past the context sees only the last context tokens") {
     drawn.seed = 9;
     CHECK(continue_tokens(model, prompt, drawn) == continue_tokens(model, prompt, drawn));
 
-    CHECK_THROWS_WITH(continue_tokens(model, std::vector<int32_t>{}, greedy), Contains("prompt is empty"));
+    CHECK_THROWS_WITH(continue_tokens(model, std::vector<int32_t>{}, greedy),
+                      Contains("prompt is empty"));
     SampleOptions cold = greedy;
     cold.temperature = -1.0f;
     CHECK_THROWS_WITH(continue_tokens(model, prompt, cold), Contains("temperature"));
@@ -92,5 +94,6 @@ TEST_CASE("draws stay below the tokenizer's vocabulary inside a padded embedding
     CHECK(*std::max_element(within.begin(), within.end()) < 5);
     CHECK(*std::max_element(within.begin(), within.end()) == 4);
     hot.vocab = 12;
-    CHECK_THROWS_WITH(continue_tokens(model, prompt, hot), Contains("vocab 12 is outside [0, the model's 11]"));
+    CHECK_THROWS_WITH(continue_tokens(model, prompt, hot),
+                      Contains("vocab 12 is outside [0, the model's 11]"));
 }

@@ -27,7 +27,7 @@ TEST_CASE("a checkpoint computes the same losses in an independent Hugging Face-
     config.tied_embeddings = tied;
     config.rope_theta = 1000.0f;  // not the default, so config.json must carry it
     config.norm_eps = 1e-6f;
-    config.init_std = 0.3f;       // large enough that attention is far from uniform
+    config.init_std = 0.3f;  // large enough that attention is far from uniform
     const int B = 2, T = 12;
 
     CpuOps<float> ops;
@@ -46,7 +46,8 @@ TEST_CASE("a checkpoint computes the same losses in an independent Hugging Face-
     const std::vector<double> losses = model.position_losses();
     nlohmann::json loss_rows = nlohmann::json::array();
     for (int b = 0; b < B; b++) {
-        loss_rows.push_back(std::vector<double>(losses.begin() + b * T, losses.begin() + (b + 1) * T));
+        loss_rows.push_back(
+            std::vector<double>(losses.begin() + b * T, losses.begin() + (b + 1) * T));
     }
 
     test::TempDir dir;

@@ -8,9 +8,7 @@ using namespace starling;
 
 namespace {
 
-ModelConfig config_with(int layers, bool tied) {
-    return test::tiny_model_config(layers, tied);
-}
+ModelConfig config_with(int layers, bool tied) { return test::tiny_model_config(layers, tied); }
 
 }  // namespace
 
@@ -83,12 +81,14 @@ TEST_CASE("invalid model configs name the field") {
     CHECK_THROWS_WITH(ParameterManifest(c), Catch::Contains("vocab_size"));
 }
 
-TEST_CASE("a model signature names every key that tells two models apart, and the differences read back") {
+TEST_CASE(
+    "a model signature names every key that tells two models apart, and the differences read back") {
     ModelConfig a;
     const std::string signature = model_signature(a);
-    CHECK(signature ==
-          "n_layer=2 n_head=4 d_model=64 d_ff=192 vocab_size=256 context=64 tied_embeddings=true rope_theta=10000 "
-          "norm_eps=9.99999975e-06");
+    CHECK(
+        signature ==
+        "n_layer=2 n_head=4 d_model=64 d_ff=192 vocab_size=256 context=64 tied_embeddings=true rope_theta=10000 "
+        "norm_eps=9.99999975e-06");
     CHECK(signature_differences(signature, signature).empty());
     ModelConfig b = a;
     b.n_layer = 4;
@@ -96,6 +96,7 @@ TEST_CASE("a model signature names every key that tells two models apart, and th
     CHECK(signature_differences(model_signature(b), signature) ==
           "n_layer 4 there, 2 here; tied_embeddings false there, true here");
     // A peer of another version that sends a key this one does not know, or none at all.
-    CHECK(signature_differences("n_layer=2 qk_norm=true", "n_layer=2") == "qk_norm true there, none here");
+    CHECK(signature_differences("n_layer=2 qk_norm=true", "n_layer=2") ==
+          "qk_norm true there, none here");
     CHECK(signature_differences("", "n_layer=2") == "n_layer none there, 2 here");
 }

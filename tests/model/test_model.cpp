@@ -36,7 +36,8 @@ TEST_CASE("whole-model gradient matches central differences in double precision"
     // Norm gains away from 1 so their gradients are not special.
     for (const TensorInfo& t : model.manifest().tensors()) {
         if (t.shape.size() == 1) {
-            for (size_t i = 0; i < t.numel; i++) model.params()[t.offset + i] = 1.0 + 0.1 * std::sin(i + 1.0);
+            for (size_t i = 0; i < t.numel; i++)
+                model.params()[t.offset + i] = 1.0 + 0.1 * std::sin(i + 1.0);
         }
     }
     const std::vector<int32_t> in = tokens(B * T, config.vocab_size, 1);
@@ -51,9 +52,9 @@ TEST_CASE("whole-model gradient matches central differences in double precision"
     for (const TensorInfo& t : model.manifest().tensors()) {
         std::vector<size_t> sample;
         for (size_t k = 0; k < 5; k++) sample.push_back(t.offset + k * (t.numel - 1) / 4);
-        const double err = test::fd_max_rel_error<double>(
-            [&] { return model.forward(in.data(), tg.data()); }, model.params(), analytic.data(),
-            sample);
+        const double err =
+            test::fd_max_rel_error<double>([&] { return model.forward(in.data(), tg.data()); },
+                                           model.params(), analytic.data(), sample);
         CAPTURE(t.name);
         CHECK(err < 1e-6);
     }

@@ -51,7 +51,8 @@ std::span<const float> arena(float* p, const DeviceGroup& group) { return {p, gr
 void check_devices_agree(DeviceGroup& group) {
     for (size_t r = 1; r < group.devices(); r++) {
         CAPTURE(r);
-        CHECK(same_bits(arena(group.model(r).params(), group), arena(group.lead().params(), group)));
+        CHECK(
+            same_bits(arena(group.model(r).params(), group), arena(group.lead().params(), group)));
         CHECK(same_bits(arena(group.adamw(r).m(), group), arena(group.lead_adamw().m(), group)));
         CHECK(same_bits(arena(group.adamw(r).v(), group), arena(group.lead_adamw().v(), group)));
         CHECK(group.adamw(r).steps_taken() == group.lead_adamw().steps_taken());
@@ -61,7 +62,8 @@ void check_devices_agree(DeviceGroup& group) {
 }  // namespace
 
 TEST_CASE("the host all-reduce leaves the element-wise mean in every array", "[device_group]") {
-    std::vector<float> a{1.0f, -2.0f, 0.5f, 8.0f}, b{3.0f, 2.0f, 0.25f, -8.0f}, c{2.0f, 6.0f, 0.0f, 3.0f};
+    std::vector<float> a{1.0f, -2.0f, 0.5f, 8.0f}, b{3.0f, 2.0f, 0.25f, -8.0f},
+        c{2.0f, 6.0f, 0.0f, 3.0f};
     const std::vector<float*> arrays{a.data(), b.data(), c.data()};
     HostAllReduce().average(arrays, a.size());
     const std::vector<float> mean{2.0f, 2.0f, 0.25f, 1.0f};
@@ -86,17 +88,21 @@ TEST_CASE("a group's training steps are one device's steps on the whole batch", 
         REQUIRE(group.devices() == count);
         group.init_weights(5);
         single.init_weights(5);
-        CHECK(same_bits(arena(group.lead().params(), group), arena(single.lead().params(), single)));
+        CHECK(
+            same_bits(arena(group.lead().params(), group), arena(single.lead().params(), single)));
         check_devices_agree(group);
 
         for (int step = 0; step < 5; step++) {
             CAPTURE(step);
             const std::vector<int32_t> inputs = random_tokens(100 + step, config.vocab_size);
             const std::vector<int32_t> targets = random_tokens(200 + step, config.vocab_size);
-            const DeviceGroup::StepResult want = single.train_step(inputs.data(), targets.data(), kLr);
-            const DeviceGroup::StepResult got = group.train_step(inputs.data(), targets.data(), kLr);
+            const DeviceGroup::StepResult want =
+                single.train_step(inputs.data(), targets.data(), kLr);
+            const DeviceGroup::StepResult got =
+                group.train_step(inputs.data(), targets.data(), kLr);
             CHECK(std::fabs(got.loss - want.loss) <= 1e-6 * want.loss);
-            CHECK(std::fabs(got.stats.grad_norm - want.stats.grad_norm) <= 1e-5 * want.stats.grad_norm);
+            CHECK(std::fabs(got.stats.grad_norm - want.stats.grad_norm) <=
+                  1e-5 * want.stats.grad_norm);
             // Each device saw only its shard; after the all-reduce each holds the batch's gradient.
             for (size_t r = 0; r < count; r++) {
                 CHECK(normalized_error(arena(group.model(r).grads(), group),
@@ -115,7 +121,8 @@ TEST_CASE("a group's training steps are one device's steps on the whole batch", 
     }
 }
 
-TEST_CASE("accumulated batches and a gradient scale step a group as they step one device", "[device_group]") {
+TEST_CASE("accumulated batches and a gradient scale step a group as they step one device",
+          "[device_group]") {
     const ModelConfig config = test::tiny_model_config();
     const Backend one = cpu_devices(1);
     const Backend several = cpu_devices(2);
@@ -132,8 +139,10 @@ TEST_CASE("accumulated batches and a gradient scale step a group as they step on
         }
         g->step(kLr, 1.0f / 3.0f);
     }
-    CHECK(normalized_error(arena(group.lead().grads(), group), arena(single.lead().grads(), single)) < 1e-5);
-    CHECK(normalized_error(arena(group.lead().params(), group), arena(single.lead().params(), single)) < 1e-5);
+    CHECK(normalized_error(arena(group.lead().grads(), group),
+                           arena(single.lead().grads(), single)) < 1e-5);
+    CHECK(normalized_error(arena(group.lead().params(), group),
+                           arena(single.lead().params(), single)) < 1e-5);
     check_devices_agree(group);
 }
 
@@ -172,7 +181,8 @@ TEST_CASE("weights, moments and step counts set on a group reach every device", 
                       Catch::Contains("from a group of 3 devices to one of 1"));
 }
 
-TEST_CASE("a batch that does not split evenly over the devices is refused, naming both", "[device_group]") {
+TEST_CASE("a batch that does not split evenly over the devices is refused, naming both",
+          "[device_group]") {
     const Backend several = cpu_devices(2);
     CHECK_THROWS_WITH(DeviceGroup(several, test::tiny_model_config(), AdamWConfig{}, 3, kSeqLen),
                       Catch::Contains("batch_size 3 does not split evenly over 2 devices"));

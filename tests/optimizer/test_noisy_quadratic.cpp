@@ -147,8 +147,8 @@ Run diloco() {
 }  // namespace
 
 TEST_CASE("noisy quadratic: NoLoCo converges from phi = 3 to DiLoCo's noise floor") {
-    const Stats start_stats = measure(std::vector<std::vector<float>>(
-        kWorkers, std::vector<float>(kDim, kStart)));
+    const Stats start_stats =
+        measure(std::vector<std::vector<float>>(kWorkers, std::vector<float>(kDim, kStart)));
     const Stats noloco_stats = averaged(noloco(0.7f));
     const Stats diloco_stats = averaged(diloco());
     INFO("NoLoCo replica loss " << noloco_stats.replica_loss << ", loss@mean "

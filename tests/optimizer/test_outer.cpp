@@ -85,8 +85,8 @@ TEST_CASE("NoLoCo's Eq. 2 with the code's sign is the heavy-ball step with pull"
                     mean_d += (theta_ref[j][k] - phi_ref[j][k]) / double(n);
                     mean_phi += phi_ref[j][k] / double(n);
                 }
-                delta_ref[i][k] = alpha * delta_ref[i][k] + beta * mean_d -
-                                  gamma * (phi_ref[i][k] - mean_phi);
+                delta_ref[i][k] =
+                    alpha * delta_ref[i][k] + beta * mean_d - gamma * (phi_ref[i][k] - mean_phi);
                 next_ref[i][k] = phi_ref[i][k] + delta_ref[i][k];
             }
         }
@@ -305,7 +305,8 @@ TEST_CASE("outer steps refuse spans of different sizes") {
     CHECK(phi == std::vector<float>(4, 0.0f));
 }
 
-TEST_CASE("a delayed outer step rebased onto the new phi is the sequential step: exact with nothing in between") {
+TEST_CASE(
+    "a delayed outer step rebased onto the new phi is the sequential step: exact with nothing in between") {
     const std::vector<float> phi = random_vector<float>(257, 1);
     const std::vector<float> sent = random_vector<float>(257, 2);
     std::vector<float> theta = sent;  // nothing trained since the message left
@@ -313,7 +314,8 @@ TEST_CASE("a delayed outer step rebased onto the new phi is the sequential step:
     CHECK(theta == phi);  // bit for bit
 }
 
-TEST_CASE("overlapped NoLoCo rounds equal sequential ones in double when inner updates do not depend on the start") {
+TEST_CASE(
+    "overlapped NoLoCo rounds equal sequential ones in double when inner updates do not depend on the start") {
     // Two members, heavy-ball NoLoCo with pull (Eq. 2 in the code's sign), written out in double.
     // Each round's inner phase adds a fixed vector to theta, split into the part trained before
     // the delayed outer step lands and the part after it: such updates commute with the rebase,
@@ -332,9 +334,11 @@ TEST_CASE("overlapped NoLoCo rounds equal sequential ones in double when inner u
     };
     const auto outer_round = [&](std::vector<Member>& m) {
         for (size_t j = 0; j < n; j++) {
-            const double mean_d = 0.5 * ((m[0].theta[j] - m[0].phi[j]) + (m[1].theta[j] - m[1].phi[j]));
+            const double mean_d =
+                0.5 * ((m[0].theta[j] - m[0].phi[j]) + (m[1].theta[j] - m[1].phi[j]));
             const double mean_phi = 0.5 * (m[0].phi[j] + m[1].phi[j]);
-            for (Member& x : m) x.delta[j] = alpha * x.delta[j] + beta * mean_d - gamma * (x.phi[j] - mean_phi);
+            for (Member& x : m)
+                x.delta[j] = alpha * x.delta[j] + beta * mean_d - gamma * (x.phi[j] - mean_phi);
         }
         for (Member& x : m)
             for (size_t j = 0; j < n; j++) x.phi[j] += x.delta[j];
@@ -354,7 +358,8 @@ TEST_CASE("overlapped NoLoCo rounds equal sequential ones in double when inner u
             add(s.theta, early[r * 2 + i]);
             add(s.theta, late[r * 2 + i]);
             Member& o = overlapped[i];
-            add(o.theta, early[r * 2 + i]);  // on from what was sent, the outer step still in flight
+            add(o.theta,
+                early[r * 2 + i]);  // on from what was sent, the outer step still in flight
             if (r > 0) rebase_onto_phi<double>(o.theta, o.phi, sent[i]);
             add(o.theta, late[r * 2 + i]);
         }

@@ -161,8 +161,8 @@ TEST_CASE("U2: DiLoCo with one inner step, outer lr 1 and no momentum is data-pa
             engine.sgd(theta, i, step, 1, inner_lr);
             displacement.push_back(minus(theta, phi));
         }
-        outer_step(config, phi, delta,
-                   mean_of({displacement[0], displacement[1], displacement[2]}), {});
+        outer_step(config, phi, delta, mean_of({displacement[0], displacement[1], displacement[2]}),
+                   {});
 
         const Arena at(phi_ref.begin(), phi_ref.end());
         std::vector<double> mean_g(engine.size(), 0.0);
@@ -258,8 +258,7 @@ TEST_CASE("U5: DiLoCo with Q8 messages and error feedback keeps every replica bi
             }
             // Q8 is lossy: had a replica used its exact own D, it would disagree with the others.
             CHECK_FALSE(same_bits(decoded[i], displacement[i]));
-            outer_step(config, phi[i], delta[i], mean_of({decoded[0], decoded[1], decoded[2]}),
-                       {});
+            outer_step(config, phi[i], delta[i], mean_of({decoded[0], decoded[1], decoded[2]}), {});
         }
         CHECK_FALSE(same_bits(phi[0], before));
         for (size_t i = 1; i < replicas; i++) {

@@ -133,9 +133,9 @@ TEST_CASE("matching refuses a repeated id and groups smaller than two") {
 
 TEST_CASE("sane() refuses values that are not finite or of the wrong size") {
     MessageSanity sanity;
-    for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity()}) {
+    for (const float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
         const std::vector<float> decoded = {0.5f, bad, 1.0f};
         const auto reason = sanity.check(decoded, kZero);
         REQUIRE(reason.has_value());

@@ -18,7 +18,7 @@ TEST_CASE("cosine decays from the peak to the floor") {
     // lr = 0.1 + 0.9 * (1 + cos(pi p)) / 2.
     LrSchedule s{1.0f, 4, 14, 0.1f};
     CHECK(s.lr_at(4) == Approx(1.0));
-    CHECK(s.lr_at(9) == Approx(0.55));                   // p = 0.5: cos = 0
+    CHECK(s.lr_at(9) == Approx(0.55));                              // p = 0.5: cos = 0
     CHECK(s.lr_at(6) == Approx(0.1 + 0.45 * (1 + 0.80901699437)));  // p = 0.2: cos(pi/5)
     CHECK(s.lr_at(14) == Approx(0.1));
     CHECK(s.lr_at(1000) == Approx(0.1));

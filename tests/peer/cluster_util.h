@@ -14,14 +14,16 @@ namespace starling::test {
 // Polls `done` every 10 ms until it holds or `limit` passes; returns the time it took, or fails
 // the test naming `what`.
 template <typename Predicate>
-std::chrono::milliseconds wait_for(const char* what, std::chrono::milliseconds limit, Predicate done) {
+std::chrono::milliseconds wait_for(const char* what, std::chrono::milliseconds limit,
+                                   Predicate done) {
     const auto start = std::chrono::steady_clock::now();
     while (!done()) {
         const auto elapsed = std::chrono::steady_clock::now() - start;
         if (elapsed > limit) FAIL(what << ": not reached within " << limit.count() << " ms");
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start);
 }
 
 inline std::optional<MemberState> state_seen(const PeerNode& observer, uint64_t node_id) {
@@ -47,12 +49,14 @@ inline bool same_pairable_view(const std::vector<PeerNode*>& nodes) {
 
 // choose_partner(round) on every node at once, one thread each, as nodes of a swarm do; the
 // partners' ids in the order of `nodes`.
-inline std::vector<std::optional<uint64_t>> choose_partners(const std::vector<PeerNode*>& nodes, uint64_t round) {
+inline std::vector<std::optional<uint64_t>> choose_partners(const std::vector<PeerNode*>& nodes,
+                                                            uint64_t round) {
     std::vector<std::optional<uint64_t>> partners(nodes.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < nodes.size(); ++i) {
         threads.emplace_back([&, i] {
-            if (const auto partner = nodes[i]->choose_partner(round)) partners[i] = partner->node_id;
+            if (const auto partner = nodes[i]->choose_partner(round))
+                partners[i] = partner->node_id;
         });
     }
     for (auto& thread : threads) thread.join();

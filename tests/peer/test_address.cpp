@@ -12,7 +12,8 @@ TEST_CASE("host:port parsing accepts names, IPv4 and bracketed IPv6 and nothing 
     const auto v6 = parse_host_port("[::1]:7000");
     REQUIRE(v6->host == "::1");
     REQUIRE(v6->str() == "[::1]:7000");
-    for (const char* bad : {"", "host", "host:", ":7000", "host:70000", "host:7x", "::1:7000", "[]:1", "[::1:7"})
+    for (const char* bad :
+         {"", "host", "host:", ":7000", "host:70000", "host:7x", "::1:7000", "[]:1", "[::1:7"})
         REQUIRE_FALSE(parse_host_port(bad).has_value());
 }
 
@@ -30,11 +31,13 @@ TEST_CASE("loopback and wildcard hosts are recognised") {
 
 TEST_CASE("the announce address is one peers can dial, or a clear error") {
     REQUIRE(choose_announce_address("127.0.0.1:0", "", 4711, {}) == "127.0.0.1:4711");
-    REQUIRE(choose_announce_address("127.0.0.1:0", "", 4711, {"127.0.0.1:7000"}) == "127.0.0.1:4711");
-    REQUIRE(choose_announce_address("0.0.0.0:7000", "10.0.0.5:7000", 7000, {"10.0.0.2:7000"}) == "10.0.0.5:7000");
+    REQUIRE(choose_announce_address("127.0.0.1:0", "", 4711, {"127.0.0.1:7000"}) ==
+            "127.0.0.1:4711");
+    REQUIRE(choose_announce_address("0.0.0.0:7000", "10.0.0.5:7000", 7000, {"10.0.0.2:7000"}) ==
+            "10.0.0.5:7000");
 
-    const auto refuses = [](const char* listen, const char* announce, std::vector<std::string> seeds,
-                            const char* words) {
+    const auto refuses = [](const char* listen, const char* announce,
+                            std::vector<std::string> seeds, const char* words) {
         try {
             choose_announce_address(listen, announce, 7000, seeds);
             FAIL("accepted listen " << listen << " announce " << announce);
@@ -51,12 +54,14 @@ TEST_CASE("the announce address is one peers can dial, or a clear error") {
 }
 
 TEST_CASE("a seed resolves to every address of its host, as gRPC targets") {
-    REQUIRE(resolve_seed_targets("127.0.0.1:7700") == std::vector<std::string>{"ipv4:127.0.0.1:7700"});
+    REQUIRE(resolve_seed_targets("127.0.0.1:7700") ==
+            std::vector<std::string>{"ipv4:127.0.0.1:7700"});
     REQUIRE(resolve_seed_targets("[::1]:7700") == std::vector<std::string>{"ipv6:[::1]:7700"});
     // /etc/hosts names localhost on every machine; it may give ::1 as well, never twice the same.
     const auto local = resolve_seed_targets("localhost:7700");
     REQUIRE_FALSE(local.empty());
-    for (const std::string& target : local) REQUIRE((target == "ipv4:127.0.0.1:7700" || target == "ipv6:[::1]:7700"));
+    for (const std::string& target : local)
+        REQUIRE((target == "ipv4:127.0.0.1:7700" || target == "ipv6:[::1]:7700"));
     REQUIRE(std::set<std::string>(local.begin(), local.end()).size() == local.size());
     // .invalid never resolves (RFC 6761), and a malformed seed gives nothing to dial.
     REQUIRE(resolve_seed_targets("no-such-node.invalid:7700").empty());

@@ -40,7 +40,8 @@ uint16_t free_port() {
 TEST_CASE("eight nodes converge to one membership view within 3 s") {
     LocalCluster cluster(8);
     const auto nodes = nodes_of(cluster);
-    const auto took = wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    const auto took = wait_for(
+        "one view", 3000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     WARN("8 nodes agreed on membership " << took.count() << " ms after the last one started");
 }
 
@@ -53,8 +54,9 @@ TEST_CASE("a killed node is declared dead within its timeout and never paired af
     const std::vector<PeerNode*> survivors(nodes.begin(), nodes.begin() + 4);
     // Found within a few probe rounds, then suspected for the 1 s suspicion timeout.
     const auto took = wait_for("declared dead", 3000ms, [&] {
-        return std::all_of(survivors.begin(), survivors.end(),
-                           [&](PeerNode* n) { return state_seen(*n, victim) == MemberState::Dead; });
+        return std::all_of(survivors.begin(), survivors.end(), [&](PeerNode* n) {
+            return state_seen(*n, victim) == MemberState::Dead;
+        });
     });
     WARN("a killed node was declared dead by all 4 survivors after " << took.count() << " ms");
     for (int i = 0; i < 20; ++i) {
@@ -180,9 +182,11 @@ TEST_CASE("a restarted node comes back under its id, through its cache of peers 
     std::vector<PeerNode*> nodes = nodes_of(cluster);
     nodes.push_back(node.get());
     wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
-    wait_for("peers.txt", 2000ms, [&] { return std::filesystem::exists(dir.path() / "peers.txt"); });
+    wait_for("peers.txt", 2000ms,
+             [&] { return std::filesystem::exists(dir.path() / "peers.txt"); });
     node->kill();
-    wait_for("declared dead", 3000ms, [&] { return state_seen(cluster.node(1), id) == MemberState::Dead; });
+    wait_for("declared dead", 3000ms,
+             [&] { return state_seen(cluster.node(1), id) == MemberState::Dead; });
 
     config.seeds.clear();
     node = std::make_unique<PeerNode>(config);
@@ -200,7 +204,8 @@ TEST_CASE("a second process with the same key refuses to start") {
     config.seeds = {cluster.node(0).address()};
     PeerNode original(config);
     original.start();
-    wait_for("joined", 3000ms, [&] { return state_seen(cluster.node(1), original.node_id()) == MemberState::Alive; });
+    wait_for("joined", 3000ms,
+             [&] { return state_seen(cluster.node(1), original.node_id()) == MemberState::Alive; });
 
     std::filesystem::create_directories(dir.path() / "b");
     std::filesystem::copy_file(dir.path() / "a" / "node.key", dir.path() / "b" / "node.key");
@@ -211,7 +216,8 @@ TEST_CASE("a second process with the same key refuses to start") {
         clone.start();
         FAIL("a clone of a live node started");
     } catch (const Error& e) {
-        REQUIRE_THAT(e.what(), Catch::Contains("already live") && Catch::Contains(original.address()));
+        REQUIRE_THAT(e.what(),
+                     Catch::Contains("already live") && Catch::Contains(original.address()));
     }
     REQUIRE(state_seen(cluster.node(0), original.node_id()) == MemberState::Alive);
 }

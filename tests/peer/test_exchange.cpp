@@ -66,7 +66,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // One node's part in an exchange: the arena it sends, its encoder, and where the partner's
 // message lands.
 struct Side {
-    Side(const ParameterManifest& m, codec::Codec codec, uint64_t node_id, uint64_t round, uint32_t seed)
+    Side(const ParameterManifest& m, codec::Codec codec, uint64_t node_id, uint64_t round,
+         uint32_t seed)
         : manifest(m),
           plan(codec::make_plan(m, codec::PlanKind::Delta, codec)),
           key{node_id, round, 0},
@@ -82,14 +83,15 @@ struct Side {
 
     Bytes::size_type message_bytes() const {
         size_t total = 0;
-        for (const Bytes& part : codec::encode_message(plan, key, source.data(), nullptr, false)) total += part.size();
+        for (const Bytes& part : codec::encode_message(plan, key, source.data(), nullptr, false))
+            total += part.size();
         return total;
     }
     // What this side's message decodes to, straight from the encoder's output.
     std::vector<float> decoded_directly() const {
         std::vector<float> out(source.size());
-        codec::decode_message(codec::encode_message(plan, key, source.data(), nullptr, false), manifest.fingerprint(),
-                              manifest, out.data(), out.size());
+        codec::decode_message(codec::encode_message(plan, key, source.data(), nullptr, false),
+                              manifest.fingerprint(), manifest, out.data(), out.size());
         return out;
     }
 
@@ -110,11 +112,13 @@ struct Pair {
 // The two nodes of `cluster`, once they agree on membership and have paired for `round`.
 Pair pair_two(LocalCluster& cluster, uint64_t round) {
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     const auto partners = choose_partners(nodes, round);
     REQUIRE(partners[0] == nodes[1]->node_id());
     REQUIRE(partners[1] == nodes[0]->node_id());
-    return nodes[0]->node_id() < nodes[1]->node_id() ? Pair{nodes[0], nodes[1]} : Pair{nodes[1], nodes[0]};
+    return nodes[0]->node_id() < nodes[1]->node_id() ? Pair{nodes[0], nodes[1]}
+                                                     : Pair{nodes[1], nodes[0]};
 }
 
 struct Timed {
@@ -123,12 +127,14 @@ struct Timed {
 };
 
 // exchange() on both nodes at once, each on its own thread.
-std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode& b, ExchangeSlot slot_b) {
+std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode& b,
+                                      ExchangeSlot slot_b) {
     Timed at_a, at_b;
     const auto run = [](PeerNode& node, ExchangeSlot slot, Timed& out) {
         const auto start = std::chrono::steady_clock::now();
         out.result = node.exchange(std::move(slot));
-        out.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+        out.took = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - start);
     };
     std::thread other([&] { run(b, std::move(slot_b), at_b); });
     run(a, std::move(slot_a), at_a);
@@ -137,23 +143,28 @@ std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode
 }
 
 // The deadline bound: the exchange timeout and a moment for a cancelled stream to end.
-std::chrono::milliseconds deadline_bound(const LocalCluster& cluster) { return cluster.base().exchange_timeout + 1000ms; }
+std::chrono::milliseconds deadline_bound(const LocalCluster& cluster) {
+    return cluster.base().exchange_timeout + 1000ms;
+}
 
 }  // namespace
 
-TEST_CASE("eight paired nodes exchange Q8 and F32 messages that decode exactly like the encoder's output") {
+TEST_CASE(
+    "eight paired nodes exchange Q8 and F32 messages that decode exactly like the encoder's output") {
     LocalCluster cluster(8);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     std::map<uint64_t, size_t> index_of;
     for (size_t i = 0; i < nodes.size(); ++i) index_of[nodes[i]->node_id()] = i;
 
-    for (const auto& [round, codec] : {std::pair{1u, codec::Codec::Q8}, std::pair{2u, codec::Codec::F32}}) {
+    for (const auto& [round, codec] :
+         {std::pair{1u, codec::Codec::Q8}, std::pair{2u, codec::Codec::F32}}) {
         INFO("round " << round << ", " << codec::codec_name(codec));
         std::vector<std::unique_ptr<Side>> sides;
         for (size_t i = 0; i < nodes.size(); ++i)
-            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec, nodes[i]->node_id(), round,
-                                                   static_cast<uint32_t>(round * 100 + i)));
+            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec, nodes[i]->node_id(),
+                                                   round, static_cast<uint32_t>(round * 100 + i)));
         std::vector<std::optional<uint64_t>> partners(nodes.size());
         std::vector<ExchangeResult> results(nodes.size());
         std::vector<std::thread> threads;
@@ -191,7 +202,8 @@ TEST_CASE("four-chunk messages stream both ways at once and arrive whole") {
     // caller's own setting must be back afterwards.
     const int threads_before = omp_get_max_threads();
     omp_set_num_threads(3);
-    const auto [at_low, at_high] = exchange_both(*lower, low.slot(higher->node_id()), *higher, high.slot(lower->node_id()));
+    const auto [at_low, at_high] =
+        exchange_both(*lower, low.slot(higher->node_id()), *higher, high.slot(lower->node_id()));
     CHECK(omp_get_max_threads() == 3);
     omp_set_num_threads(threads_before);
     INFO(at_low.result.error << " | " << at_high.result.error);
@@ -205,7 +217,8 @@ TEST_CASE("four-chunk messages stream both ways at once and arrive whole") {
     CHECK(at_high.result.bytes_received == low.message_bytes());
 }
 
-TEST_CASE("a partner killed before the exchange: the survivor's exchange fails within the deadline") {
+TEST_CASE(
+    "a partner killed before the exchange: the survivor's exchange fails within the deadline") {
     const bool kill_lower = GENERATE(true, false);
     INFO((kill_lower ? "the opening side" : "the answering side") << " is killed");
     LocalCluster cluster(2);
@@ -224,7 +237,8 @@ TEST_CASE("a partner killed before the exchange: the survivor's exchange fails w
     CHECK(took < deadline_bound(cluster));
 }
 
-TEST_CASE("a partner killed during the exchange: the survivor's exchange fails within the deadline") {
+TEST_CASE(
+    "a partner killed during the exchange: the survivor's exchange fails within the deadline") {
     const bool kill_lower = GENERATE(true, false);
     INFO((kill_lower ? "the opening side" : "the answering side") << " is killed");
     LocalCluster cluster(2);
@@ -246,8 +260,9 @@ TEST_CASE("a partner killed during the exchange: the survivor's exchange fails w
         std::this_thread::sleep_for(200ms);
         victim.kill();
     });
-    const auto [at_victim, at_survivor] = exchange_both(victim, victim_side.slot(survivor.node_id(), std::move(slow)),
-                                                        survivor, survivor_side.slot(victim.node_id()));
+    const auto [at_victim, at_survivor] =
+        exchange_both(victim, victim_side.slot(survivor.node_id(), std::move(slow)), survivor,
+                      survivor_side.slot(victim.node_id()));
     killer.join();
     INFO(at_survivor.result.error);
     CHECK_FALSE(at_survivor.result.received);
@@ -256,7 +271,8 @@ TEST_CASE("a partner killed during the exchange: the survivor's exchange fails w
     CHECK(at_victim.took < deadline_bound(cluster));
 }
 
-TEST_CASE("a corrupt chunk: the receiver names the checksum error, the sender is told, the other way arrives") {
+TEST_CASE(
+    "a corrupt chunk: the receiver names the checksum error, the sender is told, the other way arrives") {
     const bool corrupt_lower = GENERATE(true, false);
     INFO((corrupt_lower ? "the opening side" : "the answering side") << " sends a corrupt chunk");
     LocalCluster cluster(2);
@@ -271,13 +287,15 @@ TEST_CASE("a corrupt chunk: the receiver names the checksum error, the sender is
         if (more) chunk->back() ^= std::byte{0x01};  // the payload's last byte
         return more;
     };
-    const auto [at_sender, at_receiver] = exchange_both(sender, bad.slot(receiver.node_id(), std::move(flipped)),
-                                                        receiver, good.slot(sender.node_id()));
+    const auto [at_sender, at_receiver] =
+        exchange_both(sender, bad.slot(receiver.node_id(), std::move(flipped)), receiver,
+                      good.slot(sender.node_id()));
     INFO("sender: " << at_sender.result.error << " | receiver: " << at_receiver.result.error);
     CHECK_FALSE(at_receiver.result.received);
     CHECK_THAT(at_receiver.result.error, Catch::Contains("checksum mismatch"));
     CHECK_FALSE(at_sender.result.delivered);
-    CHECK_THAT(at_sender.result.error, Catch::Contains("refused by the partner") && Catch::Contains("checksum mismatch"));
+    CHECK_THAT(at_sender.result.error,
+               Catch::Contains("refused by the partner") && Catch::Contains("checksum mismatch"));
     if (corrupt_lower) CHECK_THAT(at_sender.result.error, Catch::Contains("INVALID_ARGUMENT"));
     // One bad direction does not cost the other.
     CHECK(at_sender.result.received);
@@ -298,8 +316,9 @@ TEST_CASE("a message cut short is reported as incomplete, within the deadline") 
     one_chunk.next_chunk = [&, sent = 0](ChunkBuffer& chunk) mutable {
         return sent++ < 1 && cut.encoder.next_chunk(*chunk);
     };
-    const auto [at_sender, at_receiver] = exchange_both(sender, cut.slot(receiver.node_id(), std::move(one_chunk)),
-                                                        receiver, whole.slot(sender.node_id()));
+    const auto [at_sender, at_receiver] =
+        exchange_both(sender, cut.slot(receiver.node_id(), std::move(one_chunk)), receiver,
+                      whole.slot(sender.node_id()));
     INFO("sender: " << at_sender.result.error << " | receiver: " << at_receiver.result.error);
     CHECK_FALSE(at_receiver.result.received);
     CHECK_THAT(at_receiver.result.error, Catch::Contains("1 of 4 chunks"));
@@ -308,7 +327,8 @@ TEST_CASE("a message cut short is reported as incomplete, within the deadline") 
     CHECK(at_receiver.took < deadline_bound(cluster));
 }
 
-TEST_CASE("a pairing only one side still holds (its partner restarted) fails the exchange at once") {
+TEST_CASE(
+    "a pairing only one side still holds (its partner restarted) fails the exchange at once") {
     const bool lower_survives = GENERATE(true, false);
     const PeerConfig base = local_cluster_config();
     // Two identities in id order, so the survivor is the opening or the answering side as asked.
@@ -335,7 +355,9 @@ TEST_CASE("a pairing only one side still holds (its partner restarted) fails the
     other->kill();
     other = std::make_unique<PeerNode>(joining, restarted_id);
     other->start();
-    wait_for("the restarted node is alive again", 5000ms, [&] { return all_see_all_alive({&survivor, other.get()}); });
+    wait_for("the restarted node is alive again", 5000ms, [&] {
+        return all_see_all_alive({&survivor, other.get()});
+    });
 
     Side side(one_chunk_model(), codec::Codec::Q8, survivor.node_id(), 1, 21);
     const auto start = std::chrono::steady_clock::now();
@@ -343,7 +365,8 @@ TEST_CASE("a pairing only one side still holds (its partner restarted) fails the
     const auto took = std::chrono::steady_clock::now() - start;
     INFO(result.error);
     CHECK_FALSE(result.received);
-    CHECK_THAT(result.error, Catch::Contains("not") && Catch::Contains("partner") || Catch::Contains("not paired"));
+    CHECK_THAT(result.error, Catch::Contains("not") && Catch::Contains("partner") ||
+                                 Catch::Contains("not paired"));
     // Told at once, instead of waiting out the exchange timeout for a partner that is not coming.
     CHECK(took < base.exchange_timeout / 3);
 }
@@ -354,7 +377,8 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
     const NodeIdentity outsider = NodeIdentity::generate();
     SwarmAuth auth(cluster.base().swarm_secret, outsider);
     PeerNode& target = GENERATE(0, 1) == 0 ? *lower : *higher;
-    const auto stub = v1::Peer::NewStub(grpc::CreateChannel(target.address(), grpc::InsecureChannelCredentials()));
+    const auto stub = v1::Peer::NewStub(
+        grpc::CreateChannel(target.address(), grpc::InsecureChannelCredentials()));
     const auto stream_status = [&](uint64_t round, bool authenticate) {
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + 2s);
@@ -365,7 +389,8 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
         frame.set_header(std::string(codec::kHeaderBytes, 'x'));
         stream->Write(frame);
         stream->WritesDone();
-        while (stream->Read(&frame)) {}
+        while (stream->Read(&frame)) {
+        }
         return stream->Finish();
     };
     CHECK(stream_status(1, false).error_code() == grpc::StatusCode::UNAUTHENTICATED);
@@ -382,14 +407,16 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
     // The partners themselves are unaffected.
     Side a(one_chunk_model(), codec::Codec::Q8, lower->node_id(), 1, 11);
     Side b(one_chunk_model(), codec::Codec::Q8, higher->node_id(), 1, 12);
-    const auto [at_a, at_b] = exchange_both(*lower, a.slot(higher->node_id()), *higher, b.slot(lower->node_id()));
+    const auto [at_a, at_b] =
+        exchange_both(*lower, a.slot(higher->node_id()), *higher, b.slot(lower->node_id()));
     INFO(at_a.result.error << " | " << at_b.result.error);
     CHECK(at_a.result.received);
     CHECK(at_b.result.received);
     CHECK(same_bits(a.received, b.decoded_directly()));
 }
 
-TEST_CASE("an exchange's budget follows the partner's measured rate, within the floor and the ceiling") {
+TEST_CASE(
+    "an exchange's budget follows the partner's measured rate, within the floor and the ceiling") {
     using std::chrono::milliseconds;
     const milliseconds floor = 10s, ceiling = 600s;
     // 130 MB, a 124M-parameter model's Q8 message, before any exchange: 10 Mbit/s assumed.
@@ -400,5 +427,6 @@ TEST_CASE("an exchange's budget follows the partner's measured rate, within the 
     CHECK(exchange_budget(130'000'000, 125'000.0, 1.25e6, floor, ceiling) == ceiling);
     // pico's 130 KB over 1 Mbit/s: 4.2 s, the floor.
     CHECK(exchange_budget(130'000, 125'000.0, 1.25e6, floor, ceiling) == floor);
-    CHECK(exchange_budget(1'000'000, 0.0, 1.25e6, floor, ceiling) == ceiling);  // a rate of 0 is taken as 1 B/s
+    CHECK(exchange_budget(1'000'000, 0.0, 1.25e6, floor, ceiling) ==
+          ceiling);  // a rate of 0 is taken as 1 B/s
 }

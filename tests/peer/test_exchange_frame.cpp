@@ -27,14 +27,16 @@ std::string flatten(const grpc::ByteBuffer& buffer) {
     std::vector<grpc::Slice> slices;
     REQUIRE(buffer.Dump(&slices).ok());
     std::string out;
-    for (const auto& slice : slices) out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    for (const auto& slice : slices)
+        out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
     return out;
 }
 
 // The bytes as gRPC might hand them over: in slices of `piece` bytes.
 grpc::ByteBuffer sliced(const std::string& bytes, size_t piece) {
     std::vector<grpc::Slice> slices;
-    for (size_t at = 0; at < bytes.size(); at += piece) slices.emplace_back(bytes.substr(at, piece));
+    for (size_t at = 0; at < bytes.size(); at += piece)
+        slices.emplace_back(bytes.substr(at, piece));
     return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
@@ -171,10 +173,10 @@ TEST_CASE("fields protobuf would skip are skipped here too") {
     sent.set_round(9);
     sent.set_chunk("abc");
     std::string wire = sent.SerializeAsString();
-    wire += std::string("\xa0\x06\x2a", 3);                         // field 100, varint 42
-    wire += std::string("\xa9\x06", 2) + std::string(8, '\x01');    // field 101, fixed64
-    wire += std::string("\xb5\x06", 2) + std::string(4, '\x02');    // field 102, fixed32
-    wire += std::string("\xba\x06\x02zz", 5);                       // field 103, 2 bytes
+    wire += std::string("\xa0\x06\x2a", 3);                       // field 100, varint 42
+    wire += std::string("\xa9\x06", 2) + std::string(8, '\x01');  // field 101, fixed64
+    wire += std::string("\xb5\x06", 2) + std::string(4, '\x02');  // field 102, fixed32
+    wire += std::string("\xba\x06\x02zz", 5);                     // field 103, 2 bytes
     ExchangeWireFrame frame;
     REQUIRE(read_into(wire, 5, frame).ok());
     CHECK(frame.fields.round() == 9);
@@ -200,11 +202,14 @@ TEST_CASE("malformed frames are refused with a status naming the problem") {
             CHECK_THAT(refusal(whole.substr(0, cut)), Catch::Contains("malformed exchange frame"));
     }
     SECTION("a length beyond the frame") {
-        CHECK_THAT(refusal(std::string("\x1a\xff\xff\x03", 4) + "abc"), Catch::Contains("chunk longer than the frame"));
-        CHECK_THAT(refusal(std::string("\x12\x40", 2) + "short"), Catch::Contains("field 2 is longer than the frame"));
+        CHECK_THAT(refusal(std::string("\x1a\xff\xff\x03", 4) + "abc"),
+                   Catch::Contains("chunk longer than the frame"));
+        CHECK_THAT(refusal(std::string("\x12\x40", 2) + "short"),
+                   Catch::Contains("field 2 is longer than the frame"));
     }
     SECTION("a varint of more than ten bytes") {
-        CHECK_THAT(refusal(std::string("\x08") + std::string(11, '\xff')), Catch::Contains("field 1 cut short"));
+        CHECK_THAT(refusal(std::string("\x08") + std::string(11, '\xff')),
+                   Catch::Contains("field 1 cut short"));
         CHECK_THAT(refusal(std::string(11, '\xff')), Catch::Contains("field tag cut short"));
     }
     SECTION("a group wire type") {
@@ -213,7 +218,8 @@ TEST_CASE("malformed frames are refused with a status naming the problem") {
     SECTION("a chunk and a header in one frame") {
         v1::ExchangeFrame header;
         header.set_header("h");
-        CHECK_THAT(refusal(whole + header.SerializeAsString()), Catch::Contains("a chunk and another body"));
+        CHECK_THAT(refusal(whole + header.SerializeAsString()),
+                   Catch::Contains("a chunk and another body"));
     }
     SECTION("fields that are not an ExchangeFrame's") {
         // Field 5 (the receipt) holding bytes that are not a receipt.
@@ -230,13 +236,14 @@ TEST_CASE("malformed frames are refused with a status naming the problem") {
 }
 
 TEST_CASE("Exchange's place among service Peer's methods is the generated one") {
-    const auto* service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(v1::Peer::service_full_name());
+    const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+        v1::Peer::service_full_name());
     REQUIRE(service != nullptr);
     CHECK(service->method(exchange_method_index())->full_name() == "starling.v1.Peer.Exchange");
 }
 
-TEST_CASE("mutated frames read as protobuf reads them, or are refused where protobuf refuses them") {
+TEST_CASE(
+    "mutated frames read as protobuf reads them, or are refused where protobuf refuses them") {
     std::vector<std::string> seeds;
     {
         v1::ExchangeFrame frame;
@@ -252,7 +259,9 @@ TEST_CASE("mutated frames read as protobuf reads them, or are refused where prot
         seeds.push_back(frame.SerializeAsString());
     }
     std::mt19937 rng(11);
-    const auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+    const auto below = [&](size_t n) {
+        return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n);
+    };
     size_t parsed = 0, refused = 0;
     for (int i = 0; i < 20000; ++i) {
         std::string bytes = seeds[below(seeds.size())];
@@ -262,7 +271,10 @@ TEST_CASE("mutated frames read as protobuf reads them, or are refused where prot
                     if (!bytes.empty()) bytes[below(bytes.size())] = static_cast<char>(rng());
                     break;
                 case 1: bytes.resize(below(bytes.size() + 1)); break;
-                case 2: bytes.insert(below(bytes.size() + 1), std::string(1 + below(3), static_cast<char>(rng()))); break;
+                case 2:
+                    bytes.insert(below(bytes.size() + 1),
+                                 std::string(1 + below(3), static_cast<char>(rng())));
+                    break;
                 default: bytes += seeds[below(seeds.size())].substr(0, below(40)); break;
             }
         }
@@ -277,8 +289,8 @@ TEST_CASE("mutated frames read as protobuf reads them, or are refused where prot
             // Stricter than protobuf in two respects only: a chunk and another body in one frame,
             // and groups (a deprecated wire type no ExchangeFrame writer emits).
             if (reference_ok)
-                CHECK_THAT(status.error_message(),
-                           Catch::Contains("a chunk and another body") || Catch::Contains("wire type 3"));
+                CHECK_THAT(status.error_message(), Catch::Contains("a chunk and another body") ||
+                                                       Catch::Contains("wire type 3"));
             continue;
         }
         ++parsed;

@@ -22,10 +22,14 @@ struct RawCaller {
     NodeIdentity identity = NodeIdentity::generate();
     std::unique_ptr<v1::Peer::Stub> stub;
     explicit RawCaller(const std::string& address)
-        : stub(v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+        : stub(
+              v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    }
 };
 
-void deadline(grpc::ClientContext& context) { context.set_deadline(std::chrono::system_clock::now() + 2s); }
+void deadline(grpc::ClientContext& context) {
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+}
 
 Member digest_of(const NodeIdentity& identity, const std::string& address) {
     Member m;
@@ -71,7 +75,8 @@ TEST_CASE("peer RPCs without valid credentials get UNAUTHENTICATED and change no
         grpc::ClientContext context;
         deadline(context);
         right.attach(context, "Ping");
-        REQUIRE(caller.stub->Gossip(&context, request, &response).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+        REQUIRE(caller.stub->Gossip(&context, request, &response).error_code() ==
+                grpc::StatusCode::UNAUTHENTICATED);
     }
     SECTION("credentials given twice, the second naming another node") {
         SwarmAuth right(cluster.base().swarm_secret, caller.identity);
@@ -119,7 +124,8 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
         grpc::ClientContext context;
         deadline(context);
         auth.attach(context, "Leave");
-        REQUIRE(caller.stub->Leave(&context, request, &response).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        REQUIRE(caller.stub->Leave(&context, request, &response).error_code() ==
+                grpc::StatusCode::PERMISSION_DENIED);
         REQUIRE(state_seen(cluster.node(0), cluster.node(1).node_id()) == MemberState::Alive);
     }
     SECTION("a message over the size cap") {
@@ -134,7 +140,8 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
         REQUIRE(caller.stub->Gossip(&context, request, &response).error_code() ==
                 grpc::StatusCode::RESOURCE_EXHAUSTED);
     }
-    SECTION("a membership request over its cap, though under the exchange frame cap the server admits") {
+    SECTION(
+        "a membership request over its cap, though under the exchange frame cap the server admits") {
         v1::GossipRequest request;
         Member large = digest_of(caller.identity, "127.0.0.1:9");
         large.fingerprint.assign((4u << 20) + 1000, 'x');
@@ -155,7 +162,8 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
         grpc::ClientContext context;
         deadline(context);
         auth.attach(context, "Join");
-        REQUIRE(caller.stub->Join(&context, request, &response).error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        REQUIRE(caller.stub->Join(&context, request, &response).error_code() ==
+                grpc::StatusCode::PERMISSION_DENIED);
     }
     SECTION("a caller over its request rate") {
         int exhausted = 0;
@@ -167,8 +175,10 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
             deadline(context);
             auth.attach(context, "Ping");
             const auto status = caller.stub->Ping(&context, request, &response);
-            if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
-            else REQUIRE(status.ok());
+            if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+                ++exhausted;
+            else
+                REQUIRE(status.ok());
         }
         REQUIRE(exhausted == 1);
     }

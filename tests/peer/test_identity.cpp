@@ -15,7 +15,8 @@ TEST_CASE("node id is the first 8 bytes of BLAKE2b-256 of the public key, little
     const NodeIdentity identity = NodeIdentity::generate();
     ensure_sodium();
     unsigned char hash[32];
-    crypto_generichash(hash, 32, identity.public_key().data(), identity.public_key().size(), nullptr, 0);
+    crypto_generichash(hash, 32, identity.public_key().data(), identity.public_key().size(),
+                       nullptr, 0);
     uint64_t expected = 0;
     for (int i = 0; i < 8; ++i) expected |= uint64_t(hash[i]) << (8 * i);
     REQUIRE(identity.node_id() == expected);
@@ -26,7 +27,7 @@ TEST_CASE("node id is the first 8 bytes of BLAKE2b-256 of the public key, little
 TEST_CASE("a node key is created once with mode 0600 and the same identity comes back") {
     test::TempDir dir;
     const NodeIdentity first = NodeIdentity::load_or_create(dir.path() / "data");
-    struct stat info{};
+    struct stat info {};
     REQUIRE(stat((dir.path() / "data" / "node.key").c_str(), &info) == 0);
     REQUIRE((info.st_mode & 0777) == 0600);
     const NodeIdentity again = NodeIdentity::load_or_create(dir.path() / "data");
@@ -52,12 +53,8 @@ TEST_CASE("a damaged node key is an error naming the file, never a new identity"
     const auto path = dir.path() / "node.key";
     auto bytes = read_file_bytes(path);
 
-    SECTION("truncated") {
-        bytes.resize(40);
-    }
-    SECTION("public half altered") {
-        bytes[50] ^= std::byte{0x10};
-    }
+    SECTION("truncated") { bytes.resize(40); }
+    SECTION("public half altered") { bytes[50] ^= std::byte{0x10}; }
     write_file_atomic(path, bytes);
     try {
         NodeIdentity::load_or_create(dir.path());

@@ -72,7 +72,8 @@ TEST_CASE("unknown members reported dead or left are not added") {
 
 TEST_CASE("a node refutes a suspicion of itself by raising its incarnation") {
     MemberTable table = table_with_limits();
-    REQUIRE(table.merge(member(100, 50, MemberState::Suspect, 42), t0) == MemberTable::Merge::Refuted);
+    REQUIRE(table.merge(member(100, 50, MemberState::Suspect, 42), t0) ==
+            MemberTable::Merge::Refuted);
     REQUIRE(table.self().incarnation == 51);
     REQUIRE(table.self().state == MemberState::Alive);
     // Old news about an earlier incarnation needs no answer.
@@ -85,15 +86,18 @@ TEST_CASE("a node refutes a suspicion of itself by raising its incarnation") {
     REQUIRE(table.self().state == MemberState::Left);
 }
 
-TEST_CASE("a live digest with this node's id from another instance is a duplicate; old runs are not") {
+TEST_CASE(
+    "a live digest with this node's id from another instance is a duplicate; old runs are not") {
     MemberTable table = table_with_limits();
-    REQUIRE(table.merge(member(100, 60, MemberState::Alive, 7), t0) == MemberTable::Merge::Duplicate);
+    REQUIRE(table.merge(member(100, 60, MemberState::Alive, 7), t0) ==
+            MemberTable::Merge::Duplicate);
     REQUIRE(table.merge(member(100, 40, MemberState::Alive, 7), t0) == MemberTable::Merge::Ignored);
     REQUIRE(table.merge(member(100, 60, MemberState::Dead, 7), t0) == MemberTable::Merge::Ignored);
     REQUIRE(table.self().incarnation == 50);
 }
 
-TEST_CASE("suspicion turns into death after the timeout; the dead are listed, then purged for good") {
+TEST_CASE(
+    "suspicion turns into death after the timeout; the dead are listed, then purged for good") {
     MemberTable table = table_with_limits();
     table.merge(member(1, 5, MemberState::Alive), t0);
     table.merge(member(2, 5, MemberState::Alive), t0);

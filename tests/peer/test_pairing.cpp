@@ -33,7 +33,8 @@ PairProposal random_proposal(uint64_t from, uint64_t round, uint64_t nonce = 1) 
 PairingView view_at(uint64_t round) { return {round, 0, std::nullopt}; }
 
 // Each node's partner names it back, and no one is its own partner; returns how many are solo.
-size_t require_mutual(const std::vector<PeerNode*>& nodes, const std::vector<std::optional<uint64_t>>& partners) {
+size_t require_mutual(const std::vector<PeerNode*>& nodes,
+                      const std::vector<std::optional<uint64_t>>& partners) {
     std::map<uint64_t, std::optional<uint64_t>> by_id;
     for (size_t i = 0; i < nodes.size(); ++i) by_id[nodes[i]->node_id()] = partners[i];
     size_t solo = 0;
@@ -52,7 +53,8 @@ size_t require_mutual(const std::vector<PeerNode*>& nodes, const std::vector<std
 
 std::vector<PeerNode*> wait_for_one_view(LocalCluster& cluster) {
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     return nodes;
 }
 
@@ -107,7 +109,8 @@ TEST_CASE("a deterministic proposal is accepted only when the callee's view name
 
 TEST_CASE("a proposal is accepted only for the round the node is choosing for, while it chooses") {
     PairingBook fresh(11, 1);
-    CHECK(fresh.consider(random_proposal(22, 0), view_at(0)).ask_again);  // a new node training round 0
+    CHECK(fresh.consider(random_proposal(22, 0), view_at(0))
+              .ask_again);  // a new node training round 0
 
     PairingBook book(11, 1);
     const auto far = book.consider(random_proposal(22, 12), view_at(10));
@@ -157,7 +160,8 @@ TEST_CASE("a node with a proposal out declines everyone but the node it proposed
 }
 
 TEST_CASE("crossing proposals settle on the lower (nonce, node id) and both sides agree") {
-    const auto [nonce_a, nonce_b] = GENERATE(std::make_pair(10u, 20u), std::make_pair(20u, 10u), std::make_pair(7u, 7u));
+    const auto [nonce_a, nonce_b] =
+        GENERATE(std::make_pair(10u, 20u), std::make_pair(20u, 10u), std::make_pair(7u, 7u));
     const auto mode = GENERATE(PairMode::Random, PairMode::Deterministic);
     PairingBook a(11, 1), b(22, 1);
     a.open(5);
@@ -274,7 +278,8 @@ TEST_CASE("a node with another model fingerprint is never chosen") {
     PeerNode& stranger = add_foreign_model_node(cluster);
     auto nodes = nodes_of(cluster);
     const std::vector<PeerNode*> compatible(nodes.begin(), nodes.begin() + 4);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(compatible); });
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(nodes) && same_pairable_view(compatible); });
     for (uint64_t round = 1; round <= 3; ++round) {
         INFO("round " << round);
         const auto partners = choose_partners(nodes, round);
@@ -288,7 +293,8 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     LocalCluster cluster(2);
     const auto nodes = wait_for_one_view(cluster);
     const NodeIdentity identity = NodeIdentity::generate();
-    const auto stub = v1::Peer::NewStub(grpc::CreateChannel(cluster.node(1).address(), grpc::InsecureChannelCredentials()));
+    const auto stub = v1::Peer::NewStub(
+        grpc::CreateChannel(cluster.node(1).address(), grpc::InsecureChannelCredentials()));
     SwarmAuth auth(cluster.base().swarm_secret, identity);
     v1::PairRequest request;
     request.set_round(1);
@@ -299,7 +305,8 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     context.set_deadline(std::chrono::system_clock::now() + 2s);
 
     SECTION("no credentials") {
-        CHECK(stub->Pair(&context, request, &response).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+        CHECK(stub->Pair(&context, request, &response).error_code() ==
+              grpc::StatusCode::UNAUTHENTICATED);
     }
     SECTION("the swarm secret, but not a member") {
         auth.attach(context, "Pair");

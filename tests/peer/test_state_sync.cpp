@@ -57,12 +57,15 @@ struct Donor {
 // Offers an honest manifest and corrupts every chunk it serves.
 class LyingDonor final : public v1::StateSync::Service {
 public:
-    explicit LyingDonor(std::shared_ptr<const Snapshot> snapshot) : snapshot_(std::move(snapshot)) {}
-    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+    explicit LyingDonor(std::shared_ptr<const Snapshot> snapshot)
+        : snapshot_(std::move(snapshot)) {}
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*,
+                             v1::SnapshotManifest* out) override {
         to_proto(snapshot_->manifest(), out);
         return grpc::Status::OK;
     }
-    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request, v1::SnapshotChunk* out) override {
+    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request,
+                            v1::SnapshotChunk* out) override {
         const auto bytes = snapshot_->chunk(request->index());
         std::string data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
         data[data.size() / 2] ^= 1;
@@ -80,11 +83,13 @@ class SlowDonor final : public v1::StateSync::Service {
 public:
     SlowDonor(std::shared_ptr<const Snapshot> snapshot, std::chrono::milliseconds delay)
         : snapshot_(std::move(snapshot)), delay_(delay) {}
-    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*,
+                             v1::SnapshotManifest* out) override {
         to_proto(snapshot_->manifest(), out);
         return grpc::Status::OK;
     }
-    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request, v1::SnapshotChunk* out) override {
+    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request,
+                            v1::SnapshotChunk* out) override {
         std::this_thread::sleep_for(delay_);
         const auto bytes = snapshot_->chunk(request->index());
         out->set_index(request->index());
@@ -101,12 +106,15 @@ private:
 // (SIGSTOP, a hung disk) after the fetch began.
 class FrozenDonor final : public v1::StateSync::Service {
 public:
-    explicit FrozenDonor(std::shared_ptr<const Snapshot> snapshot) : snapshot_(std::move(snapshot)) {}
-    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*, v1::SnapshotManifest* out) override {
+    explicit FrozenDonor(std::shared_ptr<const Snapshot> snapshot)
+        : snapshot_(std::move(snapshot)) {}
+    grpc::Status GetManifest(grpc::ServerContext*, const v1::GetManifestRequest*,
+                             v1::SnapshotManifest* out) override {
         to_proto(snapshot_->manifest(), out);
         return grpc::Status::OK;
     }
-    grpc::Status FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest*, v1::SnapshotChunk*) override {
+    grpc::Status FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest*,
+                            v1::SnapshotChunk*) override {
         asked_++;
         while (!context->IsCancelled()) std::this_thread::sleep_for(10ms);
         return {grpc::StatusCode::CANCELLED, "frozen"};
@@ -125,7 +133,8 @@ struct Joiner {
 
     FetchResult fetch(const std::vector<std::string>& donors, FetchOptions options = {}) {
         options.call_timeout = 2000ms;
-        return fetch_snapshot(donors, auth, grpc::InsecureChannelCredentials(), {kFingerprint, kTotal}, state, options);
+        return fetch_snapshot(donors, auth, grpc::InsecureChannelCredentials(),
+                              {kFingerprint, kTotal}, state, options);
     }
 };
 
@@ -176,10 +185,12 @@ TEST_CASE("a donor dying midway hands its chunks to the others") {
     REQUIRE(result.chunks_per_donor.at(b.address) > 0);
 }
 
-TEST_CASE("when the only holder dies, the joiner moves to another snapshot and keeps unchanged chunks") {
+TEST_CASE(
+    "when the only holder dies, the joiner moves to another snapshot and keeps unchanged chunks") {
     const auto old_bytes = random_bytes(kTotal, 4);
     auto new_bytes = old_bytes;
-    for (uint64_t i = 30 * kChunk; i < kTotal; ++i) new_bytes[i] ^= std::byte{0x5a};  // chunks 30-40 differ
+    for (uint64_t i = 30 * kChunk; i < kTotal; ++i)
+        new_bytes[i] ^= std::byte{0x5a};  // chunks 30-40 differ
     Donor newest, older;
     newest.store.publish(snapshot_of(new_bytes, 9));
     older.store.publish(snapshot_of(old_bytes, 8));
@@ -241,7 +252,8 @@ TEST_CASE("manifests of another model, another size or a forged id are refused, 
     v1::SnapshotManifest manifest;
     to_proto(snapshot->manifest(), &manifest);
     REQUIRE_NOTHROW(check_manifest(manifest, {kFingerprint, kTotal}));
-    const auto refused = [](const v1::SnapshotManifest& m, SnapshotExpectation e, const char* words) {
+    const auto refused = [](const v1::SnapshotManifest& m, SnapshotExpectation e,
+                            const char* words) {
         try {
             check_manifest(m, e);
             FAIL("accepted");
@@ -262,24 +274,28 @@ TEST_CASE("manifests of another model, another size or a forged id are refused, 
     refused(huge_chunks, {kFingerprint, kTotal}, "chunk size");
 
     Donor other_model;
-    other_model.store.publish(std::make_shared<Snapshot>("another", 3, "", random_bytes(kTotal, 8), kChunk));
+    other_model.store.publish(
+        std::make_shared<Snapshot>("another", 3, "", random_bytes(kTotal, 8), kChunk));
     Joiner joiner;
     try {
         joiner.fetch({other_model.address});
         FAIL("fetched a snapshot of another model");
     } catch (const Error& e) {
-        REQUIRE_THAT(e.what(), Catch::Contains("no donor could deliver") && Catch::Contains("another model"));
+        REQUIRE_THAT(e.what(),
+                     Catch::Contains("no donor could deliver") && Catch::Contains("another model"));
     }
 }
 
 TEST_CASE("state sync calls need swarm credentials and name bad requests") {
     Donor donor;
     donor.store.publish(snapshot_of(random_bytes(kTotal, 9), 1));
-    auto stub = v1::StateSync::NewStub(grpc::CreateChannel(donor.address, grpc::InsecureChannelCredentials()));
+    auto stub = v1::StateSync::NewStub(
+        grpc::CreateChannel(donor.address, grpc::InsecureChannelCredentials()));
     v1::SnapshotManifest manifest;
     {
         grpc::ClientContext context;
-        REQUIRE(stub->GetManifest(&context, {}, &manifest).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+        REQUIRE(stub->GetManifest(&context, {}, &manifest).error_code() ==
+                grpc::StatusCode::UNAUTHENTICATED);
     }
     NodeIdentity identity = NodeIdentity::generate();
     SwarmAuth auth(kSecret, identity);
@@ -295,14 +311,16 @@ TEST_CASE("state sync calls need swarm credentials and name bad requests") {
     {
         grpc::ClientContext context;
         auth.attach(context, "FetchChunk");
-        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() == grpc::StatusCode::OUT_OF_RANGE);
+        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() ==
+                grpc::StatusCode::OUT_OF_RANGE);
     }
     request.set_snapshot_id(std::string(32, 'x'));
     request.set_index(0);
     {
         grpc::ClientContext context;
         auth.attach(context, "FetchChunk");
-        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() == grpc::StatusCode::NOT_FOUND);
+        REQUIRE(stub->FetchChunk(&context, request, &chunk).error_code() ==
+                grpc::StatusCode::NOT_FOUND);
     }
 }
 
@@ -320,16 +338,17 @@ TEST_CASE("a donor slower than the first deadline is asked again with more time,
     options.max_call_timeout = 5000ms;
     options.min_rate_bytes_per_s = 1e12;
     const FetchResult result =
-        fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(), {kFingerprint, total}, state,
-                       options);
+        fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
+                       {kFingerprint, total}, state, options);
     CHECK(state == bytes);
     CHECK(result.chunks_per_donor.at(slow.address) == 4);
 
     // With one try only, the same donor is dropped at its first timeout and nothing arrives.
     options.timeouts_per_donor = 1;
-    CHECK_THROWS_WITH(fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
-                                     {kFingerprint, total}, state, options),
-                      Catch::Contains("no donor could deliver"));
+    CHECK_THROWS_WITH(
+        fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
+                       {kFingerprint, total}, state, options),
+        Catch::Contains("no donor could deliver"));
 }
 
 TEST_CASE("a donor that freezes mid-copy is let go when it is declared gone, not at its deadline") {
@@ -352,8 +371,8 @@ TEST_CASE("a donor that freezes mid-copy is let go when it is declared gone, not
     };
     const auto started = std::chrono::steady_clock::now();
     const FetchResult result = fetch_snapshot({frozen.address, honest.address}, joiner.auth,
-                                              grpc::InsecureChannelCredentials(), {kFingerprint, kTotal},
-                                              joiner.state, options);
+                                              grpc::InsecureChannelCredentials(),
+                                              {kFingerprint, kTotal}, joiner.state, options);
     CHECK(joiner.state == bytes);
     CHECK(frozen_state.asked() >= 1);  // it did hold chunks
     CHECK(result.chunks_per_donor.count(frozen.address) == 0);

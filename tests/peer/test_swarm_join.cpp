@@ -29,7 +29,8 @@ std::vector<std::byte> state_of_round(uint64_t round) {
 // Publishes round after round on every donor, every `period`, until stopped: the swarm training on.
 class Trainer {
 public:
-    Trainer(std::vector<PeerNode*> donors, std::chrono::milliseconds period) : donors_(std::move(donors)) {
+    Trainer(std::vector<PeerNode*> donors, std::chrono::milliseconds period)
+        : donors_(std::move(donors)) {
         publish(round_);
         thread_ = std::thread([this, period] {
             std::unique_lock lock(mutex_);
@@ -48,8 +49,8 @@ public:
 
 private:
     void publish(uint64_t round) {
-        const auto snapshot = std::make_shared<Snapshot>("local", round, "round " + std::to_string(round),
-                                                         state_of_round(round), kChunk);
+        const auto snapshot = std::make_shared<Snapshot>(
+            "local", round, "round " + std::to_string(round), state_of_round(round), kChunk);
         for (PeerNode* donor : donors_) donor->snapshots().publish(snapshot);
     }
 
@@ -81,13 +82,16 @@ TEST_CASE("a joiner fetches a verified snapshot from the live members while they
     options.call_timeout = 2000ms;
     // A slow joiner: a few chunks in, it waits until the others have published two new rounds.
     options.progress = [&](uint32_t done, uint32_t) {
-        if (done == 10) wait_for("two more rounds", 3000ms, [&] { return trainer.round() >= round_at_start + 2; });
+        if (done == 10)
+            wait_for("two more rounds", 3000ms,
+                     [&] { return trainer.round() >= round_at_start + 2; });
     };
     const FetchResult result = joiner.fetch_state({"local", kTotal}, state, options);
     CHECK(result.manifest.metadata == "round " + std::to_string(result.manifest.round));
     CHECK(state == state_of_round(result.manifest.round));
     CHECK(trainer.round() >= result.manifest.round + 2);  // the others trained on meanwhile
-    // Several members served a share at once (all three, unless one was slow to answer on a busy machine).
+    // Several members served a share at once (all three, unless one was slow to answer on a busy
+    // machine).
     CHECK(result.chunks_per_donor.size() >= 2);
 }
 

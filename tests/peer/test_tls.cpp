@@ -29,7 +29,9 @@ PeerConfig tls_config(const TlsConfig& tls, const std::vector<std::string>& seed
     return config;
 }
 
-bool knows(const PeerNode& observer, uint64_t node_id) { return state_seen(observer, node_id).has_value(); }
+bool knows(const PeerNode& observer, uint64_t node_id) {
+    return state_seen(observer, node_id).has_value();
+}
 
 }  // namespace
 
@@ -43,14 +45,16 @@ TEST_CASE("nodes with certificates from the swarm's CA form a swarm; others cann
     cluster.add(tls_config(make_node_tls(dir.path(), "swarm-ca", "b"), {first.address()}));
     cluster.add(tls_config(make_node_tls(dir.path(), "swarm-ca", "c"), {first.address()}));
     const auto nodes = nodes_of(cluster);
-    wait_for("one view over TLS", 5000ms, [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
+    wait_for("one view over TLS", 5000ms,
+             [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     // Partner choice runs over the same TLS connections: of three nodes, one pair and one solo.
     const auto partners = choose_partners(nodes, 1);
     size_t paired = 0;
     for (size_t i = 0; i < nodes.size(); ++i) {
         if (!partners[i]) continue;
         ++paired;
-        const size_t j = std::find_if(nodes.begin(), nodes.end(), [&](PeerNode* n) { return n->node_id() == *partners[i]; }) -
+        const size_t j = std::find_if(nodes.begin(), nodes.end(),
+                                      [&](PeerNode* n) { return n->node_id() == *partners[i]; }) -
                          nodes.begin();
         REQUIRE(j < nodes.size());
         CHECK(partners[j] == nodes[i]->node_id());
@@ -58,7 +62,8 @@ TEST_CASE("nodes with certificates from the swarm's CA form a swarm; others cann
     CHECK(paired == 2);
 
     SECTION("a node whose certificate another CA signed cannot join") {
-        PeerNode rogue(tls_config(make_node_tls(dir.path(), "rogue-ca", "rogue"), {first.address()}));
+        PeerNode rogue(
+            tls_config(make_node_tls(dir.path(), "rogue-ca", "rogue"), {first.address()}));
         rogue.start();
         // Several gossip periods and join retries: nobody learns of anybody across the boundary.
         std::this_thread::sleep_for(1500ms);
@@ -71,14 +76,16 @@ TEST_CASE("nodes with certificates from the swarm's CA form a swarm; others cann
     SECTION("a caller without TLS cannot even open a connection, whatever it sends") {
         const NodeIdentity identity = NodeIdentity::generate();
         SwarmAuth auth(read_file(dir.path() / "swarm-ca.pem"), identity);
-        auto stub = v1::Peer::NewStub(grpc::CreateChannel(first.address(), grpc::InsecureChannelCredentials()));
+        auto stub = v1::Peer::NewStub(
+            grpc::CreateChannel(first.address(), grpc::InsecureChannelCredentials()));
         v1::PingRequest request;
         request.set_target_id(first.node_id());
         v1::PingResponse response;
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + 2s);
         auth.attach(context, "Ping");
-        CHECK(stub->Ping(&context, request, &response).error_code() == grpc::StatusCode::UNAVAILABLE);
+        CHECK(stub->Ping(&context, request, &response).error_code() ==
+              grpc::StatusCode::UNAVAILABLE);
     }
     // The swarm carries on.
     CHECK(all_see_all_alive(nodes));
@@ -90,30 +97,36 @@ TEST_CASE("TLS settings that cannot work are named") {
     TlsConfig tls = make_node_tls(dir.path(), "swarm-ca", "a");
     SECTION("a certificate without its key") {
         tls.key.clear();
-        REQUIRE_THROWS_WITH(PeerNode(tls_config(tls, {})), Catch::Contains("peer.tls_key is not set"));
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(tls, {})),
+                            Catch::Contains("peer.tls_key is not set"));
     }
     SECTION("a CA file that is not there") {
         tls.ca = dir.path() / "missing.pem";
-        REQUIRE_THROWS_WITH(PeerNode(tls_config(tls, {})), Catch::Contains("peer.tls_ca") && Catch::Contains("missing.pem"));
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(tls, {})),
+                            Catch::Contains("peer.tls_ca") && Catch::Contains("missing.pem"));
     }
     SECTION("a key that is not the certificate's, or a CA that did not sign it") {
         const TlsConfig other = make_node_tls(dir.path(), "swarm-ca", "b");
         TlsConfig crossed = tls;
         crossed.key = other.key;
-        REQUIRE_THROWS_WITH(PeerNode(tls_config(crossed, {})), Catch::Contains("b.key") &&
-                                                                   Catch::Contains("is not the key of the certificate"));
+        REQUIRE_THROWS_WITH(
+            PeerNode(tls_config(crossed, {})),
+            Catch::Contains("b.key") && Catch::Contains("is not the key of the certificate"));
         make_ca(dir.path(), "other-ca");
         crossed = tls;
         crossed.ca = dir.path() / "other-ca.pem";
-        REQUIRE_THROWS_WITH(PeerNode(tls_config(crossed, {})), Catch::Contains("does not verify against") &&
-                                                                   Catch::Contains("unable to get local issuer"));
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(crossed, {})),
+                            Catch::Contains("does not verify against") &&
+                                Catch::Contains("unable to get local issuer"));
     }
     SECTION("neither TLS nor a swarm secret") {
-        REQUIRE_THROWS_WITH(PeerNode(tls_config(TlsConfig{}, {})), Catch::Contains("swarm_secret is empty"));
+        REQUIRE_THROWS_WITH(PeerNode(tls_config(TlsConfig{}, {})),
+                            Catch::Contains("swarm_secret is empty"));
     }
 }
 
-TEST_CASE("a running node's certificates are replaced on reload, and a set that would not work is refused") {
+TEST_CASE(
+    "a running node's certificates are replaced on reload, and a set that would not work is refused") {
     TempDir dir;
     make_ca(dir.path(), "old-ca");
     make_ca(dir.path(), "new-ca");
@@ -142,8 +155,9 @@ TEST_CASE("a running node's certificates are replaced on reload, and a set that 
     SECTION("a key that is not the certificate's is refused, and the old files stay in use") {
         TlsConfig wrong = rotated("a2");
         wrong.key = dir.path() / "b.key";
-        REQUIRE_THROWS_WITH(a.reload_tls(wrong), Catch::Contains("peer.tls_key") &&
-                                                     Catch::Contains("is not the key of the certificate"));
+        REQUIRE_THROWS_WITH(a.reload_tls(wrong),
+                            Catch::Contains("peer.tls_key") &&
+                                Catch::Contains("is not the key of the certificate"));
     }
     SECTION("a certificate the CA bundle does not sign is refused") {
         TlsConfig foreign = make_node_tls(dir.path(), "rogue-ca", "a3");
@@ -159,7 +173,9 @@ TEST_CASE("a running node's certificates are replaced on reload, and a set that 
 
     // The rotation proper: a trusts both CAs and presents a new-CA certificate from now on.
     a.reload_tls(rotated("a"));
-    const auto took = wait_for("b joins a after a's reload", 5000ms, [&] { return all_see_all_alive({&a, &b}); });
+    const auto took = wait_for("b joins a after a's reload", 5000ms, [&] {
+        return all_see_all_alive({&a, &b});
+    });
     WARN("b joined " << took.count() << " ms after a's certificates were replaced");
     // A node that trusts the new CA alone reaches a too: a presents the new certificate.
     TlsConfig new_only = make_node_tls(dir.path(), "new-ca", "c");

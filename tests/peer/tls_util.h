@@ -20,19 +20,21 @@ inline void run_openssl(const std::string& arguments) {
 // Creates <dir>/<ca_name>.pem and .key.
 inline void make_ca(const std::filesystem::path& dir, const std::string& ca_name) {
     const auto base = (dir / ca_name).string();
-    run_openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=" + ca_name +
-                " -keyout " + base + ".key -out " + base + ".pem");
+    run_openssl(
+        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=" +
+        ca_name + " -keyout " + base + ".key -out " + base + ".pem");
 }
 
 // A node certificate for IP 127.0.0.1 signed by the CA; returns the TLS settings that use it.
-inline TlsConfig make_node_tls(const std::filesystem::path& dir, const std::string& ca_name, const std::string& node) {
+inline TlsConfig make_node_tls(const std::filesystem::path& dir, const std::string& ca_name,
+                               const std::string& node) {
     const auto base = (dir / node).string();
     const auto ca = (dir / ca_name).string();
     write_file_atomic(dir / (node + ".ext"), std::string("subjectAltName=IP:127.0.0.1\n"));
-    run_openssl("req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + node + " -keyout " + base +
-                ".key -out " + base + ".csr");
-    run_openssl("x509 -req -days 2 -in " + base + ".csr -CA " + ca + ".pem -CAkey " + ca + ".key -CAcreateserial -out " +
-                base + ".pem -extfile " + base + ".ext");
+    run_openssl("req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + node +
+                " -keyout " + base + ".key -out " + base + ".csr");
+    run_openssl("x509 -req -days 2 -in " + base + ".csr -CA " + ca + ".pem -CAkey " + ca +
+                ".key -CAcreateserial -out " + base + ".pem -extfile " + base + ".ext");
     return TlsConfig{dir / (ca_name + ".pem"), dir / (node + ".pem"), dir / (node + ".key")};
 }
 

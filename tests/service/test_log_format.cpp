@@ -26,7 +26,8 @@ std::string logged(const std::string& format, const std::string& message) {
 }  // namespace
 
 TEST_CASE("a JSON log line parses whatever the message holds; a text line carries the UTC offset") {
-    const std::string awkward = "a \"quoted\" path C:\\dir, a tab\t, a newline\nand a stray byte \xff";
+    const std::string awkward =
+        "a \"quoted\" path C:\\dir, a tab\t, a newline\nand a stray byte \xff";
     const std::string line = logged("json", awkward);
     REQUIRE(line.back() == '\n');
     REQUIRE(std::count(line.begin(), line.end(), '\n') == 1);  // the message's newline is escaped
@@ -38,7 +39,9 @@ TEST_CASE("a JSON log line parses whatever the message holds; a text line carrie
     CHECK(entry.at("message") == awkward.substr(0, awkward.size() - 1) + "\xef\xbf\xbd");
 
     const std::string text = logged("text", "plain");
-    CHECK(std::regex_match(text, std::regex(R"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d\] warning plain\n)")));
+    CHECK(std::regex_match(
+        text,
+        std::regex(R"(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d\] warning plain\n)")));
 
     CHECK_THROWS_WITH(log_formatter("xml"), Contains("\"xml\" is not text or json"));
 }

@@ -22,14 +22,16 @@ namespace {
 double process_figure(const std::string& name) {
     for (const prometheus::MetricFamily& f : process_metric_families())
         if (f.name == name)
-            return f.type == prometheus::MetricType::Counter ? f.metric[0].counter.value : f.metric[0].gauge.value;
+            return f.type == prometheus::MetricType::Counter ? f.metric[0].counter.value
+                                                             : f.metric[0].gauge.value;
     FAIL("no " << name);
     return 0;
 }
 
 }  // namespace
 
-TEST_CASE("NodeMetrics labels the build, keeps one phase at 1 and follows the failure totals upwards only") {
+TEST_CASE(
+    "NodeMetrics labels the build, keeps one phase at 1 and follows the failure totals upwards only") {
     NodeMetrics metrics("127.0.0.1:0");
     v1::NodeStatus identity;
     identity.set_node_id("0123456789abcdef");
@@ -60,7 +62,8 @@ TEST_CASE("NodeMetrics labels the build, keeps one phase at 1 and follows the fa
     totals[static_cast<size_t>(FailureReason::Timeout)] = 3;
     totals[static_cast<size_t>(FailureReason::Checkpoint)] = 1;
     metrics.record_failures(totals);
-    totals[static_cast<size_t>(FailureReason::Timeout)] = 2;  // a total never falls; the counter must not either
+    totals[static_cast<size_t>(FailureReason::Timeout)] =
+        2;  // a total never falls; the counter must not either
     totals[static_cast<size_t>(FailureReason::Auth)] = 5;
     metrics.record_failures(totals);
     text = metrics.scrape();
@@ -110,7 +113,8 @@ TEST_CASE("the process figures agree with /proc/self/status, getrlimit and the c
     close(extra);
     CHECK(process_figure("process_open_fds") == open_with_extra - 1);
 
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const double started = process_figure("process_start_time_seconds");
     CHECK(started <= now + 1);
     CHECK(started > now - 24 * 3600);  // a test process is younger than a day

@@ -31,7 +31,8 @@ std::string exchange(uint16_t port, const std::string& request) {
 
 TEST_CASE("GET /metrics returns the body, other paths 404 and other methods 405") {
     int scrapes = 0;
-    MetricsHttpServer server("127.0.0.1:0", [&] { return "m " + std::to_string(++scrapes) + "\n"; });
+    MetricsHttpServer server("127.0.0.1:0",
+                             [&] { return "m " + std::to_string(++scrapes) + "\n"; });
     REQUIRE(server.port() != 0);
     const std::string ok = exchange(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     CHECK(ok.starts_with("HTTP/1.1 200 OK\r\n"));

@@ -10,8 +10,8 @@
 namespace starling::test {
 
 inline ExperimentConfig one_node_experiment() {
-    ExperimentConfig c =
-        load_experiment_config(std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml");
+    ExperimentConfig c = load_experiment_config(std::string(STARLING_SOURCE_DIR) +
+                                                "/configs/experiments/swarm.toml");
     c.train.data.dir = kjv_dir();
     c.train.threads = 2;
     c.train.steps = 20;

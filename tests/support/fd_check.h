@@ -39,8 +39,8 @@ double fd_max_rel_error(const std::function<double()>& loss, T* param, const T* 
 
 // Every element of an n-element parameter.
 template <typename T>
-double fd_max_rel_error(const std::function<double()>& loss, T* param, const T* analytic,
-                        size_t n, double h = 1e-6) {
+double fd_max_rel_error(const std::function<double()>& loss, T* param, const T* analytic, size_t n,
+                        double h = 1e-6) {
     std::vector<size_t> all(n);
     std::iota(all.begin(), all.end(), size_t(0));
     return fd_max_rel_error(loss, param, analytic, all, h);

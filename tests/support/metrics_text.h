@@ -21,7 +21,8 @@ inline std::optional<double> sample_value(const std::string& text, const std::st
 inline std::map<std::string, std::string> metric_families(const std::string& text) {
     static const std::regex type_line(R"(# TYPE (\S+) (\S+))");
     std::map<std::string, std::string> families;
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), type_line); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), type_line);
+         it != std::sregex_iterator(); ++it)
         families[(*it)[1]] = (*it)[2];
     return families;
 }

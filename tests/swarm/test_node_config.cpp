@@ -61,7 +61,8 @@ struct EditedPico {
 
 }  // namespace
 
-TEST_CASE("the shipped configs load as node configs with their documented values", "[node_config]") {
+TEST_CASE("the shipped configs load as node configs with their documented values",
+          "[node_config]") {
     const ScopedEnv secret("STARLING_PEER_SECRET", "s3cret");
     const NodeConfig pico = load_node_config(kConfigs / "pico.toml");
     CHECK(pico.config_path == kConfigs / "pico.toml");
@@ -92,7 +93,8 @@ TEST_CASE("the shipped configs load as node configs with their documented values
     CHECK(m124.swarm.peer.exchange_timeout == 30000ms);
 }
 
-TEST_CASE("starling train's load_train_config still reads pico.toml beside the daemon's sections", "[node_config]") {
+TEST_CASE("starling train's load_train_config still reads pico.toml beside the daemon's sections",
+          "[node_config]") {
     const NoSecretInEnv no_secret;
     const TrainConfig c = load_train_config((kConfigs / "pico.toml").string());
     CHECK(c.model.n_layer == 2);
@@ -110,7 +112,8 @@ TEST_CASE("node config: the swarm secret", "[node_config]") {
     TempDir dir;
     SECTION("secret_file: its text without the trailing newline") {
         put(dir.file("secret"), "abc\n");
-        const EditedPico f("secret = \"\"", "secret_file = \"" + dir.file("secret").string() + "\"");
+        const EditedPico f("secret = \"\"",
+                           "secret_file = \"" + dir.file("secret").string() + "\"");
         CHECK(f.load().swarm.peer.swarm_secret == "abc");
     }
     SECTION("a missing secret_file is refused naming its path") {
@@ -120,7 +123,8 @@ TEST_CASE("node config: the swarm secret", "[node_config]") {
     }
     SECTION("secret and secret_file both set are refused") {
         put(dir.file("secret"), "abc\n");
-        const EditedPico f("secret = \"\"", "secret = \"x\"\nsecret_file = \"" + dir.file("secret").string() + "\"");
+        const EditedPico f("secret = \"\"",
+                           "secret = \"x\"\nsecret_file = \"" + dir.file("secret").string() + "\"");
         CHECK_THROWS_WITH(f.load(), Contains("[peer].secret and [peer].secret_file are both set"));
     }
 }
@@ -130,7 +134,8 @@ TEST_CASE("node config: STARLING_<SECTION>_<KEY> overrides the file", "[node_con
     const fs::path pico = kConfigs / "pico.toml";
     SECTION("seeds, as a TOML array") {
         const ScopedEnv seeds("STARLING_PEER_SEEDS", R"(["10.0.0.1:7700","10.0.0.2:7700"])");
-        CHECK(load_node_config(pico).swarm.peer.seeds == std::vector<std::string>{"10.0.0.1:7700", "10.0.0.2:7700"});
+        CHECK(load_node_config(pico).swarm.peer.seeds ==
+              std::vector<std::string>{"10.0.0.1:7700", "10.0.0.2:7700"});
     }
     SECTION("inner steps") {
         const ScopedEnv steps("STARLING_SWARM_INNER_STEPS", "7");
@@ -147,7 +152,8 @@ TEST_CASE("node config errors name the key", "[node_config]") {
     const ScopedEnv secret("STARLING_PEER_SECRET", "s3cret");
     SECTION("unknown key") {
         const EditedPico f("[peer]\n", "[peer]\nlistn = \"0.0.0.0:7700\"\n");
-        CHECK_THROWS_WITH(f.load(), Contains(f.path.string()) && Contains("unknown key [peer].listn"));
+        CHECK_THROWS_WITH(f.load(),
+                          Contains(f.path.string()) && Contains("unknown key [peer].listn"));
     }
     SECTION("unknown section") {
         const EditedPico f("[metrics]\n", "[nodes]\nx = 1\n[metrics]\n");
@@ -163,8 +169,10 @@ TEST_CASE("node config errors name the key", "[node_config]") {
     }
     SECTION("a non-local control address needs allow_remote") {
         const EditedPico f("listen = \"127.0.0.1:7701\"", "listen = \"0.0.0.0:7701\"");
-        CHECK_THROWS_WITH(f.load(), Contains("[control].listen \"0.0.0.0:7701\"") && Contains("allow_remote"));
-        const EditedPico allowed("listen = \"127.0.0.1:7701\"", "listen = \"0.0.0.0:7701\"\nallow_remote = true");
+        CHECK_THROWS_WITH(
+            f.load(), Contains("[control].listen \"0.0.0.0:7701\"") && Contains("allow_remote"));
+        const EditedPico allowed("listen = \"127.0.0.1:7701\"",
+                                 "listen = \"0.0.0.0:7701\"\nallow_remote = true");
         const NodeConfig c = allowed.load();
         CHECK(c.control_listen == "0.0.0.0:7701");
         CHECK(c.control_allow_remote);
@@ -180,29 +188,38 @@ TEST_CASE("node config errors name the key", "[node_config]") {
     SECTION("log format") {
         const EditedPico f("log_format = \"text\"", "log_format = \"xml\"");
         CHECK_THROWS_WITH(f.load(), Contains("[node].log_format \"xml\" is not text or json"));
-        CHECK(EditedPico("log_format = \"text\"", "log_format = \"json\"").load().log_format == "json");
+        CHECK(EditedPico("log_format = \"text\"", "log_format = \"json\"").load().log_format ==
+              "json");
     }
-    SECTION("the deadlines for slow links: read in their units, a ceiling below its floor refused") {
-        const EditedPico f("max_round_gap = 1", "exchange_timeout_max_ms = 120000\nmin_link_mbit = 2.5\n"
-                                                "state_sync_timeout_ms = 5000\nstate_sync_timeout_max_ms = 60000\n"
-                                                "state_sync_min_link_mbit = 0.5\nmax_round_gap = 1");
+    SECTION(
+        "the deadlines for slow links: read in their units, a ceiling below its floor refused") {
+        const EditedPico f("max_round_gap = 1",
+                           "exchange_timeout_max_ms = 120000\nmin_link_mbit = 2.5\n"
+                           "state_sync_timeout_ms = 5000\nstate_sync_timeout_max_ms = 60000\n"
+                           "state_sync_min_link_mbit = 0.5\nmax_round_gap = 1");
         const PeerConfig p = f.load().swarm.peer;
         CHECK(p.exchange_timeout_max == 120000ms);
         CHECK(p.min_link_bytes_per_s == Approx(312500.0));
         CHECK(p.state_sync_timeout == 5000ms);
         CHECK(p.state_sync_timeout_max == 60000ms);
         CHECK(p.state_sync_min_link_bytes_per_s == Approx(62500.0));
-        const EditedPico low("max_round_gap = 1", "exchange_timeout_max_ms = 5000\nmax_round_gap = 1");
-        CHECK_THROWS_WITH(low.load(), Contains("[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms"));
-        const EditedPico sync("max_round_gap = 1", "state_sync_timeout_max_ms = 5000\nmax_round_gap = 1");
-        CHECK_THROWS_WITH(sync.load(),
-                          Contains("[peer].state_sync_timeout_max_ms must be at least state_sync_timeout_ms"));
+        const EditedPico low("max_round_gap = 1",
+                             "exchange_timeout_max_ms = 5000\nmax_round_gap = 1");
+        CHECK_THROWS_WITH(
+            low.load(),
+            Contains("[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms"));
+        const EditedPico sync("max_round_gap = 1",
+                              "state_sync_timeout_max_ms = 5000\nmax_round_gap = 1");
+        CHECK_THROWS_WITH(
+            sync.load(),
+            Contains("[peer].state_sync_timeout_max_ms must be at least state_sync_timeout_ms"));
         const EditedPico zero("max_round_gap = 1", "min_link_mbit = 0\nmax_round_gap = 1");
         CHECK_THROWS_WITH(zero.load(), Contains("[peer].min_link_mbit must be above 0"));
     }
 }
 
-TEST_CASE("apply_node_flags replaces what is given, appends seeds and moves the peer data dir", "[node_config]") {
+TEST_CASE("apply_node_flags replaces what is given, appends seeds and moves the peer data dir",
+          "[node_config]") {
     const ScopedEnv secret("STARLING_PEER_SECRET", "s3cret");
     const ScopedEnv seeds("STARLING_PEER_SEEDS", R"(["10.0.0.1:7700"])");
     NodeConfig c = load_node_config(kConfigs / "pico.toml");
@@ -227,7 +244,8 @@ TEST_CASE("apply_node_flags replaces what is given, appends seeds and moves the 
     CHECK(c.control_listen == "unix:/run/starling/control.sock");
     CHECK(c.metrics_listen.empty());
     CHECK(c.log_level == "debug");
-    CHECK(c.swarm.peer.seeds == std::vector<std::string>{"10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"});
+    CHECK(c.swarm.peer.seeds ==
+          std::vector<std::string>{"10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"});
 
     NodeFlags bad;
     bad.control = "0.0.0.0:7701";
@@ -239,7 +257,8 @@ TEST_CASE("is_local_listen_address", "[node_config]") {
         INFO(local);
         CHECK(is_local_listen_address(local));
     }
-    for (const char* remote : {"0.0.0.0:1", "10.1.2.3:1", "example.com:1", "[::]:1", "128.0.0.1:1"}) {
+    for (const char* remote :
+         {"0.0.0.0:1", "10.1.2.3:1", "example.com:1", "[::]:1", "128.0.0.1:1"}) {
         INFO(remote);
         CHECK_FALSE(is_local_listen_address(remote));
     }

@@ -41,7 +41,9 @@ std::vector<std::byte> hand_state(uint64_t round) {
 }
 
 RoundStart hand_start(uint64_t round) {
-    return {std::make_shared<const Snapshot>("snapshot fingerprint", round, "test", hand_state(round)), kData};
+    return {
+        std::make_shared<const Snapshot>("snapshot fingerprint", round, "test", hand_state(round)),
+        kData};
 }
 
 std::string as_string(const std::vector<std::byte>& bytes) {
@@ -49,13 +51,16 @@ std::string as_string(const std::vector<std::byte>& bytes) {
 }
 
 // Saves rounds first..last under root, keeping them all.
-void save_rounds(const fs::path& root, uint64_t first, uint64_t last, const std::string& fingerprint = "model-a") {
-    for (uint64_t r = first; r <= last; r++) save_swarm_checkpoint(root, 100, fingerprint, hand_start(r));
+void save_rounds(const fs::path& root, uint64_t first, uint64_t last,
+                 const std::string& fingerprint = "model-a") {
+    for (uint64_t r = first; r <= last; r++)
+        save_swarm_checkpoint(root, 100, fingerprint, hand_start(r));
 }
 
 }  // namespace
 
-TEST_CASE("a swarm checkpoint holds the snapshot bytes, the round and the data position", "[swarm_checkpoint]") {
+TEST_CASE("a swarm checkpoint holds the snapshot bytes, the round and the data position",
+          "[swarm_checkpoint]") {
     TempDir root;
     const std::vector<std::byte> state = hand_state(5);
     REQUIRE(state.size() == 32 + 16 * kParams);
@@ -91,8 +96,10 @@ TEST_CASE("a swarm checkpoint holds the snapshot bytes, the round and the data p
 
 TEST_CASE("saving with keep 3 leaves the three newest rounds", "[swarm_checkpoint]") {
     TempDir root;
-    for (uint64_t r = 1; r <= 5; r++) save_swarm_checkpoint(root.path(), 3, "model-a", hand_start(r));
-    CHECK(dir_names(root.path()) == std::vector<std::string>{"step_00000003", "step_00000004", "step_00000005"});
+    for (uint64_t r = 1; r <= 5; r++)
+        save_swarm_checkpoint(root.path(), 3, "model-a", hand_start(r));
+    CHECK(dir_names(root.path()) ==
+          std::vector<std::string>{"step_00000003", "step_00000004", "step_00000005"});
 }
 
 TEST_CASE("newest_swarm_checkpoint skips corrupt checkpoints", "[swarm_checkpoint]") {
@@ -115,12 +122,14 @@ TEST_CASE("newest_swarm_checkpoint skips corrupt checkpoints", "[swarm_checkpoin
         std::string bytes = slurp(newest / "state.bin");
         bytes[40] = static_cast<char>(bytes[40] ^ 0x01);
         put(newest / "state.bin", bytes);
-        CHECK_THROWS_WITH(read_swarm_checkpoint(newest, "model-a"), Contains("state.bin") && Contains("checksum"));
+        CHECK_THROWS_WITH(read_swarm_checkpoint(newest, "model-a"),
+                          Contains("state.bin") && Contains("checksum"));
         const auto c = newest_swarm_checkpoint(r, "model-a");
         REQUIRE(c);
         CHECK(c->round == 2);
         CHECK(c->path == r / "step_00000002");
-        CHECK(dir_names(r) == std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
+        CHECK(dir_names(r) ==
+              std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
         CHECK(slurp(r / "corrupt" / "step_00000003" / "state.bin") == bytes);
     }
     SECTION("state.bin truncated") {
@@ -132,27 +141,34 @@ TEST_CASE("newest_swarm_checkpoint skips corrupt checkpoints", "[swarm_checkpoin
     }
     SECTION("checkpoint.json not JSON") {
         put(newest / "checkpoint.json", "{\"format\": ");
-        CHECK_THROWS_WITH(read_swarm_checkpoint(newest, "model-a"), Contains("checkpoint.json: not valid JSON"));
+        CHECK_THROWS_WITH(read_swarm_checkpoint(newest, "model-a"),
+                          Contains("checkpoint.json: not valid JSON"));
         const auto c = newest_swarm_checkpoint(r, "model-a");
         REQUIRE(c);
         CHECK(c->round == 2);
     }
-    SECTION("every one corrupt: none, and all moved aside so new ones are not pruned in their favour") {
-        for (uint64_t round = 1; round <= 3; round++) put(r / CheckpointDir::step_dir_name(round) / "state.bin", "");
+    SECTION(
+        "every one corrupt: none, and all moved aside so new ones are not pruned in their favour") {
+        for (uint64_t round = 1; round <= 3; round++)
+            put(r / CheckpointDir::step_dir_name(round) / "state.bin", "");
         CHECK_FALSE(newest_swarm_checkpoint(r, "model-a"));
         CHECK(dir_names(r) == std::vector<std::string>{"corrupt"});
-        CHECK(dir_names(r / "corrupt") == std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003"});
+        CHECK(dir_names(r / "corrupt") ==
+              std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003"});
         // The node starts over: with keep 2, its new checkpoints are the ones kept.
-        for (uint64_t round = 1; round <= 2; round++) save_swarm_checkpoint(r, 2, "model-a", hand_start(round));
-        CHECK(dir_names(r) == std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
+        for (uint64_t round = 1; round <= 2; round++)
+            save_swarm_checkpoint(r, 2, "model-a", hand_start(round));
+        CHECK(dir_names(r) ==
+              std::vector<std::string>{"corrupt", "step_00000001", "step_00000002"});
         REQUIRE(newest_swarm_checkpoint(r, "model-a"));
         CHECK(newest_swarm_checkpoint(r, "model-a")->round == 2);
         // A second corrupt step 3 goes beside the first.
         save_swarm_checkpoint(r, 5, "model-a", hand_start(3));
         put(r / "step_00000003" / "state.bin", "");
         CHECK(newest_swarm_checkpoint(r, "model-a")->round == 2);
-        CHECK(dir_names(r / "corrupt") ==
-              std::vector<std::string>{"step_00000001", "step_00000002", "step_00000003", "step_00000003.1"});
+        CHECK(dir_names(r / "corrupt") == std::vector<std::string>{"step_00000001", "step_00000002",
+                                                                   "step_00000003",
+                                                                   "step_00000003.1"});
     }
 }
 

@@ -37,7 +37,8 @@ std::vector<std::unique_ptr<SwarmNode>> start_swarm(int n, const SwarmConfig& co
     }
     std::vector<PeerNode*> peers;
     for (auto& node : nodes) peers.push_back(&node->peer());
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
     return nodes;
 }
 
@@ -62,7 +63,8 @@ void on_threads(size_t count, Body body) {
 }
 
 // `rounds` rounds on every node at once: reports[node][round].
-std::vector<std::vector<SwarmRound>> run_rounds(std::vector<std::unique_ptr<SwarmNode>>& nodes, int rounds) {
+std::vector<std::vector<SwarmRound>> run_rounds(std::vector<std::unique_ptr<SwarmNode>>& nodes,
+                                                int rounds) {
     std::vector<std::vector<SwarmRound>> reports(nodes.size());
     on_threads(nodes.size(), [&](size_t i) {
         for (int r = 0; r < rounds; r++) reports[i].push_back(nodes[i]->run_round());
@@ -86,7 +88,8 @@ uint64_t message_bytes(const codec::MessagePlan& plan) {
 // swarm's outer steps are checked against.
 struct ReferenceReplica {
     ReferenceReplica(const SwarmConfig& config, uint64_t node_id)
-        : backend(make_backend({"cpu", config.train.threads, "fp32"})), schedule(config.train.lr_schedule()) {
+        : backend(make_backend({"cpu", config.train.threads, "fp32"})),
+          schedule(config.train.lr_schedule()) {
         engine.train = config.train;
         engine.replicas = 1;
         engine.inner_steps = config.inner_steps;
@@ -101,16 +104,18 @@ struct ReferenceReplica {
 std::vector<float> copy_of(std::span<const float> x) { return {x.begin(), x.end()}; }
 
 // A reference replica per node, built from the same config and node id.
-std::vector<std::unique_ptr<ReferenceReplica>> references_of(const std::vector<std::unique_ptr<SwarmNode>>& nodes,
-                                                             const SwarmConfig& config) {
+std::vector<std::unique_ptr<ReferenceReplica>> references_of(
+    const std::vector<std::unique_ptr<SwarmNode>>& nodes, const SwarmConfig& config) {
     set_cpu_threads(config.train.threads);
     std::vector<std::unique_ptr<ReferenceReplica>> refs;
-    for (const auto& node : nodes) refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
+    for (const auto& node : nodes)
+        refs.push_back(std::make_unique<ReferenceReplica>(config, node->node_id()));
     return refs;
 }
 
 // One round on both nodes of a pair, which must have paired with each other.
-std::vector<std::vector<SwarmRound>> run_paired_round(std::vector<std::unique_ptr<SwarmNode>>& nodes) {
+std::vector<std::vector<SwarmRound>> run_paired_round(
+    std::vector<std::unique_ptr<SwarmNode>>& nodes) {
     const auto reports = run_rounds(nodes, 1);
     for (size_t i = 0; i < 2; i++) {
         INFO(reports[i][0].failure);
@@ -165,7 +170,8 @@ TEST_CASE("swarm: four nodes pair mutually, exchange BF16 theta of the planned s
     CHECK(last < first - 0.5);
 }
 
-TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' thetas (F32 messages)") {
+TEST_CASE(
+    "swarm: a paired outer step equals NoLoCo computed from both nodes' thetas (F32 messages)") {
     const SwarmConfig config = pico_swarm(2, codec::Codec::F32);
     auto nodes = start_swarm(2, config);
     auto refs = references_of(nodes, config);
@@ -190,8 +196,9 @@ TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' th
             PartnerChecks checks;
             const MemberValues own{ref.node_id(), thetas[i], {}};
             const MemberValues partner{refs[1 - i]->replica->node_id(), thetas[1 - i], {}};
-            const NoLoCoStep step = noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
-                                                      ref.phi(), ref.momentum(), scratch_a, scratch_b);
+            const NoLoCoStep step =
+                noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
+                                  ref.phi(), ref.momentum(), scratch_a, scratch_b);
             REQUIRE(step.members == 2);
             ref.restart_from_phi();
             CHECK(same_bits(node.phi(), ref.phi()));
@@ -205,14 +212,16 @@ TEST_CASE("swarm: a paired outer step equals NoLoCo computed from both nodes' th
                 const double mean = (double(thetas[0][k]) + double(thetas[1][k])) / 2.0;
                 const double delta = config.outer.momentum * double(momenta[i][k]) +
                                      config.outer.lr * (mean - double(phis[i][k]));
-                worst = std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
+                worst =
+                    std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
             }
             CHECK(worst < 1e-6);  // float rounding of values of order 0.1-1
         }
     }
 }
 
-TEST_CASE("swarm: split messages (D and phi at once) give NoLoCo's split step, with a pull unlike the lr") {
+TEST_CASE(
+    "swarm: split messages (D and phi at once) give NoLoCo's split step, with a pull unlike the lr") {
     SwarmConfig config = pico_swarm(2, codec::Codec::F32);
     config.exchange.mode = MessageMode::Split;
     config.exchange.delta_codec = codec::Codec::F32;
@@ -243,29 +252,35 @@ TEST_CASE("swarm: split messages (D and phi at once) give NoLoCo's split step, w
             std::vector<float> scratch_a(n), scratch_b(n);
             PartnerChecks checks;
             const MemberValues own{ref.node_id(), displacements[i], ref.phi()};
-            const MemberValues partner{refs[1 - i]->replica->node_id(), displacements[1 - i], phis[1 - i]};
-            REQUIRE(noloco_outer_step(config.outer, MessageMode::Split, own, {&partner, 1}, checks, ref.phi(),
-                                      ref.momentum(), scratch_a, scratch_b)
+            const MemberValues partner{refs[1 - i]->replica->node_id(), displacements[1 - i],
+                                       phis[1 - i]};
+            REQUIRE(noloco_outer_step(config.outer, MessageMode::Split, own, {&partner, 1}, checks,
+                                      ref.phi(), ref.momentum(), scratch_a, scratch_b)
                         .members == 2);
             ref.restart_from_phi();
             CHECK(same_bits(nodes[i]->replica().phi(), ref.phi()));
             CHECK(same_bits(nodes[i]->replica().momentum(), ref.momentum()));
 
-            // NoLoCo's split step in double: delta = alpha delta + beta mean(D) + gamma (mean(phi) - phi).
+            // NoLoCo's split step in double: delta = alpha delta + beta mean(D) + gamma (mean(phi)
+            // - phi).
             double worst = 0.0;
             for (size_t k = 0; k < n; k++) {
-                const double mean_d = (double(displacements[0][k]) + double(displacements[1][k])) / 2.0;
+                const double mean_d =
+                    (double(displacements[0][k]) + double(displacements[1][k])) / 2.0;
                 const double mean_phi = (double(phis[0][k]) + double(phis[1][k])) / 2.0;
-                const double delta = config.outer.momentum * double(momenta[i][k]) + config.outer.lr * mean_d +
+                const double delta = config.outer.momentum * double(momenta[i][k]) +
+                                     config.outer.lr * mean_d +
                                      config.outer.pull * (mean_phi - double(phis[i][k]));
-                worst = std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
+                worst =
+                    std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
             }
             CHECK(worst < 1e-6);
         }
     }
 }
 
-TEST_CASE("swarm: DiLoCo's all-gather: three nodes take the same step, the optimizer's on all three D") {
+TEST_CASE(
+    "swarm: DiLoCo's all-gather: three nodes take the same step, the optimizer's on all three D") {
     SwarmConfig config = pico_swarm(2);
     config.method = SwarmMethod::DiLoCo;
     config.exchange.delta_codec = codec::Codec::F32;
@@ -291,10 +306,12 @@ TEST_CASE("swarm: DiLoCo's all-gather: three nodes take the same step, the optim
             ref->replica->compute_displacement();
             displacements.push_back(copy_of(ref->replica->displacement()));
         }
-        const std::vector<std::span<const float>> decoded(displacements.begin(), displacements.end());
+        const std::vector<std::span<const float>> decoded(displacements.begin(),
+                                                          displacements.end());
         for (auto& ref : refs) {
             std::vector<float> scratch(ref->replica->size());
-            diloco_outer_step(config.outer, decoded, ref->replica->phi(), ref->replica->momentum(), scratch);
+            diloco_outer_step(config.outer, decoded, ref->replica->phi(), ref->replica->momentum(),
+                              scratch);
             ref->replica->restart_from_phi();
         }
         for (auto& node : nodes) {
@@ -313,13 +330,15 @@ TEST_CASE("swarm: DiLoCo leaves out a member that died and goes on with the rest
     nodes.pop_back();
     const auto start = std::chrono::steady_clock::now();
     const auto reports = run_rounds(nodes, 2);
-    const double bound = std::chrono::duration<double>(config.peer.exchange_timeout).count() * 2 + 2.0;
+    const double bound =
+        std::chrono::duration<double>(config.peer.exchange_timeout).count() * 2 + 2.0;
     CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < bound);
     for (const auto& r : reports) CHECK(r.back().quorum == 2);
     CHECK(same_bits(nodes[0]->replica().phi(), nodes[1]->replica().phi()));
 }
 
-TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines and never pair with it") {
+TEST_CASE(
+    "swarm: a killed node: survivors keep rounding within the deadlines and never pair with it") {
     const SwarmConfig config = pico_swarm(40);
     auto nodes = start_swarm(4, config);
     const size_t victim = 3;
@@ -328,7 +347,9 @@ TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines an
     // one exchange (exchange_timeout),
     // plus 1 s for a cancelled stream to end and for four threads sharing two cores.
     const double network_bound =
-        std::chrono::duration<double>(config.peer.pair_timeout + config.peer.exchange_timeout + 1000ms).count();
+        std::chrono::duration<double>(config.peer.pair_timeout + config.peer.exchange_timeout +
+                                      1000ms)
+            .count();
 
     // Rounds start together, as on nodes of equal speed: otherwise a node that goes solo finishes
     // sooner, runs more than max_round_gap rounds ahead and can pair with no one, which is not
@@ -339,7 +360,8 @@ TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines an
     const auto give_up = std::chrono::steady_clock::now() + 20s;
     auto next_round = [&]() noexcept {
         bool all_dead = true;
-        for (size_t i = 0; i < victim; i++) all_dead &= state_seen(nodes[i]->peer(), victim_id) == MemberState::Dead;
+        for (size_t i = 0; i < victim; i++)
+            all_dead &= state_seen(nodes[i]->peer(), victim_id) == MemberState::Dead;
         if (all_dead) rounds_after_death++;
         if (rounds_after_death > 3 || std::chrono::steady_clock::now() > give_up) stop = true;
     };
@@ -358,10 +380,11 @@ TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines an
                 round_start.arrive_and_wait();
                 // Killed in the middle of its third round's inner phase, as a crash would.
                 std::thread crash;
-                if (r == 2) crash = std::thread([&] {
-                    std::this_thread::sleep_for(20ms);
-                    node.kill();
-                });
+                if (r == 2)
+                    crash = std::thread([&] {
+                        std::this_thread::sleep_for(20ms);
+                        node.kill();
+                    });
                 node.run_round();
                 if (crash.joinable()) crash.join();
             }
@@ -375,7 +398,8 @@ TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines an
             s.victim_dead_before = state_seen(node.peer(), victim_id) == MemberState::Dead;
             const auto start = std::chrono::steady_clock::now();
             s.report = node.run_round();
-            s.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            s.wall_seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             seen[i].push_back(s);
         }
     });
@@ -398,7 +422,8 @@ TEST_CASE("swarm: a killed node: survivors keep rounding within the deadlines an
     CHECK(paired_after_death >= 2 * 3);
 }
 
-TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, momentum, AdamW, counters") {
+TEST_CASE(
+    "swarm: a node joining from the swarm holds a donor's snapshot: phi, momentum, AdamW, counters") {
     const SwarmConfig config = pico_swarm(4);
     auto nodes = start_swarm(3, config);
     run_rounds(nodes, 2);
@@ -409,7 +434,8 @@ TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, m
     SwarmNode& joiner = *nodes.back();
     std::vector<PeerNode*> peers;
     for (auto& node : nodes) peers.push_back(&node->peer());
-    wait_for("the joiner in one view", 5000ms, [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    wait_for("the joiner in one view", 5000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
 
     const FetchResult fetched = joiner.join_from_swarm();
     std::shared_ptr<const Snapshot> donated;
@@ -444,7 +470,8 @@ TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, m
     CHECK(same_bits(mine.adamw_m_host(), theirs.adamw_m_host()));
     CHECK(same_bits(mine.adamw_v_host(), theirs.adamw_v_host()));
     CHECK(same_bits(mine.theta(), mine.phi()));
-    CHECK(std::all_of(mine.residual().begin(), mine.residual().end(), [](float x) { return x == 0.0f; }));
+    CHECK(std::all_of(mine.residual().begin(), mine.residual().end(),
+                      [](float x) { return x == 0.0f; }));
     CHECK(joiner.node_id() != donor->node_id());
 
     // A snapshot for another model size is refused, naming the problem.
@@ -460,7 +487,8 @@ TEST_CASE("swarm: a node joining from the swarm holds a donor's snapshot: phi, m
     }
 }
 
-TEST_CASE("swarm: a published snapshot a joiner still holds is never refilled, and each round's matches the state") {
+TEST_CASE(
+    "swarm: a published snapshot a joiner still holds is never refilled, and each round's matches the state") {
     SwarmNode node(pico_swarm(20));
     // A joiner in the middle of a fetch holds the round's snapshot.
     const std::shared_ptr<const Snapshot> held = node.peer().snapshots().latest();
@@ -472,5 +500,6 @@ TEST_CASE("swarm: a published snapshot a joiner still holds is never refilled, a
         REQUIRE(std::equal(published.begin(), published.end(), expected.begin(), expected.end()));
     }
     CHECK(held->round() == 0);
-    CHECK(std::equal(held->bytes().begin(), held->bytes().end(), held_bytes.begin(), held_bytes.end()));
+    CHECK(std::equal(held->bytes().begin(), held->bytes().end(), held_bytes.begin(),
+                     held_bytes.end()));
 }

@@ -27,7 +27,8 @@ public:
             streams_.push_back(device->stream());
         }
         comms_.resize(indices.size());
-        check(nccl_, nccl_.comm_init_all(comms_.data(), static_cast<int>(indices.size()), indices.data()),
+        check(nccl_,
+              nccl_.comm_init_all(comms_.data(), static_cast<int>(indices.size()), indices.data()),
               "ncclCommInitAll", nullptr);
     }
 
@@ -44,8 +45,8 @@ public:
         ncclResult_t first_failure = ncclSuccess;
         ncclComm_t failed_comm = nullptr;
         for (size_t r = 0; r < arrays.size(); r++) {
-            const ncclResult_t status = nccl_.all_reduce(arrays[r], arrays[r], n, ncclFloat32, ncclAvg,
-                                                         comms_[r], streams_[r]);
+            const ncclResult_t status = nccl_.all_reduce(arrays[r], arrays[r], n, ncclFloat32,
+                                                         ncclAvg, comms_[r], streams_[r]);
             if (status != ncclSuccess && first_failure == ncclSuccess) {
                 first_failure = status;
                 failed_comm = comms_[r];
