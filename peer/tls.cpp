@@ -156,7 +156,9 @@ TlsCertificates::TlsCertificates(const TlsConfig& tls, std::filesystem::path sta
 }
 
 TlsCertificates::~TlsCertificates() {
-    provider_.reset();  // its watcher thread reads the files
+    // Credentials made from the provider share it and can outlive this object (a channel still
+    // open): gRPC then keeps the certificates it read last, logging that the removed temporary
+    // files cannot be read again. A node with a data directory keeps its files.
     std::error_code ec;
     if (temporary_) std::filesystem::remove_all(stage_dir_, ec);
 }
