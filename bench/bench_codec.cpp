@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
-#include "optimizer/codec/codec.h"
+#include "codec/codec.h"
 
 using namespace starling;
 using Clock = std::chrono::steady_clock;

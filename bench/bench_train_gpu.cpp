@@ -18,7 +18,7 @@
 #include "daemon/config.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
 
 using namespace starling;
 using Clock = std::chrono::steady_clock;

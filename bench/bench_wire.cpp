@@ -9,7 +9,7 @@
 
 #include "daemon/config.h"
 #include "daemon/trainer.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 
 using namespace starling;
 
@@ -20,10 +20,7 @@ size_t message_bytes(const codec::MessagePlan& plan, const float* source, bool z
     std::vector<float> residual(feedback ? plan.numel : 0, 0.0f);
     codec::MessageEncoder encoder(plan, codec::RoundingKey{1, 1, 0}, source,
                                   feedback ? residual.data() : nullptr, zstd);
-    size_t total = encoder.header_bytes().size();
-    std::vector<std::byte> chunk;
-    while (encoder.next_chunk(chunk)) total += chunk.size();
-    return total;
+    return codec::encode_to_end(encoder).bytes();
 }
 
 }  // namespace

@@ -22,11 +22,10 @@ RoundMessages::RoundMessages(const DeltaModel& model, uint64_t self, uint64_t pa
       encoding_(encoding),
       decoder_(model.manifest.fingerprint(), model.manifest, received.data(), received.size()) {
     if (encoding == Encoding::Beforehand) {
-        auto parts =
-            codec::encode_message(model.plan, {self, round, 0}, model.delta.data(), nullptr, false);
-        header_ = std::move(parts.front());
-        for (size_t i = 1; i < parts.size(); ++i)
-            chunks_.push_back(std::make_shared<std::vector<std::byte>>(std::move(parts[i])));
+        codec::EncodedMessage message = codec::encode_to_end(encoder_);
+        header_ = std::move(message.header);
+        for (std::vector<std::byte>& chunk : message.chunks)
+            chunks_.push_back(std::make_shared<std::vector<std::byte>>(std::move(chunk)));
     }
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/manifest.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "peer/exchange.h"
 
 namespace starling::bench {

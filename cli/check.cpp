@@ -15,7 +15,7 @@
 #include "cli/check_network.h"
 #include "cli/status_format.h"
 #include "common/error.h"
-#include "daemon/config_reader.h"
+#include "engine/config_reader.h"
 #include "daemon/data_dir_lock.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -255,7 +255,7 @@ int run_check(const CheckOptions& options) {
     report({CheckLevel::Ok, "config",
             fmt::format("{}: {} parameters, method {}, swarm \"{}\"", options.config_path,
                         config.swarm.train.model.num_parameters(),
-                        swarm_method_name(config.swarm.method), config.swarm.peer.swarm_id),
+                        outer_method_name(config.swarm.method), config.swarm.peer.swarm_id),
             ""});
     if (const std::vector<std::string> unknown = unknown_starling_variables(); !unknown.empty()) {
         std::string names;

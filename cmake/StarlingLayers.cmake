@@ -3,13 +3,13 @@
 # a library links one of its own layer or above, and when a starling_* library is in no layer.
 set(STARLING_LAYERS
     "starling_common starling_openblas starling_proto"
-    "starling_kernels_cuda"
-    "starling_kernels_nccl"
-    "starling_kernels"
+    "starling_model_layout starling_kernels_cuda"
+    "starling_codec starling_kernels_nccl"
+    "starling_kernels starling_peer"
     "starling_model starling_data"
     "starling_optimizer"
-    "starling_peer starling_daemon"
-    "starling_experiment"
+    "starling_engine"
+    "starling_daemon starling_experiment"
     "starling_swarm"
     "starling_service starling_cli")
 
@@ -47,6 +47,45 @@ function(starling_check_layers)
                                         "(cmake/StarlingLayers.cmake, README.md's layout)")
                 endif()
             endforeach()
+        endforeach()
+    endforeach()
+endfunction()
+
+# The libraries a node needs to talk to its peers stay free of the compute stack: the codecs and
+# the peer layer link neither BLAS nor CUDA, directly or through anything they link.
+set(STARLING_NO_COMPUTE starling_codec starling_peer)
+set(STARLING_COMPUTE starling_kernels starling_kernels_cuda starling_kernels_nccl starling_openblas
+                     CUDA::cudart CUDA::cublas)
+
+# The names of everything `target` links, through targets it links, to any depth.
+function(starling_link_closure target out)
+    set(seen)
+    set(pending ${target})
+    while(pending)
+        list(POP_FRONT pending current)
+        if(current IN_LIST seen OR NOT TARGET ${current})
+            continue()
+        endif()
+        list(APPEND seen ${current})
+        foreach(property LINK_LIBRARIES INTERFACE_LINK_LIBRARIES)
+            get_target_property(found ${current} ${property})
+            if(found)
+                list(APPEND pending ${found})
+            endif()
+        endforeach()
+    endwhile()
+    set(${out} ${seen} PARENT_SCOPE)
+endfunction()
+
+function(starling_check_no_compute)
+    foreach(library IN LISTS STARLING_NO_COMPUTE)
+        starling_link_closure(${library} closure)
+        foreach(compute IN LISTS STARLING_COMPUTE)
+            if(compute IN_LIST closure)
+                message(FATAL_ERROR "${library} links ${compute} (through its dependencies): the "
+                                    "codecs and the peer layer must not link BLAS or CUDA "
+                                    "(cmake/StarlingLayers.cmake)")
+            endif()
         endforeach()
     endforeach()
 endfunction()

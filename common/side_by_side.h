@@ -1,6 +1,6 @@
 // Runs one piece of work per slot at the same time, on threads that live as long as the object:
 // how a node on several GPUs drives each device from a host thread of its own every step
-// (optimizer/device_group.h) without starting threads per step. Slot 0 runs on the calling
+// (engine/device_group.h) without starting threads per step. Slot 0 runs on the calling
 // thread, slot i > 0 always on the same worker thread.
 #pragma once
 

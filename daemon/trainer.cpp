@@ -50,12 +50,7 @@ Trainer::Trainer(const TrainConfig& config)
     train.partition_count = config_.data.partition_count;
     train_data_ = std::make_unique<DataLoader>(train);
 
-    DataLoaderOptions val;
-    val.shard_paths = list_shards(config_.data.dir, "val");
-    val.B = B;
-    val.T = T;
-    val.shuffle = false;
-    val_data_ = std::make_unique<DataLoader>(val);
+    evaluator_ = std::make_unique<Evaluator>(config_, backend_);
 
     inputs_.resize(static_cast<size_t>(B) * T);
     targets_.resize(inputs_.size());
@@ -128,18 +123,7 @@ std::filesystem::path Trainer::save_checkpoint() {
     });
 }
 
-double Trainer::evaluate() {
-    const uint64_t available = val_data_->sequences_per_epoch() / config_.batch_size;
-    const int batches = static_cast<int>(
-        std::min<uint64_t>(static_cast<uint64_t>(config_.eval_batches), available));
-    val_data_->reset();
-    double total = 0.0;
-    for (int i = 0; i < batches; i++) {
-        val_data_->next_batch(inputs_.data(), targets_.data());
-        total += group_->loss(inputs_.data(), targets_.data());
-    }
-    return total / batches;
-}
+double Trainer::evaluate() { return evaluator_->loss(*group_); }
 
 TrainSummary Trainer::run(std::optional<int64_t> stop_after) {
     TrainSummary summary;

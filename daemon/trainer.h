@@ -1,6 +1,6 @@
 // Single-node training: the inner loop the swarm's rounds are built on. Owns the backend, the
-// model and AdamW on each of its devices (optimizer/device_group.h), the data loaders and the
-// checkpoint directory of one run.
+// model and AdamW on each of its devices (engine/device_group.h), the training data, the
+// evaluator and the checkpoint directory of one run.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,8 @@
 #include "daemon/config.h"
 #include "data/loader.h"
 #include "kernels/backend.h"
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
+#include "engine/evaluator.h"
 
 namespace starling {
 
@@ -55,7 +56,7 @@ private:
     Backend backend_;
     std::unique_ptr<DeviceGroup> group_;
     std::unique_ptr<DataLoader> train_data_;
-    std::unique_ptr<DataLoader> val_data_;
+    std::unique_ptr<Evaluator> evaluator_;
     CheckpointDir checkpoints_;
     LrSchedule schedule_;
     std::vector<int32_t> inputs_, targets_;

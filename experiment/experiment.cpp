@@ -12,13 +12,13 @@
 
 #include "common/error.h"
 #include "experiment/churn.h"
-#include "experiment/evaluator.h"
-#include "experiment/replica.h"
+#include "engine/evaluator.h"
+#include "engine/replica.h"
 #include "experiment/transmit.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 
 namespace starling {
 
@@ -88,17 +88,18 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
     spdlog::info("device {}: {}", config_.train.device, backend_.description);
     // Data-parallel training keeps one model, fed by every replica's stream each step.
-    const int models = config_.method == Method::Ddp ? 1 : config_.replicas;
+    const int models = config_.method == OuterMethod::Ddp ? 1 : config_.replicas;
     for (int i = 0; i < config_.replicas; i++) {
         const uint64_t node_id = hash_index(config_.train.seed, static_cast<uint64_t>(i) + 1);
         if (i < models) {
-            replicas_.push_back(std::make_unique<Replica>(config_, backend_, i, node_id));
+            replicas_.push_back(
+                std::make_unique<Replica>(config_.train, config_.replicas, backend_, i, node_id));
         }
-        if (config_.method == Method::Ddp) {
-            ddp_streams_.push_back(make_train_loader(config_, i, node_id));
+        if (config_.method == OuterMethod::Ddp) {
+            ddp_streams_.push_back(make_train_loader(config_.train, config_.replicas, i, node_id));
         }
     }
-    evaluator_ = std::make_unique<Evaluator>(config_, backend_);
+    evaluator_ = std::make_unique<Evaluator>(config_.train, backend_);
     if (config_.churn.enabled && models > 1) {
         churn_.emplace(config_.churn, models, config_.inner_steps);
     }
@@ -129,7 +130,7 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     spdlog::info(
         "experiment {}: {} x {} replicas, {} parameters, {} rounds of {} inner steps{}, "
         "{} validation batches, {} threads",
-        config_.name, method_name(config_.method), config_.replicas, n, summary_.rounds,
+        config_.name, outer_method_name(config_.method), config_.replicas, n, summary_.rounds,
         config_.inner_steps,
         config_.overlap_steps > 0
             ? fmt::format(" (outer steps land {} inner steps late)", config_.overlap_steps)
@@ -352,14 +353,14 @@ ExperimentSummary ExperimentRun::execute() {
         std::vector<Replica*> live = live_replicas();
         for (Replica* r : live) {
             records_[r->index()].train_loss =
-                config_.method == Method::Ddp
+                config_.method == OuterMethod::Ddp
                     ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
                     : inner_phase_landing_outer_step(*r);
         }
         summary_.tokens += tokens_per_step * H * live.size() *
-                           (config_.method == Method::Ddp ? config_.replicas : 1);
+                           (config_.method == OuterMethod::Ddp ? config_.replicas : 1);
         switch (config_.method) {
-            case Method::Ddp: {
+            case OuterMethod::Ddp: {
                 // A ring all-reduce of fp32 gradients every step: 2 (N-1)/N of the gradient out
                 // and in per node. Computed, not sent: nothing crosses a wire here.
                 const double N = config_.replicas;
@@ -368,14 +369,14 @@ ExperimentSummary ExperimentRun::execute() {
                 live[0]->adopt_theta();
                 break;
             }
-            case Method::Local:
+            case OuterMethod::Local:
                 for (Replica* r : live) {
                     records_[r->index()].group = 1;
                     r->adopt_theta();
                 }
                 break;
-            case Method::DiLoCo: exchange_diloco(round); break;
-            case Method::NoLoCo: exchange_noloco(round); break;
+            case OuterMethod::DiLoCo: exchange_diloco(round); break;
+            case OuterMethod::NoLoCo: exchange_noloco(round); break;
         }
         for (Replica* r : live) {
             if (config_.overlap_steps == 0) {
@@ -466,11 +467,11 @@ void ExperimentRun::append_summary_line() const {
     out << fmt::format(
         "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
         "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{}\n",
-        s.name, method_name(s.method), config_.replicas, config_.inner_steps, config_.train.seed,
-        s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min, s.final_loss_max,
-        std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread, s.sent_per_round,
-        s.received_per_round, s.sent_per_round / static_cast<double>(s.params), s.paired, s.solo,
-        s.refused, s.rejoins, s.seconds, message_mode_name(x.mode),
+        s.name, outer_method_name(s.method), config_.replicas, config_.inner_steps,
+        config_.train.seed, s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min,
+        s.final_loss_max, std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread,
+        s.sent_per_round, s.received_per_round, s.sent_per_round / static_cast<double>(s.params),
+        s.paired, s.solo, s.refused, s.rejoins, s.seconds, message_mode_name(x.mode),
         codec::codec_name(x.state_codec), codec::codec_name(x.delta_codec),
         x.error_feedback ? 1 : 0, config_.outer.momentum, config_.outer.lr, config_.outer.pull,
         momentum_form_name(config_.outer.form), config_.churn.enabled ? 1 : 0);

@@ -14,7 +14,7 @@ namespace starling {
 
 struct ExperimentSummary {
     std::string name;
-    Method method = Method::NoLoCo;
+    OuterMethod method = OuterMethod::NoLoCo;
     size_t params = 0;
     int64_t rounds = 0;
     uint64_t tokens = 0;           // trained by all replicas together

@@ -6,30 +6,10 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 
-#include "daemon/config.h"
-#include "optimizer/codec/codec.h"
-#include "optimizer/outer_round.h"
+#include "engine/config.h"
 
 namespace starling {
-
-enum class Method : uint8_t {
-    Ddp,     // gradient averaging every step: the reference
-    Local,   // no communication at all
-    DiLoCo,  // all-gather of delta messages over the live quorum every H steps
-    NoLoCo,  // groups of group_size (pairs) every H steps, chosen by deterministic_groups
-};
-std::string_view method_name(Method method);  // "ddp", "local", "diloco", "noloco"
-Method method_from_name(std::string_view name);
-
-struct ExchangeConfig {
-    MessageMode mode = MessageMode::Fused;
-    codec::Codec state_codec = codec::Codec::BF16SR;  // theta (fused) or phi (split)
-    codec::Codec delta_codec = codec::Codec::Q8;      // D (split NoLoCo, DiLoCo)
-    bool error_feedback = true;                       // on the delta messages
-    bool zstd = true;
-};
 
 // Replicas leave and come back (docs/spec.md section 6 and run R6): up-times are exponential with
 // the given mean, down-times fixed, both in inner steps and rounded up to whole rounds. A returning
@@ -41,21 +21,16 @@ struct ChurnConfig {
     uint64_t seed = 1;
 };
 
-struct ExperimentConfig {
-    // The engine: model, per-replica batch, steps (inner steps each replica takes: the token
-    // budget), seed (initialisation, node ids), threads, schedule, AdamW, data.dir, eval_batches.
-    TrainConfig train;
-    Method method = Method::NoLoCo;
+// The engine's part (EngineConfig): train.steps is the inner steps each replica takes and must be
+// a whole number of rounds of inner_steps; train.seed seeds the initialisation and the node ids.
+struct ExperimentConfig : EngineConfig {
     int replicas = 8;
-    int inner_steps = 50;  // H: inner steps per round; train.steps must be a multiple
-    int group_size = 2;    // NoLoCo
-    int eval_every = 1;    // rounds between evaluations of every replica's phi
+    int group_size = 2;  // NoLoCo
+    int eval_every = 1;  // rounds between evaluations of every replica's phi
     // Overlapped rounds (NoLoCo, DiLoCo): the outer step of round r lands this many inner steps
     // into round r+1, as if its exchange ran beside them (docs/overlap.md); 0: sequential rounds,
     // inner_steps: an exchange that takes a whole inner phase.
     int overlap_steps = 0;
-    OuterConfig outer;
-    ExchangeConfig exchange;
     ChurnConfig churn;
     std::string out_dir = "out/experiments";
     std::string name = "run";  // the CSV is <out_dir>/<name>.csv
@@ -65,11 +40,5 @@ struct ExperimentConfig {
 };
 
 ExperimentConfig load_experiment_config(const std::string& path);
-
-class TableReader;
-// The [outer] and [exchange] sections, shared with the daemon's config
-// (daemon/swarm/node_config.h).
-void read_outer_section(TableReader& reader, OuterConfig& outer);
-void read_exchange_section(TableReader& reader, ExchangeConfig& exchange);
 
 }  // namespace starling

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <span>
 
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 
 namespace starling {
 

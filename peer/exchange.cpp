@@ -1,7 +1,5 @@
 #include "peer/exchange.h"
 
-#include <omp.h>
-
 #include <atomic>
 #include <algorithm>
 #include <optional>
@@ -20,21 +18,6 @@ constexpr auto kPartnerCheck = std::chrono::milliseconds(50);
 std::span<const std::byte> bytes_of(const std::string& text) {
     return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
 }
-
-// Exchanges code each chunk on the thread that moves it. A team of OpenMP threads per chunk spun
-// between chunks and took the cores gRPC's threads needed; one thread codes a 4 MiB chunk faster
-// than any link but loopback delivers it. Restores the thread's setting: the caller's round thread
-// trains with a full team.
-class SerialCoding {
-public:
-    SerialCoding() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
-    ~SerialCoding() { omp_set_num_threads(previous_); }
-    SerialCoding(const SerialCoding&) = delete;
-    SerialCoding& operator=(const SerialCoding&) = delete;
-
-private:
-    int previous_;
-};
 
 // Cancels a server stream at a deadline of this node's own, whatever deadline the caller set.
 class CancelAt {
@@ -74,7 +57,7 @@ public:
     // allows, and this is the only one.
     template <typename Stream>
     void write(Stream& stream) {
-        const SerialCoding serial;
+        const codec::SerialCoding serial;
         ExchangeWireFrame frame;
         frame.fields.set_round(slot_.round);
         frame.fields.set_part(slot_.part);
@@ -307,7 +290,7 @@ ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
         stream->WritesDone();
     });
     {
-        const SerialCoding serial;
+        const codec::SerialCoding serial;
         ExchangeWireFrame frame;
         while (stream->Read(&frame)) duplex.read(frame);
     }
@@ -388,7 +371,7 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context, ExchangeServerS
     {
         CancelAt watchdog(context, posting->deadline);
         std::thread writer([&] { duplex.write(stream); });
-        const SerialCoding serial;
+        const codec::SerialCoding serial;
         duplex.read(first);
         ExchangeWireFrame frame;
         while (stream.Read(&frame)) duplex.read(frame);

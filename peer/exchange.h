@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "peer/exchange_frame.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 
 namespace starling {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 #include "peer/address.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"

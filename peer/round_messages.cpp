@@ -18,20 +18,6 @@ std::span<const std::byte> as_bytes(const std::string& text) {
 
 }  // namespace
 
-size_t EncodedMessage::bytes() const {
-    size_t total = header.size();
-    for (const auto& chunk : chunks) total += chunk.size();
-    return total;
-}
-
-EncodedMessage encode_message(codec::MessageEncoder& encoder) {
-    EncodedMessage message;
-    message.header = encoder.header_bytes();
-    std::vector<std::byte> chunk;
-    while (encoder.next_chunk(chunk)) message.chunks.push_back(chunk);
-    return message;
-}
-
 void RoundMessageBoard::publish(uint64_t round, std::shared_ptr<const EncodedMessage> message) {
     {
         std::lock_guard lock(mutex_);

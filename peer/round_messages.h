@@ -13,21 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
 
 namespace starling {
 
-// A whole encoded message: its header and its framed chunks.
-struct EncodedMessage {
-    std::vector<std::byte> header;
-    std::vector<std::vector<std::byte>> chunks;
-    size_t bytes() const;
-};
-
-// Runs an encoder to its end.
-EncodedMessage encode_message(codec::MessageEncoder& encoder);
+using codec::EncodedMessage;
 
 // This node's messages of the last two rounds, for members to fetch.
 class RoundMessageBoard {

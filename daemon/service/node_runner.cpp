@@ -20,7 +20,7 @@ v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std:
     s.set_swarm_id(config.swarm.peer.swarm_id);
     s.set_address(node.peer().address());
     s.set_version(version);
-    s.set_method(std::string(swarm_method_name(config.swarm.method)));
+    s.set_method(std::string(outer_method_name(config.swarm.method)));
     s.set_model_fingerprint(node.replica().manifest().fingerprint());
     s.set_device(node.device());
     s.set_total_steps(static_cast<uint64_t>(config.swarm.train.steps));
@@ -37,7 +37,6 @@ bool checkpoint_due(uint64_t round, std::optional<uint64_t> last_checkpoint, int
 
 NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics)
     : config_(config),
-      metrics_(metrics),
       seeds_(config.swarm.peer.seeds),
       checkpoint_every_(config.checkpoint_every),
       keep_checkpoints_(config.keep_checkpoints) {
@@ -56,8 +55,7 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
                      node_->round(), node_->inner_step());
     }
     const v1::NodeStatus identity = identity_of(config_, *node_, version);
-    state_ = std::make_unique<NodeState>(identity);
-    if (metrics_) metrics_->record_identity(identity);
+    state_ = std::make_unique<NodeState>(identity, metrics);
     if (checkpointed_round_) state_->record_checkpoint(*checkpointed_round_);
     node_->set_phase_listener([this](RoundPhase phase) {
         // An exchange ends within T_pair and its budget (at most exchange_timeout_max), each of
@@ -101,7 +99,6 @@ void NodeRunner::set_phase(v1::NodePhase phase) {
     // A drain is what the node is doing from the moment it is asked for.
     const v1::NodePhase now = drain_.load() ? v1::NODE_PHASE_DRAINING : phase;
     state_->set_phase(now);
-    if (metrics_) metrics_->set_phase(now);
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
@@ -166,7 +163,6 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
         watch_.mark(chunk_allowance);
         node_->join_from_swarm([this, chunk_allowance] { watch_.mark(chunk_allowance); });
         state_->set_position(node_->round(), node_->inner_step());
-        if (metrics_) metrics_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
         node_->peer().count_failure(FailureReason::StateSync);
         spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(),
@@ -200,14 +196,12 @@ void NodeRunner::checkpoint() {
                                             node_->replica().manifest().fingerprint(), start);
     checkpointed_round_ = round;
     state_->record_checkpoint(round);
-    if (metrics_) metrics_->record_checkpoint(round);
     spdlog::info("checkpoint {} written", path.string());
 }
 
 void NodeRunner::after_round(const SwarmRound& round) {
     const uint64_t weight_bytes = node_->replica().size() * sizeof(float);
     state_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
-    if (metrics_) metrics_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
     state_->forget_departed(node_->peer().members());
     watch_.mark();
     if (config_.eval_every > 0 && node_->round() % static_cast<uint64_t>(config_.eval_every) == 0) {
@@ -216,7 +210,6 @@ void NodeRunner::after_round(const SwarmRound& round) {
         try {
             const double loss = node_->evaluate();
             state_->record_val_loss(loss);
-            if (metrics_) metrics_->record_val_loss(loss);
             spdlog::info("round {}: validation loss of the averaged weights {:.4f}", node_->round(),
                          loss);
         } catch (const Error& e) {
@@ -251,7 +244,7 @@ void NodeRunner::run() {
             }
             break;
         }
-        if (config_.swarm.method != SwarmMethod::Local) {
+        if (config_.swarm.method != OuterMethod::Local) {
             catch_up_if_behind();
             pace();
         }

@@ -74,7 +74,6 @@ private:
     void set_phase(v1::NodePhase phase);
 
     NodeConfig config_;
-    NodeMetrics* metrics_;
     std::unique_ptr<SwarmNode> node_;
     std::unique_ptr<NodeState> state_;
     bool resumed_ = false;

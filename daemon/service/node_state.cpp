@@ -27,13 +27,18 @@ std::string_view node_phase_name(v1::NodePhase phase) {
     }
 }
 
-NodeState::NodeState(v1::NodeStatus identity) : status_(std::move(identity)) {
+NodeState::NodeState(v1::NodeStatus identity, NodeMetrics* metrics)
+    : metrics_(metrics), status_(std::move(identity)) {
     status_.set_phase(v1::NODE_PHASE_STARTING);
+    if (metrics_) metrics_->record_identity(status_);
 }
 
 void NodeState::set_phase(v1::NodePhase phase) {
-    std::lock_guard lock(mutex_);
-    status_.set_phase(phase);
+    {
+        std::lock_guard lock(mutex_);
+        status_.set_phase(phase);
+    }
+    if (metrics_) metrics_->set_phase(phase);
 }
 
 v1::NodePhase NodeState::phase() const {
@@ -43,6 +48,7 @@ v1::NodePhase NodeState::phase() const {
 
 void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                              uint64_t weight_bytes, Clock::time_point ended) {
+    if (metrics_) metrics_->record_round(round, next_round, inner_step, weight_bytes);
     std::lock_guard lock(mutex_);
     recent_losses_.push_back(round.train_loss);
     if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
@@ -77,6 +83,7 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
 }
 
 void NodeState::set_position(uint64_t round, int64_t inner_step) {
+    if (metrics_) metrics_->set_position(round, inner_step);
     std::lock_guard lock(mutex_);
     status_.set_round(round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
@@ -84,11 +91,13 @@ void NodeState::set_position(uint64_t round, int64_t inner_step) {
 }
 
 void NodeState::record_val_loss(double loss) {
+    if (metrics_) metrics_->record_val_loss(loss);
     std::lock_guard lock(mutex_);
     status_.set_val_loss(loss);
 }
 
 void NodeState::record_checkpoint(uint64_t round) {
+    if (metrics_) metrics_->record_checkpoint(round);
     std::lock_guard lock(mutex_);
     status_.set_checkpoint_round(round);
     checkpointed_ = Clock::now();

@@ -1,6 +1,7 @@
 // What starlingd knows about itself, for the Control API (daemon/service/control_service.h) and
 // systemd's STATUS line: the round loop records into it, the Control threads read it. Live
-// values (peers, uptime, checkpoint age) are filled in when a status is asked for.
+// values (peers, uptime, checkpoint age) are filled in when a status is asked for. It is the one
+// place the round loop records to: every record also goes to /metrics (NodeMetrics) when given.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "daemon/service/metrics.h"
 #include "daemon/swarm/swarm_node.h"
 #include "starling/v1/control.pb.h"
 
@@ -17,8 +19,9 @@ namespace starling {
 
 class NodeState {
 public:
-    // The fixed facts: node id, swarm, address, method, model, device, schedule length.
-    explicit NodeState(v1::NodeStatus identity);
+    // The fixed facts: node id, swarm, address, method, model, device, schedule length. metrics,
+    // when not null, must outlive this object.
+    explicit NodeState(v1::NodeStatus identity, NodeMetrics* metrics = nullptr);
 
     void set_phase(v1::NodePhase phase);
     v1::NodePhase phase() const;
@@ -52,6 +55,7 @@ private:
         Clock::time_point last{};
     };
 
+    NodeMetrics* metrics_;
     mutable std::mutex mutex_;
     v1::NodeStatus status_;
     Clock::time_point started_ = Clock::now();

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "daemon/config_reader.h"
+#include "engine/config_reader.h"
 #include "daemon/data_dir_lock.h"
 #include "daemon/service/control_service.h"
 #include "daemon/service/log_format.h"

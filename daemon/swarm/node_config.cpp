@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "daemon/config_reader.h"
+#include "engine/config_reader.h"
 #include "peer/address.h"
 
 namespace starling {
@@ -154,7 +154,7 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
         n.reject_unknown();
 
         TableReader s = section("swarm");
-        read_named(s, "method", c.swarm.method, swarm_method_name, swarm_method_from_name);
+        read_named(s, "method", c.swarm.method, outer_method_name, outer_method_from_name);
         s.read("inner_steps", c.swarm.inner_steps);
         s.read("checkpoint_every", c.checkpoint_every);
         s.read("keep_checkpoints", c.keep_checkpoints);

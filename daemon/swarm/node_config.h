@@ -1,4 +1,4 @@
-// starlingd's configuration: the training sections of a config file (daemon/config.h: [model],
+// starlingd's configuration: the engine's sections of a config file (engine/config.h: [model],
 // [train], [optimizer], [data], [eval]) plus the daemon's own: [node], [swarm], [outer],
 // [exchange], [peer], [control], [metrics]. configs/pico.toml, nano.toml and 124m.toml hold all
 // of them. Every key can be overridden by STARLING_<SECTION>_<KEY>, and starlingd's flags

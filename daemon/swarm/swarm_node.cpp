@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "daemon/swarm/swarm_snapshot.h"
-#include "optimizer/codec/codec.h"
+#include "codec/codec.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
@@ -44,53 +44,26 @@ double rms_distance(std::span<const float> a, std::span<const float> b) {
 
 }  // namespace
 
-std::string_view swarm_method_name(SwarmMethod method) {
-    switch (method) {
-        case SwarmMethod::NoLoCo: return "noloco";
-        case SwarmMethod::DiLoCo: return "diloco";
-        case SwarmMethod::Local: return "local";
-    }
-    return "unknown";
-}
-
-SwarmMethod swarm_method_from_name(std::string_view name) {
-    for (SwarmMethod m : {SwarmMethod::NoLoCo, SwarmMethod::DiLoCo, SwarmMethod::Local})
-        if (swarm_method_name(m) == name) return m;
-    throw Error("method \"" + std::string(name) + "\" is not known (noloco, diloco, local)");
-}
-
 void SwarmConfig::validate() const {
-    train.validate();
-    if (inner_steps < 1) throw Error("swarm: inner_steps must be at least 1");
-    outer.validate();
-    if (method == SwarmMethod::NoLoCo && exchange.mode == MessageMode::Fused &&
-        outer.pull != outer.lr)
+    EngineConfig::validate();
+    if (method == OuterMethod::Ddp)
         throw Error(
-            "swarm: [exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
-            "[outer].lr; use mode = \"split\" for any other pull");
-    if (exchange.state_codec == codec::Codec::Q4)
-        throw Error("swarm: the state codec must be BF16SR, Q8 or F32 (Q4 is a delta codec)");
-    if (exchange.delta_codec == codec::Codec::BF16SR)
-        throw Error("swarm: the delta codec must be Q8, Q4 or F32 (BF16SR is a state codec)");
+            "swarm: method \"ddp\" averages gradients every step, which only the experiment "
+            "simulates; a swarm runs noloco, diloco or local");
 }
 
 SwarmNode::SwarmNode(const SwarmConfig& config)
     : config_(config), schedule_(config.train.lr_schedule()) {
     config_.validate();
-    engine_.train = config_.train;
-    engine_.replicas = 1;
-    engine_.inner_steps = config_.inner_steps;
-    engine_.outer = config_.outer;
-    engine_.exchange = config_.exchange;
     backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
     device_ = backend_.description;
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     config_.peer.model = model_signature(config_.train.model);
     peer_ = std::make_unique<PeerNode>(config_.peer);
-    replica_ = std::make_unique<Replica>(engine_, backend_, 0, peer_->node_id());
+    replica_ = std::make_unique<Replica>(config_.train, 1, backend_, 0, peer_->node_id());
     const bool split =
-        config_.exchange.mode == MessageMode::Split && config_.method == SwarmMethod::NoLoCo;
-    plan_ = split || config_.method == SwarmMethod::DiLoCo
+        config_.exchange.mode == MessageMode::Split && config_.method == OuterMethod::NoLoCo;
+    plan_ = split || config_.method == OuterMethod::DiLoCo
                 ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta,
                                    config_.exchange.delta_codec)
                 : codec::make_plan(replica_->manifest(), codec::PlanKind::State,
@@ -158,7 +131,7 @@ void SwarmNode::resume(std::span<const std::byte> snapshot, const LoaderState& d
 }
 
 double SwarmNode::evaluate() {
-    if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(engine_, backend_);
+    if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(config_.train, backend_);
     return evaluator_->loss(replica_->phi());
 }
 
@@ -183,11 +156,11 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
         report.abandoned = true;
         return report;
     }
-    if (config_.method == SwarmMethod::Local) {
+    if (config_.method == OuterMethod::Local) {
         replica_->adopt_theta();
     } else {
         set_phase(RoundPhase::Exchanging);
-        if (config_.method == SwarmMethod::DiLoCo) {
+        if (config_.method == OuterMethod::DiLoCo) {
             diloco_step(report);
         } else {
             noloco_step(report);
@@ -196,7 +169,7 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     }
     round_++;
     // Pairing advertises NoLoCo's round and publishing DiLoCo's; a local node says it here.
-    if (config_.method == SwarmMethod::Local) peer_->set_round(round_);
+    if (config_.method == OuterMethod::Local) peer_->set_round(round_);
     publish_snapshot();
     log_round(report);
     return report;
@@ -206,13 +179,13 @@ void SwarmNode::log_round(const SwarmRound& r) const {
     const std::string head = fmt::format("swarm: node {} round {} | loss {:.4f}",
                                          format_node_id(node_id()), r.round, r.train_loss);
     switch (config_.method) {
-        case SwarmMethod::Local: spdlog::info("{} | local", head); return;
-        case SwarmMethod::DiLoCo:
+        case OuterMethod::Local: spdlog::info("{} | local", head); return;
+        case OuterMethod::DiLoCo:
             spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}", head,
                          r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds,
                          r.failure.empty() ? "" : " | left out: " + r.failure);
             return;
-        case SwarmMethod::NoLoCo:
+        case OuterMethod::NoLoCo:
             spdlog::info(
                 "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}",
                 head, r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent,
@@ -310,7 +283,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     float* residual = config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
     codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(),
                                   residual, config_.exchange.zstd);
-    const auto own = std::make_shared<const EncodedMessage>(encode_message(encoder));
+    const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
     peer_->set_round(round_);
     peer_->round_messages().publish(round_, own);
 
@@ -339,8 +312,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
         other_decoders.push_back(decoders[i].get());
     }
     // Its own D as the others decode it, so every member averages the same values.
-    decoders[own_index]->accept_header(own->header);
-    for (const auto& chunk : own->chunks) decoders[own_index]->accept_chunk(chunk);
+    codec::decode_to_end(own->header, own->chunks, *decoders[own_index]);
     const std::vector<std::string> errors =
         peer_->gather(round_, others, other_decoders, &report.bytes_received);
 

@@ -1,5 +1,5 @@
 // One node of a swarm, as docs/spec.md section 4 runs it: a replica trained locally
-// (experiment/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
+// (engine/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
 // started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
 // messages with it (fused: theta under the state codec; split: D and phi), a check of what arrived
 // (MessageSanity, as the experiment does), and the NoLoCo outer step of optimizer/outer_round.h
@@ -25,34 +25,21 @@
 #include <string>
 #include <vector>
 
-#include "daemon/config.h"
 #include "daemon/swarm/swarm_snapshot.h"
-#include "experiment/experiment_config.h"
-#include "experiment/replica.h"
 #include "data/loader.h"
-#include "experiment/evaluator.h"
+#include "engine/config.h"
+#include "engine/evaluator.h"
+#include "engine/replica.h"
 #include "kernels/backend.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "peer/peer_node.h"
 
 namespace starling {
 
-enum class SwarmMethod { NoLoCo, DiLoCo, Local };
-std::string_view swarm_method_name(SwarmMethod method);  // "noloco", "diloco", "local"
-SwarmMethod swarm_method_from_name(std::string_view name);
-
-struct SwarmConfig {
-    // The engine: model, batch, steps (the schedule's length in inner steps), seed (every node's
-    // initialisation), threads, schedule, AdamW, data.dir. data.node_id is ignored: the data
-    // order follows the PeerNode's id.
-    TrainConfig train;
-    int inner_steps = 50;  // H
-    SwarmMethod method = SwarmMethod::NoLoCo;
-    OuterConfig outer;
-    // Fused: theta under state_codec. Split: D = theta - phi under delta_codec (error feedback
-    // when set) and phi under state_codec, as two messages on two streams at once within one
-    // T_xchg.
-    ExchangeConfig exchange;
+// The engine's part (EngineConfig) with method noloco, diloco or local: train.steps is the
+// schedule's length in inner steps, train.seed every node's initialisation, and data.node_id is
+// ignored (the data order follows the PeerNode's id).
+struct SwarmConfig : EngineConfig {
     PeerConfig peer;        // its fingerprint is replaced by the model's
     void validate() const;  // throws starling::Error naming the field
 };
@@ -151,7 +138,6 @@ private:
     }
 
     SwarmConfig config_;
-    ExperimentConfig engine_;  // the replica's view of the config: one partition, this node alone
     Backend backend_;
     std::string device_;
     std::unique_ptr<PeerNode> peer_;

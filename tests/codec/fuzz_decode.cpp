@@ -16,7 +16,7 @@
 
 #include "common/error.h"
 #include "model/manifest.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Element codecs (optimizer/codec/codec.h): Philox against the Random123 answers, byte layouts
+// Element codecs (codec/codec.h): Philox against the Random123 answers, byte layouts
 // against hand-computed bytes, the vectorized encoder against a per-element reference built from
 // the documented counter mapping, error bounds, unbiasedness, reproducibility, error feedback and
 // hostile input.
@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/math.h"
-#include "optimizer/codec/codec.h"
+#include "codec/codec.h"
 #include "kernels/rounding.h"
 #include "tests/support/random.h"
 

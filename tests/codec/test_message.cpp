@@ -13,8 +13,8 @@
 
 #include "common/error.h"
 #include "model/manifest.h"
-#include "optimizer/codec/codec.h"
-#include "optimizer/codec/message.h"
+#include "codec/codec.h"
+#include "codec/message.h"
 
 using namespace starling;
 using namespace starling::codec;

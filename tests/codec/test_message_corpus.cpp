@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/manifest.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 
 // tests/codec/fuzz_decode.cpp, compiled into this suite as into the fuzzer.
 int fuzz_decode_one(const uint8_t* data, size_t size);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "daemon/config.h"
-#include "daemon/config_reader.h"
+#include "engine/config_reader.h"
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
 #include "common/error.h"

@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "experiment/experiment.h"
-#include "experiment/replica.h"
+#include "engine/replica.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
 #include "tests/support/files.h"
@@ -24,7 +24,7 @@ const std::string kSwarmConfig =
     std::string(STARLING_SOURCE_DIR) + "/configs/experiments/swarm.toml";
 
 // The study's config, shrunk: 4 replicas, 4 rounds of 10 steps, 2 validation batches.
-ExperimentConfig small(const std::string& name, Method method) {
+ExperimentConfig small(const std::string& name, OuterMethod method) {
     ExperimentConfig c = load_experiment_config(kSwarmConfig);
     c.train.data.dir = kjv_dir();
     c.train.threads = 2;
@@ -57,7 +57,7 @@ std::vector<std::string> read_lines(const fs::path& path) {
 }  // namespace
 
 TEST_CASE("experiment: DiLoCo keeps every replica on the same bits and sends Q8 deltas") {
-    ExperimentConfig c = small("diloco", Method::DiLoCo);
+    ExperimentConfig c = small("diloco", OuterMethod::DiLoCo);
     c.outer = {0.9f, 0.7f, 0.7f, MomentumForm::Nesterov};
     c.exchange.delta_codec = codec::Codec::Q8;
     c.exchange.zstd = false;
@@ -81,11 +81,11 @@ TEST_CASE("experiment: DiLoCo keeps every replica on the same bits and sends Q8 
 
 TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
     // Three replicas: one pair and one solo replica every round, so both kinds of step compare.
-    ExperimentConfig fused = small("fused", Method::NoLoCo);
+    ExperimentConfig fused = small("fused", OuterMethod::NoLoCo);
     fused.replicas = 3;
     fused.exchange.mode = MessageMode::Fused;
     fused.exchange.state_codec = codec::Codec::F32;
-    ExperimentConfig split = small("split", Method::NoLoCo);
+    ExperimentConfig split = small("split", OuterMethod::NoLoCo);
     split.replicas = 3;
     split.exchange.mode = MessageMode::Split;
     split.exchange.state_codec = codec::Codec::F32;
@@ -105,7 +105,7 @@ TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas wi
 }
 
 TEST_CASE("experiment: a state message costs what its layout says") {
-    ExperimentConfig c = small("bytes", Method::NoLoCo);
+    ExperimentConfig c = small("bytes", OuterMethod::NoLoCo);
     c.exchange.state_codec = codec::Codec::BF16SR;
     c.exchange.zstd = false;
     const ExperimentSummary s = run_experiment(c);
@@ -127,7 +127,7 @@ TEST_CASE("experiment: a state message costs what its layout says") {
 }
 
 TEST_CASE("experiment: local-only replicas never send and drift apart") {
-    const ExperimentSummary s = run_experiment(small("local", Method::Local));
+    const ExperimentSummary s = run_experiment(small("local", OuterMethod::Local));
     CHECK(s.sent_per_round == 0.0);
     CHECK(s.received_per_round == 0.0);
     CHECK(s.final_spread > 0.0);
@@ -136,7 +136,7 @@ TEST_CASE("experiment: local-only replicas never send and drift apart") {
 }
 
 TEST_CASE("experiment: under churn replicas leave, come back from a sponsor and training goes on") {
-    ExperimentConfig c = small("churn", Method::NoLoCo);
+    ExperimentConfig c = small("churn", OuterMethod::NoLoCo);
     c.train.steps = 80;
     c.churn.enabled = true;
     c.churn.mean_up_steps = 15;
@@ -156,13 +156,14 @@ TEST_CASE("experiment: under churn replicas leave, come back from a sponsor and 
 }
 
 TEST_CASE("experiment: data-parallel steps equal one model trained on the concatenated batch") {
-    ExperimentConfig c = small("ddp", Method::Ddp);
+    ExperimentConfig c = small("ddp", OuterMethod::Ddp);
     c.replicas = 3;
     const Backend backend = make_backend({"cpu", 0, "fp32"});
     Ops<float>& ops = backend.lead();
     std::vector<std::unique_ptr<DataLoader>> streams;
-    for (int i = 0; i < c.replicas; i++) streams.push_back(make_train_loader(c, i, 100 + i));
-    Replica replica(c, backend, 0, 100);
+    for (int i = 0; i < c.replicas; i++)
+        streams.push_back(make_train_loader(c.train, c.replicas, i, 100 + i));
+    Replica replica(c.train, c.replicas, backend, 0, 100);
     const LrSchedule schedule = c.train.lr_schedule();
     replica.averaged_gradient_phase(2, schedule, streams);
 
@@ -172,7 +173,8 @@ TEST_CASE("experiment: data-parallel steps equal one model trained on the concat
     big.init_weights(c.train.seed);
     AdamW<float> adamw(ops, big.manifest(), c.train.adamw);
     std::vector<int32_t> inputs(size_t(3) * B * T), targets(inputs.size());
-    for (int i = 0; i < c.replicas; i++) streams[i] = make_train_loader(c, i, 100 + i);
+    for (int i = 0; i < c.replicas; i++)
+        streams[i] = make_train_loader(c.train, c.replicas, i, 100 + i);
     for (int step = 0; step < 2; step++) {
         for (int i = 0; i < c.replicas; i++) {
             const size_t at = size_t(i) * B * T;
@@ -193,7 +195,7 @@ TEST_CASE("experiment: data-parallel steps equal one model trained on the concat
 TEST_CASE(
     "experiment: overlapped rounds land the outer step late, send the same bytes and still train") {
     // Without zstd the bytes are the layout's alone, so both schedules must send exactly as many.
-    ExperimentConfig base = small("sequential", Method::NoLoCo);
+    ExperimentConfig base = small("sequential", OuterMethod::NoLoCo);
     base.exchange.zstd = false;
     const ExperimentSummary sequential = run_experiment(base);
     for (int late : {5, 10}) {  // half an inner phase late, and a whole one
@@ -213,20 +215,20 @@ TEST_CASE(
 }
 
 TEST_CASE("experiment: config mistakes are refused with the key named") {
-    ExperimentConfig c = small("bad", Method::NoLoCo);
+    ExperimentConfig c = small("bad", OuterMethod::NoLoCo);
     c.outer.pull = 0.35f;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[outer].pull"));
-    c = small("bad", Method::NoLoCo);
+    c = small("bad", OuterMethod::NoLoCo);
     c.train.steps = 45;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("whole number of rounds"));
-    c = small("bad", Method::NoLoCo);
+    c = small("bad", OuterMethod::NoLoCo);
     c.exchange.state_codec = codec::Codec::Q4;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].state_codec"));
-    c = small("bad", Method::NoLoCo);
+    c = small("bad", OuterMethod::NoLoCo);
     c.overlap_steps = 11;
     CHECK_THROWS_WITH(c.validate(),
                       Catch::Contains("[experiment].overlap_steps must be in [0, inner_steps]"));
-    c = small("bad", Method::Local);
+    c = small("bad", OuterMethod::Local);
     c.overlap_steps = 5;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("overlap_steps needs an outer step"));
 

@@ -1,4 +1,4 @@
-// Several GPUs of one box as one node (kernels/cuda/nccl/, optimizer/device_group.h). Opening
+// Several GPUs of one box as one node (kernels/cuda/nccl/, engine/device_group.h). Opening
 // NCCL needs no device, so the first case runs on every machine with the headers; the others need
 // two GPUs or more and skip, saying so, everywhere else. The reference for the group is one GPU
 // training on the whole batch, as the CPU suite checks for CPU devices (tests/optimizer).
@@ -16,7 +16,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/nccl/nccl_all_reduce.h"
 #include "kernels/cuda/nccl/nccl_library.h"
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
 #include "tests/gpu/cuda_skip.h"
 #include "tests/support/compare.h"
 #include "tests/support/model_configs.h"

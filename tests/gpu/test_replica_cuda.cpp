@@ -1,4 +1,4 @@
-// A swarm replica (experiment/replica.h) on the GPU against one on the CPU: the round code reads
+// A swarm replica (engine/replica.h) on the GPU against one on the CPU: the round code reads
 // theta and AdamW's moments through host views and writes phi and the moments back, and on a GPU
 // those are copies of device arenas. Same config, seed, node id and data, so the two must follow
 // each other within fp32 differences, and the views must equal what the device holds.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "experiment/experiment_config.h"
-#include "experiment/replica.h"
+#include "engine/replica.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "tests/gpu/cuda_skip.h"
@@ -28,8 +28,8 @@ TEST_CASE("a replica on the GPU follows one on the CPU through its host views", 
     const LrSchedule schedule = config.train.lr_schedule();
     const Backend cpu = make_backend({"cpu", 0, "fp32"});
     const Backend gpu = make_backend({"cuda:0", 0, "fp32"});
-    Replica want(config, cpu, 0, 7);
-    Replica got(config, gpu, 0, 7);
+    Replica want(config.train, 1, cpu, 0, 7);
+    Replica got(config.train, 1, gpu, 0, 7);
     // Initialisation is a function of (seed, index) computed on the host: the same bits.
     CHECK(same_bits(got.theta(), want.theta()));
     CHECK(same_bits(got.phi(), want.phi()));

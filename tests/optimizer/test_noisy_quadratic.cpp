@@ -13,7 +13,7 @@
 
 #include "kernels/math.h"
 #include "optimizer/outer.h"
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 #include "optimizer/schedule.h"
 #include "tests/support/determinism.h"
 

@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "model/model.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "optimizer/outer.h"
 #include "tests/support/determinism.h"
 #include "tests/support/model_configs.h"

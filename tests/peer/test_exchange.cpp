@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "model/manifest.h"
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 #include "peer/auth.h"
 #include "peer/local_cluster.h"
 #include "starling/v1/peer.grpc.pb.h"

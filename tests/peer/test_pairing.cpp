@@ -1,5 +1,5 @@
 // Partner choice: the rules of a PairingBook on their own, then real nodes pairing over gRPC.
-// Expectations come from optimizer/partners.h (deterministic_groups) and from counting: pairs are
+// Expectations come from peer/partners.h (deterministic_groups) and from counting: pairs are
 // mutual, nobody is in two pairs.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <tuple>
 
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 #include "peer/auth.h"
 #include "peer/local_cluster.h"
 #include "peer/pairing.h"

@@ -68,7 +68,7 @@ TEST_CASE("the shipped configs load as node configs with their documented values
     CHECK(pico.config_path == kConfigs / "pico.toml");
     CHECK(pico.swarm.train.model.n_layer == 2);
     CHECK(pico.swarm.inner_steps == 20);
-    CHECK(pico.swarm.method == SwarmMethod::NoLoCo);
+    CHECK(pico.swarm.method == OuterMethod::NoLoCo);
     CHECK(pico.swarm.exchange.state_codec == codec::Codec::Q8);
     CHECK(pico.swarm.outer.pull == 0.7f);
     CHECK(pico.data_dir == fs::path("out/node"));
@@ -161,7 +161,7 @@ TEST_CASE("node config errors name the key", "[node_config]") {
     }
     SECTION("method diloco is read") {
         const EditedPico f("method = \"noloco\"", "method = \"diloco\"");
-        CHECK(f.load().swarm.method == SwarmMethod::DiLoCo);
+        CHECK(f.load().swarm.method == OuterMethod::DiLoCo);
     }
     SECTION("an unknown method") {
         const EditedPico f("method = \"noloco\"", "method = \"bogus\"");

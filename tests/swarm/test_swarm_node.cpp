@@ -90,12 +90,8 @@ struct ReferenceReplica {
     ReferenceReplica(const SwarmConfig& config, uint64_t node_id)
         : backend(make_backend({"cpu", config.train.threads, "fp32"})),
           schedule(config.train.lr_schedule()) {
-        engine.train = config.train;
-        engine.replicas = 1;
-        engine.inner_steps = config.inner_steps;
-        replica = std::make_unique<Replica>(engine, backend, 0, node_id);
+        replica = std::make_unique<Replica>(config.train, 1, backend, 0, node_id);
     }
-    ExperimentConfig engine;
     Backend backend;
     LrSchedule schedule;
     std::unique_ptr<Replica> replica;
@@ -282,7 +278,7 @@ TEST_CASE(
 TEST_CASE(
     "swarm: DiLoCo's all-gather: three nodes take the same step, the optimizer's on all three D") {
     SwarmConfig config = pico_swarm(2);
-    config.method = SwarmMethod::DiLoCo;
+    config.method = OuterMethod::DiLoCo;
     config.exchange.delta_codec = codec::Codec::F32;
     config.exchange.error_feedback = false;
     auto nodes = start_swarm(3, config);
@@ -323,7 +319,7 @@ TEST_CASE(
 
 TEST_CASE("swarm: DiLoCo leaves out a member that died and goes on with the rest") {
     SwarmConfig config = pico_swarm(4);
-    config.method = SwarmMethod::DiLoCo;
+    config.method = OuterMethod::DiLoCo;
     auto nodes = start_swarm(3, config);
     run_rounds(nodes, 1);
     nodes.back()->kill();

@@ -1,5 +1,5 @@
 // One node's replica: its engine (theta is the model's parameter arena, trained by AdamW on one
-// device or, data-parallel, on several GPUs of one box: optimizer/device_group.h), its own
+// device or, data-parallel, on several GPUs of one box: engine/device_group.h), its own
 // disjoint stream of the training data, and the outer state of docs/spec.md section 1:
 // phi, the outer momentum and the error-feedback residual. The experiment runs many in one
 // process; a swarm node runs one.
@@ -11,21 +11,23 @@
 #include <vector>
 
 #include "data/loader.h"
-#include "experiment/experiment_config.h"
+#include "engine/config.h"
 #include "kernels/backend.h"
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
 #include "optimizer/outer_round.h"
 
 namespace starling {
 
-// The training stream of replica `index`: partition index of config.replicas, shuffled by node_id.
-std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, int index,
+// The training stream of replica `index`: partition index of `partitions`, shuffled by node_id.
+std::unique_ptr<DataLoader> make_train_loader(const TrainConfig& train, int partitions, int index,
                                               uint64_t node_id);
 
 class Replica {
 public:
-    // theta = phi = the weights initialised from config.train.seed (every replica starts equal).
-    Replica(const ExperimentConfig& config, const Backend& backend, int index, uint64_t node_id);
+    // theta = phi = the weights initialised from train.seed (every replica starts equal); the
+    // data is partition `index` of `partitions`.
+    Replica(const TrainConfig& train, int partitions, const Backend& backend, int index,
+            uint64_t node_id);
 
     // `steps` inner AdamW steps from theta; returns the mean training loss.
     double inner_phase(int steps, const LrSchedule& schedule);
@@ -82,7 +84,8 @@ private:
     void refresh_theta_mirror();
     std::span<const float> host_view(const float* arena, std::vector<float>& mirror);
 
-    const ExperimentConfig& config_;
+    TrainConfig train_;
+    int partitions_;
     int index_;
     uint64_t node_id_;
     std::unique_ptr<DeviceGroup> group_;

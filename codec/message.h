@@ -4,7 +4,7 @@
 //
 // Which codec covers which part of the arena (the plan) is not sent: both sides derive it from the
 // manifest, whose fingerprint the header carries, plus the plan kind and codec in the header.
-// Layouts are documented in optimizer/codec/README.md ("Messages"). The decoder treats every byte
+// Layouts are documented in codec/README.md ("Messages"). The decoder treats every byte
 // as hostile: each length, index and range is checked before use, and every problem throws
 // starling::Error naming it.
 #pragma once
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "model/manifest.h"
-#include "optimizer/codec/codec.h"
+#include "codec/codec.h"
 
 namespace starling::codec {
 
@@ -181,12 +181,24 @@ private:
     std::unique_ptr<Zstd> zstd_;
 };
 
-// Header + chunks of a whole message, for tests and benchmarks.
+// A whole encoded message: its header and its framed chunks.
+struct EncodedMessage {
+    std::vector<std::byte> header;
+    std::vector<std::vector<std::byte>> chunks;
+    size_t bytes() const;  // on the wire: the header and every chunk
+};
+
+// Runs an encoder to its end.
+EncodedMessage encode_to_end(MessageEncoder& encoder);
+// Feeds a whole message to a decoder; throws starling::Error on any problem, including a message
+// that ends before it is complete.
+void decode_to_end(std::span<const std::byte> header,
+                   std::span<const std::vector<std::byte>> chunks, MessageDecoder& decoder);
+
+// The same as one list of parts, header first, for tests and benchmarks that cut and alter them.
 std::vector<std::vector<std::byte>> encode_message(const MessagePlan& plan, const RoundingKey& key,
                                                    const float* source, float* residual,
                                                    bool try_zstd);
-// Feeds parts[0] as the header and the rest as chunks; throws starling::Error on any problem,
-// including a message that ends before it is complete.
 void decode_message(const std::vector<std::vector<std::byte>>& parts,
                     std::string_view expected_fingerprint, const ParameterManifest& manifest,
                     float* destination, size_t arena_size);

@@ -1,4 +1,4 @@
-#include "optimizer/codec/message.h"
+#include "codec/message.h"
 
 #include <xxhash.h>
 #include <zstd.h>
@@ -546,29 +546,49 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
 // ---------------------------------------------------------------------------------------------
 // Whole messages
 
+size_t EncodedMessage::bytes() const {
+    size_t total = header.size();
+    for (const std::vector<std::byte>& chunk : chunks) total += chunk.size();
+    return total;
+}
+
+EncodedMessage encode_to_end(MessageEncoder& encoder) {
+    EncodedMessage message;
+    message.header = encoder.header_bytes();
+    message.chunks.reserve(encoder.chunk_count());
+    std::vector<std::byte> chunk;
+    while (encoder.next_chunk(chunk)) message.chunks.push_back(chunk);
+    return message;
+}
+
+void decode_to_end(std::span<const std::byte> header,
+                   std::span<const std::vector<std::byte>> chunks, MessageDecoder& decoder) {
+    decoder.accept_header(header);
+    for (const std::vector<std::byte>& chunk : chunks) decoder.accept_chunk(chunk);
+    if (!decoder.complete()) {
+        throw Error("message: truncated, ended after " + num(chunks.size()) + " of " +
+                    num(decoder.header().chunk_count) + " chunks (incomplete)");
+    }
+}
+
 std::vector<std::vector<std::byte>> encode_message(const MessagePlan& plan, const RoundingKey& key,
                                                    const float* source, float* residual,
                                                    bool try_zstd) {
     MessageEncoder encoder(plan, key, source, residual, try_zstd);
+    EncodedMessage message = encode_to_end(encoder);
     std::vector<std::vector<std::byte>> parts;
-    parts.reserve(encoder.chunk_count() + 1);
-    parts.push_back(encoder.header_bytes());
-    std::vector<std::byte> chunk;
-    while (encoder.next_chunk(chunk)) parts.push_back(chunk);
+    parts.reserve(message.chunks.size() + 1);
+    parts.push_back(std::move(message.header));
+    for (std::vector<std::byte>& chunk : message.chunks) parts.push_back(std::move(chunk));
     return parts;
 }
 
 void decode_message(const std::vector<std::vector<std::byte>>& parts,
                     std::string_view expected_fingerprint, const ParameterManifest& manifest,
                     float* destination, size_t arena_size) {
-    MessageDecoder decoder(expected_fingerprint, manifest, destination, arena_size);
     if (parts.empty()) throw Error("message: no header");
-    decoder.accept_header(parts[0]);
-    for (size_t i = 1; i < parts.size(); i++) decoder.accept_chunk(parts[i]);
-    if (!decoder.complete()) {
-        throw Error("message: truncated, ended after " + num(parts.size() - 1) + " of " +
-                    num(decoder.header().chunk_count) + " chunks (incomplete)");
-    }
+    MessageDecoder decoder(expected_fingerprint, manifest, destination, arena_size);
+    decode_to_end(parts[0], std::span(parts).subspan(1), decoder);
 }
 
 }  // namespace starling::codec

@@ -1,5 +1,7 @@
 // Reading TOML config files: typed keys with clear errors, unknown keys refused, environment
-// overrides. Shared by the training config (daemon/config.h) and the experiment config.
+// overrides. The engine's sections are read here; `starling train` (daemon/config.h), the
+// experiment (experiment/experiment_config.h) and starlingd (daemon/swarm/node_config.h) add their
+// own.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "daemon/config.h"
+#include "engine/config.h"
 
 namespace starling {
 
@@ -143,5 +145,8 @@ void read_engine_sections(const std::string& path, const toml::table& root, Trai
 void read_model_section(TableReader& reader, ModelConfig& model);
 void read_train_section(TableReader& reader, TrainConfig& config);
 void read_optimizer_section(TableReader& reader, TrainConfig& config);
+// [outer] and [exchange], shared by the experiment and starlingd.
+void read_outer_section(TableReader& reader, OuterConfig& outer);
+void read_exchange_section(TableReader& reader, ExchangeConfig& exchange);
 
 }  // namespace starling

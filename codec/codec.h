@@ -12,6 +12,8 @@
 #include <span>
 #include <string_view>
 
+#include "codec/block_layout.h"
+
 namespace starling::codec {
 
 enum class Codec : uint8_t {
@@ -21,7 +23,7 @@ enum class Codec : uint8_t {
     Q4 = 3,      // int4 in [-7, 7], two per byte (low nibble first), fp32 scale per block
 };
 
-inline constexpr size_t kBlock = 64;
+inline constexpr size_t kBlock = layout::kBlock;
 
 // "F32", "BF16SR", "Q8", "Q4".
 std::string_view codec_name(Codec codec);
@@ -56,5 +58,18 @@ void decode(Codec codec, std::span<const std::byte> in, std::span<float> out);
 // was sent plus the final residual always equals the sum of the inputs.
 void encode_with_feedback(Codec codec, std::span<const float> delta, std::span<float> residual,
                           uint64_t first_index, const RoundingKey& key, std::span<std::byte> out);
+
+// While one lives, every codec call on its thread runs on that thread alone instead of sharing
+// large ranges out to OpenMP's team. An exchange codes each chunk on the thread that moves it: a
+// team per chunk spun between chunks and took the cores gRPC's threads needed, and one thread
+// codes a 4 MiB chunk faster than any link but loopback delivers it. Other threads (a round
+// thread training with a full team) are not affected.
+class SerialCoding {
+public:
+    SerialCoding();
+    ~SerialCoding();
+    SerialCoding(const SerialCoding&) = delete;
+    SerialCoding& operator=(const SerialCoding&) = delete;
+};
 
 }  // namespace starling::codec

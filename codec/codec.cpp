@@ -7,7 +7,7 @@
 // bad blocks are reported by index and the error raised afterwards. The AVX2 paths do exactly the
 // arithmetic of the scalar helpers in kernels/math.h (the scalar paths serve short blocks and
 // builds without AVX2).
-#include "optimizer/codec/codec.h"
+#include "codec/codec.h"
 
 #include <algorithm>
 #include <bit>
@@ -22,6 +22,7 @@
 #define STARLING_CODEC_AVX2 0
 #endif
 
+#include "codec/block_layout.h"
 #include "common/error.h"
 #include "kernels/math.h"
 #include "kernels/rounding.h"
@@ -33,22 +34,24 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr size_t kScaleBytes = sizeof(float);
+using layout::kScaleBytes;
+using layout::num_blocks;
 // Below this many elements a range is done on the calling thread: waking the team costs more.
 constexpr size_t kParallelMin = size_t(1) << 16;
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
 
-size_t num_blocks(size_t n) { return n / kBlock + (n % kBlock != 0 ? 1 : 0); }
-
-// Payload bytes of a block of len values (Q8 or Q4).
-size_t payload_bytes(Codec c, size_t len) { return c == Codec::Q8 ? len : (len + 1) / 2; }
+// The block codecs' largest level (layout::kQ8Max or kQ4Max).
+constexpr int qmax_of(Codec c) { return c == Codec::Q8 ? layout::kQ8Max : layout::kQ4Max; }
 
 // Bytes of one whole block, scale included: where block b starts is b times this.
-size_t full_block_bytes(Codec c) { return kScaleBytes + payload_bytes(c, kBlock); }
+size_t full_block_bytes(Codec c) { return layout::block_bytes(qmax_of(c)); }
 
 std::string name_of(Codec c) { return std::string(codec_name(c)); }
+
+// SerialCoding guards alive on this thread.
+thread_local int serial_coding = 0;
 
 // Runs ok = body(b) for every block b of a range of n elements, in parallel for large ranges.
 // Returns the first block whose body returned false, or kNone. The serial path stops there; the
@@ -56,7 +59,7 @@ std::string name_of(Codec c) { return std::string(codec_name(c)); }
 template <typename Body>
 size_t for_each_block(size_t nblocks, size_t n, const Body& body) {
     size_t first_bad = kNone;
-    if (n > kParallelMin) {
+    if (n > kParallelMin && serial_coding == 0) {
         const ptrdiff_t count = static_cast<ptrdiff_t>(nblocks);
 #pragma omp parallel for schedule(static) reduction(min : first_bad)
         for (ptrdiff_t b = 0; b < count; b++) {
@@ -224,7 +227,7 @@ private:
 
 template <int QMAX>
 void store_q(int8_t* q, size_t len, std::byte* payload) {
-    if constexpr (QMAX == 127) {
+    if constexpr (QMAX == layout::kQ8Max) {
         std::memcpy(payload, q, len);
     } else {
         for (size_t i = 0; i < len; i += 2) {
@@ -338,7 +341,7 @@ bool encode_block_avx2(const float* delta, float* residual, const WordGen& gen, 
         const __m256i b = _mm256_packs_epi32(q[4 * h + 2], q[4 * h + 3]);
         bytes[h] = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(a, b), order);
         bytes[h] = _mm256_max_epi8(bytes[h], lo);
-        if constexpr (QMAX != 127) {  // 128 already saturated to 127
+        if constexpr (QMAX != layout::kQ8Max) {  // 128 already saturated to 127
             bytes[h] = _mm256_min_epi8(bytes[h], hi);
         }
     }
@@ -354,7 +357,7 @@ bool encode_block_avx2(const float* delta, float* residual, const WordGen& gen, 
     }
     std::memcpy(out, &qb.scale, kScaleBytes);
     std::byte* payload = out + kScaleBytes;
-    if constexpr (QMAX == 127) {
+    if constexpr (QMAX == layout::kQ8Max) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(payload), bytes[0]);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(payload + 32), bytes[1]);
     } else {
@@ -422,7 +425,7 @@ bool decode_block_scalar(const std::byte* in, size_t len, float* out) {
     }
     const auto* p = reinterpret_cast<const uint8_t*>(in + kScaleBytes);
     int8_t q[kBlock];
-    if constexpr (QMAX == 127) {
+    if constexpr (QMAX == layout::kQ8Max) {
         for (size_t i = 0; i < len; i++) {
             q[i] = int8_t(p[i]);
         }
@@ -457,7 +460,7 @@ bool decode_block_avx2(const std::byte* in, float* out) {
     const auto* p = reinterpret_cast<const uint8_t*>(in + kScaleBytes);
     const __m256 scale = _mm256_set1_ps(s);
     const __m256i invalid = _mm256_set1_epi8(int8_t(0x80));
-    if constexpr (QMAX == 127) {
+    if constexpr (QMAX == layout::kQ8Max) {
         const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
         const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
         const __m256i bad =
@@ -525,9 +528,10 @@ void decode_blocks(Codec c, const std::byte* in, float* out, size_t n) {
     }
     const auto* p = reinterpret_cast<const uint8_t*>(block + kScaleBytes);
     for (size_t i = 0; i < len; i++) {
-        const int v = QMAX == 127 ? int(int8_t(p[i])) : ((p[i / 2] >> (4 * (i % 2))) & 0x0F);
-        if (QMAX == 127 ? v == -128 : v == 8) {
-            throw Error(where + " holds the level " + (QMAX == 127 ? "-128" : "-8") +
+        const int v =
+            QMAX == layout::kQ8Max ? int(int8_t(p[i])) : ((p[i / 2] >> (4 * (i % 2))) & 0x0F);
+        if (QMAX == layout::kQ8Max ? v == -128 : v == 8) {
+            throw Error(where + " holds the level " + (QMAX == layout::kQ8Max ? "-128" : "-8") +
                         " at element " + std::to_string(i) + ", outside [-" + std::to_string(QMAX) +
                         ", " + std::to_string(QMAX) + "]");
         }
@@ -689,10 +693,12 @@ void encode_any(Codec c, const float* delta, float* residual, size_t n, uint64_t
             encode_bf16<FEEDBACK>(delta, residual, n, first_index, key, out.data());
             return;
         case Codec::Q8:
-            encode_blocks<127, FEEDBACK>(c, delta, residual, n, first_index, key, out.data());
+            encode_blocks<layout::kQ8Max, FEEDBACK>(c, delta, residual, n, first_index, key,
+                                                    out.data());
             return;
         case Codec::Q4:
-            encode_blocks<7, FEEDBACK>(c, delta, residual, n, first_index, key, out.data());
+            encode_blocks<layout::kQ4Max, FEEDBACK>(c, delta, residual, n, first_index, key,
+                                                    out.data());
             return;
     }
     throw Error("encode: unknown codec " + std::to_string(int(c)));
@@ -735,9 +741,7 @@ size_t encoded_bytes(Codec codec, size_t n) {
         case Codec::F32: return 4 * n;
         case Codec::BF16SR: return 2 * n;
         case Codec::Q8:
-        case Codec::Q4:
-            // Whole blocks have even length, so the Q4 payload is ceil(n / 2) in all.
-            return kScaleBytes * num_blocks(n) + payload_bytes(codec, n);
+        case Codec::Q4: return layout::encoded_bytes(qmax_of(codec), n);
     }
     throw Error("unknown codec " + std::to_string(int(codec)));
 }
@@ -767,10 +771,13 @@ void decode(Codec codec, std::span<const std::byte> in, std::span<float> out) {
     switch (codec) {
         case Codec::F32: decode_f32(in.data(), out.data(), n); return;
         case Codec::BF16SR: decode_bf16(in.data(), out.data(), n); return;
-        case Codec::Q8: decode_blocks<127>(codec, in.data(), out.data(), n); return;
-        case Codec::Q4: decode_blocks<7>(codec, in.data(), out.data(), n); return;
+        case Codec::Q8: decode_blocks<layout::kQ8Max>(codec, in.data(), out.data(), n); return;
+        case Codec::Q4: decode_blocks<layout::kQ4Max>(codec, in.data(), out.data(), n); return;
     }
     throw Error("decode: unknown codec " + std::to_string(int(codec)));
 }
+
+SerialCoding::SerialCoding() { serial_coding++; }
+SerialCoding::~SerialCoding() { serial_coding--; }
 
 }  // namespace starling::codec

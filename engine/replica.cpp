@@ -1,4 +1,4 @@
-#include "experiment/replica.h"
+#include "engine/replica.h"
 
 #include <algorithm>
 #include <utility>
@@ -9,28 +9,28 @@
 
 namespace starling {
 
-std::unique_ptr<DataLoader> make_train_loader(const ExperimentConfig& config, int index,
+std::unique_ptr<DataLoader> make_train_loader(const TrainConfig& train, int partitions, int index,
                                               uint64_t node_id) {
-    check_shards_tokenizer(config.train.data.dir, config.train.data.tokenizer);
+    check_shards_tokenizer(train.data.dir, train.data.tokenizer);
     DataLoaderOptions options;
-    options.shard_paths = list_shards(config.train.data.dir, "train");
-    options.B = config.train.batch_size;
-    options.T = config.train.effective_seq_len();
+    options.shard_paths = list_shards(train.data.dir, "train");
+    options.B = train.batch_size;
+    options.T = train.effective_seq_len();
     options.node_id = node_id;
     options.partition_index = static_cast<uint32_t>(index);
-    options.partition_count = static_cast<uint32_t>(config.replicas);
+    options.partition_count = static_cast<uint32_t>(partitions);
     return std::make_unique<DataLoader>(options);
 }
 
-Replica::Replica(const ExperimentConfig& config, const Backend& backend, int index,
+Replica::Replica(const TrainConfig& train, int partitions, const Backend& backend, int index,
                  uint64_t node_id)
-    : config_(config), index_(index), node_id_(node_id) {
-    const int B = config.train.batch_size, T = config.train.effective_seq_len();
-    group_ = std::make_unique<DeviceGroup>(backend, config.train.model, config.train.adamw, B, T);
-    data_ = make_train_loader(config, index, node_id);
+    : train_(train), partitions_(partitions), index_(index), node_id_(node_id) {
+    const int B = train.batch_size, T = train.effective_seq_len();
+    group_ = std::make_unique<DeviceGroup>(backend, train.model, train.adamw, B, T);
+    data_ = make_train_loader(train, partitions, index, node_id);
     inputs_.resize(static_cast<size_t>(B) * T);
     targets_.resize(inputs_.size());
-    group_->init_weights(config.train.seed);
+    group_->init_weights(train.seed);
     const size_t n = group_->num_params();
     if (!backend.lead().host_memory()) {
         theta_mirror_.resize(n);
@@ -132,7 +132,7 @@ void Replica::rejoin_from(const Replica& sponsor, uint64_t new_node_id) {
     std::fill(residual_.begin(), residual_.end(), 0.0f);
     restart_from_phi();
     node_id_ = new_node_id;
-    data_ = make_train_loader(config_, index_, node_id_);
+    data_ = make_train_loader(train_, partitions_, index_, node_id_);
     checks_ = PartnerChecks();
 }
 

@@ -1,4 +1,4 @@
-// Data parallelism among one node's devices (optimizer/device_group.h), on CPU backends joined by
+// Data parallelism among one node's devices (engine/device_group.h), on CPU backends joined by
 // HostAllReduce: the same code the GPUs run with NCCL. The reference is one device training on
 // the whole batch: a group's step must be that step, its devices' weights must stay bit-identical,
 // and whatever sets weights or AdamW state must reach every device.
@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
 #include "tests/support/compare.h"
 #include "tests/support/model_configs.h"
 

@@ -1,4 +1,4 @@
-#include "optimizer/partners.h"
+#include "peer/partners.h"
 
 #include <algorithm>
 #include <xxhash.h>

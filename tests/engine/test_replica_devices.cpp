@@ -11,9 +11,9 @@
 #include <span>
 #include <vector>
 
-#include "experiment/evaluator.h"
+#include "engine/evaluator.h"
 #include "experiment/experiment_config.h"
-#include "experiment/replica.h"
+#include "engine/replica.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "tests/support/compare.h"
 #include "tests/support/experiment_configs.h"
@@ -61,8 +61,8 @@ TEST_CASE("a replica on two devices follows one on a single device through its r
     const LrSchedule schedule = config.train.lr_schedule();
     const Backend one = make_backend({"cpu", 1, "fp32"});
     const Backend two = two_cpu_devices();
-    Replica want(config, one, 0, 7);
-    Replica got(config, two, 0, 7);
+    Replica want(config.train, 1, one, 0, 7);
+    Replica got(config.train, 1, two, 0, 7);
     REQUIRE(got.device_group().devices() == 2);
     CHECK(same_bits(got.theta(), want.theta()));
     check_devices_agree(got);
@@ -99,7 +99,7 @@ TEST_CASE("a replica on two devices follows one on a single device through its r
     check_devices_agree(got);
 
     // Rejoining copies a sponsor's optimizer state device by device.
-    Replica sponsor(config, two, 0, 9);
+    Replica sponsor(config.train, 1, two, 0, 9);
     sponsor.inner_phase(1, schedule);
     got.rejoin_from(sponsor, 11);
     CHECK(got.adamw_steps() == sponsor.adamw_steps());
@@ -112,16 +112,16 @@ TEST_CASE("the evaluator scores weights the same on one device and on two", "[re
     config.train.eval_batches = 3;
     const Backend one = make_backend({"cpu", 1, "fp32"});
     const Backend two = two_cpu_devices();
-    Evaluator whole(config, one);
-    Evaluator halves(config, two);
+    Evaluator whole(config.train, one);
+    Evaluator halves(config.train, two);
     REQUIRE(halves.batches() == 3);
-    Replica replica(config, one, 0, 7);
+    Replica replica(config.train, 1, one, 0, 7);
     replica.inner_phase(2, config.train.lr_schedule());
     const double want = whole.loss(replica.theta());
     // The two-device evaluator runs each batch as two half batches on the first device.
     CHECK(std::fabs(halves.loss(replica.theta()) - want) <= 1e-9 * want);
 
     config.train.batch_size = 3;
-    CHECK_THROWS_WITH(Evaluator(config, two),
+    CHECK_THROWS_WITH(Evaluator(config.train, two),
                       Catch::Contains("batch_size 3 does not split evenly over 2 devices"));
 }

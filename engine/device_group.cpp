@@ -1,4 +1,4 @@
-#include "optimizer/device_group.h"
+#include "engine/device_group.h"
 
 #include <algorithm>
 #include <string>

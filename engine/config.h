@@ -1,0 +1,96 @@
+// The engine's configuration: what trains one replica (TrainConfig: model, batch, schedule, AdamW,
+// data, device) and what joins replicas (EngineConfig: the outer method, H, the outer step and the
+// exchange's codecs). `starling train`, the experiment's replicas and a swarm node all read these
+// from one TOML file (see configs/); every option has a default that works on a laptop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "codec/codec.h"
+#include "model/config.h"
+#include "optimizer/adamw.h"
+#include "optimizer/outer_round.h"
+#include "optimizer/schedule.h"
+
+namespace starling {
+
+struct DataConfig {
+    std::string dir = "out/kjv";   // holds train_*.bin and val_*.bin from `starling data prepare`
+    std::string tokenizer;         // the tokenizer.json the shards were made with; empty: bytes
+    uint64_t node_id = 0;          // seeds this node's order through the data
+    uint32_t partition_index = 0;  // disjoint subsets for replicas of one experiment
+    uint32_t partition_count = 1;
+};
+
+struct TrainConfig {
+    ModelConfig model;
+    int batch_size = 8;
+    int seq_len = 0;  // 0: the model's context
+    int64_t steps = 1000;
+    uint64_t seed = 1;
+    int threads = 0;              // 0: all cores
+    std::string device = "auto";  // "auto", "cpu", "cuda", "cuda:N", "cuda:N,M,..." or "cuda:all"
+                                  // (kernels/backend.h)
+    std::string matmul = "fp32";  // on a GPU: "fp32", "tf32" or "bf16" (kernels/cuda/cuda_ops.h)
+    LrSchedule schedule;          // total_steps is taken from steps, see lr_schedule()
+    AdamWConfig adamw;
+    DataConfig data;
+    int log_every = 50;
+    int eval_every = 250;  // 0: only at the end
+    int eval_batches = 16;
+    std::string run_dir = "out/runs/default";
+    int checkpoint_every = 0;  // 0: only at the end
+    int keep_checkpoints = 3;
+    bool resume = true;  // continue from the newest checkpoint in run_dir when there is one
+
+    int effective_seq_len() const { return seq_len > 0 ? seq_len : model.context; }
+    LrSchedule lr_schedule() const {
+        LrSchedule s = schedule;
+        s.total_steps = steps;
+        return s;
+    }
+    // Throws starling::Error naming the key. Reads [data].tokenizer when set, which must fit the
+    // model: [model].vocab_size at least its vocabulary.
+    void validate() const;
+};
+
+// How replicas are joined every H inner steps (docs/spec.md sections 4 and 7.3).
+enum class OuterMethod : uint8_t {
+    Ddp,     // gradient averaging every step: the experiment's reference, not a swarm's
+    Local,   // no communication at all: phi = theta after every inner phase
+    DiLoCo,  // all-gather of delta messages over the live quorum every H steps
+    NoLoCo,  // groups (pairs) every H steps, chosen by peer/partners.h
+};
+std::string_view outer_method_name(OuterMethod method);  // "ddp", "local", "diloco", "noloco"
+// Throws starling::Error naming the known methods.
+OuterMethod outer_method_from_name(std::string_view name);
+
+struct ExchangeConfig {
+    MessageMode mode = MessageMode::Fused;
+    codec::Codec state_codec = codec::Codec::BF16SR;  // theta (fused) or phi (split)
+    codec::Codec delta_codec = codec::Codec::Q8;      // D (split NoLoCo, DiLoCo)
+    bool error_feedback = true;                       // on the delta messages
+    bool zstd = true;
+};
+
+// One replica and how it is joined to others: what the experiment's replicas and a swarm node
+// share. ExperimentConfig (experiment/) and SwarmConfig (daemon/swarm/) extend it.
+struct EngineConfig {
+    // The replica: model, batch, steps (its inner steps: the token budget and the schedule's
+    // length), seed (every replica's initialisation), threads, device, schedule, AdamW, data.
+    TrainConfig train;
+    OuterMethod method = OuterMethod::NoLoCo;
+    int inner_steps = 50;  // H: inner steps per round
+    OuterConfig outer;
+    // Fused: theta under state_codec. Split: D = theta - phi under delta_codec (error feedback
+    // when set) and phi under state_codec.
+    ExchangeConfig exchange;
+
+    // Throws starling::Error naming the key: the training config, H, the outer step, fused
+    // NoLoCo's pull, and codecs in their roles.
+    void validate() const;
+};
+
+}  // namespace starling
