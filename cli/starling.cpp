@@ -22,6 +22,7 @@
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
+#include "daemon/swarm/node_config.h"
 #include "experiment/experiment.h"
 
 namespace {
@@ -236,16 +237,15 @@ struct CheckCommand {
             ->add_option("-c,--config", options.config_path,
                          "the node's TOML config (see configs/)")
             ->required();
-        command->add_option("--data-dir", flags.data_dir,
-                            "[node].data_dir: the node's key, peers and checkpoints");
-        command->add_option("--listen", flags.listen, "[peer].listen: HOST:PORT for peers");
-        command->add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
+        const std::vector<starling::KeyDescription> keys = starling::node_config_keys();
+        using starling::key_help;
+        command->add_option("--data-dir", flags.data_dir, key_help(keys, "node", "data_dir"));
+        command->add_option("--listen", flags.listen, key_help(keys, "peer", "listen"));
+        command->add_option("--announce", flags.announce, key_help(keys, "peer", "announce"));
         command->add_option("--seed", flags.seeds,
                             "HOST:PORT of a member, added to [peer].seeds (repeatable)");
-        command->add_option("--control", flags.control,
-                            "[control].listen: HOST:PORT or unix:/path");
-        command->add_option("--metrics", flags.metrics,
-                            "[metrics].listen: HOST:PORT, \"\" for none");
+        command->add_option("--control", flags.control, key_help(keys, "control", "listen"));
+        command->add_option("--metrics", flags.metrics, key_help(keys, "metrics", "listen"));
     }
 };
 
@@ -319,6 +319,12 @@ struct ModelCommands {
     }
 };
 
+// The keys of a command's config file, under its --help.
+std::string config_keys_footer(const std::vector<starling::KeyDescription>& keys) {
+    return "\nConfig keys (TOML [section] key = default; each also STARLING_<SECTION>_<KEY>):\n" +
+           starling::keys_as_text(keys);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -338,17 +344,19 @@ int main(int argc, char** argv) {
     CLI::App* train_cmd = app.add_subcommand("train", "train one node from a config file");
     train_cmd->add_option("-c,--config", train.config_path, "TOML config (see configs/)")
         ->required();
-    train_cmd->add_option("--steps", train.steps, "total optimizer steps");
-    train_cmd->add_option("--threads", train.threads, "CPU threads (0 = all cores)");
-    train_cmd->add_option("--device", train.device,
-                          "[train].device: auto, cpu, cuda, cuda:N, cuda:N,M,... or cuda:all");
-    train_cmd->add_option("--matmul", train.matmul, "[train].matmul on a GPU: fp32, tf32 or bf16");
-    train_cmd->add_option("--run-dir", train.run_dir, "checkpoint directory");
-    train_cmd->add_option("--data-dir", train.data_dir, "directory of prepared shards");
-    train_cmd->add_option("--seed", train.seed, "initialisation seed");
-    train_cmd->add_option("--node-id", train.node_id, "seeds this node's data order");
+    const std::vector<starling::KeyDescription> train_keys = starling::train_config_keys();
+    using starling::key_help;
+    train_cmd->add_option("--steps", train.steps, key_help(train_keys, "train", "steps"));
+    train_cmd->add_option("--threads", train.threads, key_help(train_keys, "train", "threads"));
+    train_cmd->add_option("--device", train.device, key_help(train_keys, "train", "device"));
+    train_cmd->add_option("--matmul", train.matmul, key_help(train_keys, "train", "matmul"));
+    train_cmd->add_option("--run-dir", train.run_dir, key_help(train_keys, "checkpoint", "dir"));
+    train_cmd->add_option("--data-dir", train.data_dir, key_help(train_keys, "data", "dir"));
+    train_cmd->add_option("--seed", train.seed, key_help(train_keys, "train", "seed"));
+    train_cmd->add_option("--node-id", train.node_id, key_help(train_keys, "data", "node_id"));
     train_cmd->add_flag("--fresh", train.fresh,
                         "ignore existing checkpoints and start from step 0");
+    train_cmd->footer(config_keys_footer(train_keys));
 
     CLI::App* data_cmd = app.add_subcommand("data", "prepare training data");
     data_cmd->require_subcommand(1);
@@ -383,13 +391,36 @@ int main(int argc, char** argv) {
                            "configs/experiments/)");
     experiment_cmd->add_option("-c,--config", experiment.config_path, "experiment TOML config")
         ->required();
-    experiment_cmd->add_option("--name", experiment.name, "run name: the CSV's file name");
-    experiment_cmd->add_option("--out-dir", experiment.out_dir, "where the CSVs go");
-    experiment_cmd->add_option("--data-dir", experiment.data_dir, "directory of prepared shards");
+    const std::vector<starling::KeyDescription> experiment_keys =
+        starling::experiment_config_keys();
+    experiment_cmd->add_option("--name", experiment.name,
+                               key_help(experiment_keys, "experiment", "name"));
+    experiment_cmd->add_option("--out-dir", experiment.out_dir,
+                               key_help(experiment_keys, "experiment", "out_dir"));
+    experiment_cmd->add_option("--data-dir", experiment.data_dir,
+                               key_help(experiment_keys, "data", "dir"));
     experiment_cmd->add_option("--seed", experiment.seed,
-                               "initialisation, node ids, data order and rounding");
-    experiment_cmd->add_option("--steps", experiment.steps, "inner steps per replica");
-    experiment_cmd->add_option("--threads", experiment.threads, "CPU threads (0 = all cores)");
+                               key_help(experiment_keys, "train", "seed") +
+                                   "; also the node ids, data order and rounding");
+    experiment_cmd->add_option("--steps", experiment.steps,
+                               key_help(experiment_keys, "train", "steps"));
+    experiment_cmd->add_option("--threads", experiment.threads,
+                               key_help(experiment_keys, "train", "threads"));
+    experiment_cmd->footer(config_keys_footer(experiment_keys));
+
+    CLI::App* config_cmd = app.add_subcommand("config", "what a config file may hold");
+    config_cmd->require_subcommand(1);
+    std::string keys_for = "node";
+    bool keys_markdown = false;
+    CLI::App* keys_cmd = config_cmd->add_subcommand(
+        "keys", "every key of a config file: section, name, default, range and meaning");
+    keys_cmd
+        ->add_option("--for", keys_for,
+                     "whose file: train (starling train), experiment (starling experiment) or "
+                     "node (starlingd)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"train", "experiment", "node"}));
+    keys_cmd->add_flag("--markdown", keys_markdown, "Markdown tables, one per section");
 
     NodeCommands node(app);
     CheckCommand check(app);
@@ -417,6 +448,16 @@ int main(int argc, char** argv) {
                                            ? starling::cli::bash_completion(app, "starling")
                                            : starling::cli::zsh_completion(app, "starling");
             std::fputs(script.c_str(), stdout);
+            return 0;
+        }
+        if (keys_cmd->parsed()) {
+            const std::vector<starling::KeyDescription> keys =
+                keys_for == "train"        ? starling::train_config_keys()
+                : keys_for == "experiment" ? starling::experiment_config_keys()
+                                           : starling::node_config_keys();
+            const std::string text =
+                keys_markdown ? starling::keys_as_markdown(keys) : starling::keys_as_text(keys);
+            std::fputs(text.c_str(), stdout);
             return 0;
         }
         if (train_cmd->parsed()) return run_train(train);

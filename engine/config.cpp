@@ -3,21 +3,22 @@
 #include <memory>
 
 #include "common/error.h"
+#include "engine/config_keys.h"
 #include "data/tokenizer.h"
 #include "kernels/backend.h"
 
 namespace starling {
 
 void TrainConfig::validate() const {
+    TrainConfig keys = *this;  // the visit takes the fields by reference
+    KeyRangeChecker check;
+    visit_train_config(check, keys);
     model.validate();
     auto need = [](bool ok, const std::string& problem) {
         if (!ok) throw Error("config: " + problem);
     };
-    need(batch_size >= 1, "[train].batch_size must be at least 1");
-    need(seq_len >= 0 && seq_len <= model.context,
+    need(seq_len <= model.context,
          "[train].seq_len must be in [0, model context " + std::to_string(model.context) + "]");
-    need(steps >= 1, "[train].steps must be at least 1");
-    need(threads >= 0, "[train].threads must not be negative");
     try {
         parse_device(device);
         check_matmul_precision(matmul);
@@ -26,7 +27,6 @@ void TrainConfig::validate() const {
     }
     lr_schedule().validate();
     adamw.validate();
-    need(!data.dir.empty(), "[data].dir must not be empty");
     if (!data.tokenizer.empty()) {
         std::unique_ptr<Tokenizer> tokenizer;
         try {
@@ -39,14 +39,8 @@ void TrainConfig::validate() const {
                  std::to_string(tokenizer->vocab_size()) + " tokens of [data].tokenizer " +
                  data.tokenizer);
     }
-    need(data.partition_count >= 1 && data.partition_index < data.partition_count,
+    need(data.partition_index < data.partition_count,
          "[data].partition_index must be below partition_count");
-    need(log_every >= 1, "[log].every must be at least 1");
-    need(eval_every >= 0, "[eval].every must not be negative");
-    need(eval_batches >= 1, "[eval].batches must be at least 1");
-    need(!run_dir.empty(), "[checkpoint].dir must not be empty");
-    need(checkpoint_every >= 0, "[checkpoint].every must not be negative");
-    need(keep_checkpoints >= 1, "[checkpoint].keep must be at least 1");
 }
 
 std::string_view outer_method_name(OuterMethod method) {

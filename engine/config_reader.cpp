@@ -57,6 +57,8 @@ toml::table parse_config_file(const std::string& path) {
     }
 }
 
+namespace {
+
 void check_config_sections(const std::string& path, const toml::table& root,
                            const std::vector<std::string>& known) {
     for (const auto& [key, node] : root) {
@@ -73,74 +75,39 @@ TableReader config_section(const std::string& path, const toml::table& root, con
     return TableReader(path, name, root[name].as_table());
 }
 
-void read_model_section(TableReader& m, ModelConfig& model) {
-    m.read("n_layer", model.n_layer);
-    m.read("n_head", model.n_head);
-    m.read("d_model", model.d_model);
-    m.read("d_ff", model.d_ff);
-    m.read("vocab_size", model.vocab_size);
-    m.read("context", model.context);
-    m.read("tied_embeddings", model.tied_embeddings);
-    m.read("rope_theta", model.rope_theta);
-    m.read("norm_eps", model.norm_eps);
-    m.read("init_std", model.init_std);
-    m.reject_unknown();
+}  // namespace
+
+ConfigFileReader::ConfigFileReader(const std::string& path, std::vector<std::string> ignored)
+    : path_(path), root_(parse_config_file(path)), known_(std::move(ignored)) {}
+
+void ConfigFileReader::section(const char* name) {
+    if (current_) current_->reject_unknown();
+    section_ = name;
+    known_.push_back(name);
+    current_.emplace(config_section(path_, root_, name));
 }
 
-void read_train_section(TableReader& t, TrainConfig& c) {
-    t.read("batch_size", c.batch_size);
-    t.read("seq_len", c.seq_len);
-    t.read("steps", c.steps);
-    t.read("seed", c.seed);
-    t.read("threads", c.threads);
-    t.read("device", c.device);
-    t.read("matmul", c.matmul);
-    t.reject_unknown();
+void ConfigFileReader::read(const char* key, std::filesystem::path& path) {
+    std::string text = path.string();
+    current_->read(key, text);
+    path = text;
 }
 
-void read_optimizer_section(TableReader& o, TrainConfig& c) {
-    o.read("lr", c.schedule.max_lr);
-    o.read("warmup_steps", c.schedule.warmup_steps);
-    o.read("min_lr_fraction", c.schedule.min_lr_fraction);
-    o.read("beta1", c.adamw.beta1);
-    o.read("beta2", c.adamw.beta2);
-    o.read("eps", c.adamw.eps);
-    o.read("weight_decay", c.adamw.weight_decay);
-    o.read("grad_clip", c.adamw.grad_clip);
-    o.reject_unknown();
+void ConfigFileReader::read(const char* key, Milliseconds& ms) {
+    int64_t count = ms.value.count();
+    current_->read(key, count);
+    ms.value = std::chrono::milliseconds(count);
 }
 
-void read_engine_sections(const std::string& path, const toml::table& root, TrainConfig& c) {
-    TableReader m = config_section(path, root, "model");
-    read_model_section(m, c.model);
-    TableReader t = config_section(path, root, "train");
-    read_train_section(t, c);
-    TableReader o = config_section(path, root, "optimizer");
-    read_optimizer_section(o, c);
-    TableReader d = config_section(path, root, "data");
-    d.read("dir", c.data.dir);
-    d.read("tokenizer", c.data.tokenizer);
-    d.read("node_id", c.data.node_id);
-    d.read("partition_index", c.data.partition_index);
-    d.read("partition_count", c.data.partition_count);
-    d.reject_unknown();
+void ConfigFileReader::read(const char* key, MegabitsPerSecond& rate) {
+    double mbit = rate.bytes_per_s * 8 / 1e6;
+    current_->read(key, mbit);
+    rate.bytes_per_s = mbit * 1e6 / 8;
 }
 
-void read_outer_section(TableReader& u, OuterConfig& outer) {
-    u.read("momentum", outer.momentum);
-    u.read("lr", outer.lr);
-    u.read("pull", outer.pull);
-    read_named(u, "form", outer.form, momentum_form_name, momentum_form_from_name);
-    u.reject_unknown();
-}
-
-void read_exchange_section(TableReader& g, ExchangeConfig& exchange) {
-    read_named(g, "mode", exchange.mode, message_mode_name, message_mode_from_name);
-    read_named(g, "state_codec", exchange.state_codec, codec::codec_name, codec::codec_from_name);
-    read_named(g, "delta_codec", exchange.delta_codec, codec::codec_name, codec::codec_from_name);
-    g.read("error_feedback", exchange.error_feedback);
-    g.read("zstd", exchange.zstd);
-    g.reject_unknown();
+void ConfigFileReader::finish() {
+    if (current_) current_->reject_unknown();
+    check_config_sections(path_, root_, known_);
 }
 
 }  // namespace starling

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -17,6 +19,7 @@
 
 #include "common/error.h"
 #include "engine/config.h"
+#include "engine/config_keys.h"
 
 namespace starling {
 
@@ -60,6 +63,9 @@ public:
             assign(*parsed.get("v"), out, where);
         }
     }
+
+    // Takes the key without reading it: a key of another program's that this one ignores.
+    void accept(const char* key) { known_.insert(key); }
 
     void reject_unknown() const {
         if (!table_) return;
@@ -117,36 +123,50 @@ private:
     std::set<std::string> known_;
 };
 
-// Reads a key whose value is one of a set of names.
-template <typename E>
-void read_named(TableReader& reader, const char* key, E& out, std::string_view (*name_of)(E),
-                E (*from_name)(std::string_view)) {
-    std::string name(name_of(out));
-    reader.read(key, name);
-    try {
-        out = from_name(name);
-    } catch (const Error& e) {
-        throw Error(std::string(key) + ": " + e.what());
-    }
-}
-
 // Parses a TOML file; a syntax error names the file, line and column.
 toml::table parse_config_file(const std::string& path);
-// Throws starling::Error naming the first top-level entry that is not one of the known sections.
-void check_config_sections(const std::string& path, const toml::table& root,
-                           const std::vector<std::string>& known);
-TableReader config_section(const std::string& path, const toml::table& root, const char* name);
 
-// [model], [train], [optimizer] and [data] of a training config, as `starling train` and starlingd
-// read them.
-void read_engine_sections(const std::string& path, const toml::table& root, TrainConfig& config);
+// Reads the keys a visit declares (engine/config_keys.h) out of one config file: each section's
+// keys through a TableReader, so wrong types, out-of-range integers and overrides are handled
+// there. finish() then refuses a key no visit declared in a visited section, and a section that
+// was neither visited nor named in `ignored` (another program's sections in a shared file).
+class ConfigFileReader {
+public:
+    ConfigFileReader(const std::string& path, std::vector<std::string> ignored);
 
-// The sections a training run and an experiment share.
-void read_model_section(TableReader& reader, ModelConfig& model);
-void read_train_section(TableReader& reader, TrainConfig& config);
-void read_optimizer_section(TableReader& reader, TrainConfig& config);
-// [outer] and [exchange], shared by the experiment and starlingd.
-void read_outer_section(TableReader& reader, OuterConfig& outer);
-void read_exchange_section(TableReader& reader, ExchangeConfig& exchange);
+    void section(const char* name);
+    template <typename Field>
+    void operator()(const char* key, Field&& field, const char*, KeyRange = {}) {
+        read(key, field);
+    }
+    void accepted(const char* key, const char*) { current_->accept(key); }
+    void finish();
+
+private:
+    template <typename V>
+    void read(const char* key, V& field) {
+        current_->read(key, field);
+    }
+    // The wrappers by non-const reference, so they are better matches than the template above.
+    void read(const char* key, std::filesystem::path& path);
+    void read(const char* key, Milliseconds& ms);
+    void read(const char* key, MegabitsPerSecond& rate);
+    template <typename E>
+    void read(const char* key, Named<E>& named) {
+        std::string name(named.name_of(named.value));
+        current_->read(key, name);
+        try {
+            named.value = named.from_name(name);
+        } catch (const Error& e) {
+            throw Error(path_ + ": [" + section_ + "]." + key + ": " + e.what());
+        }
+    }
+
+    std::string path_;
+    toml::table root_;
+    std::vector<std::string> known_;
+    std::string section_;
+    std::optional<TableReader> current_;
+};
 
 }  // namespace starling

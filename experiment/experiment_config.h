@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/config.h"
+#include "engine/config_keys.h"
 
 namespace starling {
 
@@ -40,5 +42,8 @@ struct ExperimentConfig : EngineConfig {
 };
 
 ExperimentConfig load_experiment_config(const std::string& path);
+// Every key such a file holds, with its range, help and value in `config` (by default, the
+// defaults) (engine/config_keys.h).
+std::vector<KeyDescription> experiment_config_keys(ExperimentConfig config = {});
 
 }  // namespace starling

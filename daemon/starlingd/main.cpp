@@ -184,18 +184,18 @@ int main(int argc, char** argv) {
     app.add_option("-c,--config", config_path,
                    "TOML config (configs/pico.toml, nano.toml, 124m.toml)")
         ->required();
-    app.add_option("--data-dir", flags.data_dir,
-                   "[node].data_dir: node key, peer cache, checkpoints");
-    app.add_option("--listen", flags.listen, "[peer].listen: HOST:PORT of the peer port");
-    app.add_option("--announce", flags.announce, "[peer].announce: HOST:PORT peers dial");
+    const std::vector<KeyDescription> keys = node_config_keys();
+    app.add_option("--data-dir", flags.data_dir, key_help(keys, "node", "data_dir"));
+    app.add_option("--listen", flags.listen, key_help(keys, "peer", "listen"));
+    app.add_option("--announce", flags.announce, key_help(keys, "peer", "announce"));
     app.add_option("--seed", flags.seeds, "HOST:PORT of a member to join through (repeatable)");
-    app.add_option("--control", flags.control, "[control].listen: HOST:PORT or unix:PATH");
-    app.add_option("--metrics", flags.metrics,
-                   "[metrics].listen: HOST:PORT of /metrics; \"\" turns it off");
-    app.add_option("--log-level", flags.log_level,
-                   "[node].log_level: trace, debug, info, warn, error");
-    app.add_option("--log-format", flags.log_format,
-                   "[node].log_format: text, or json (one object per line)");
+    app.add_option("--control", flags.control, key_help(keys, "control", "listen"));
+    app.add_option("--metrics", flags.metrics, key_help(keys, "metrics", "listen"));
+    app.add_option("--log-level", flags.log_level, key_help(keys, "node", "log_level"));
+    app.add_option("--log-format", flags.log_format, key_help(keys, "node", "log_format"));
+    app.footer(
+        "\nConfig keys (TOML [section] key = default; each also STARLING_<SECTION>_<KEY>):\n" +
+        keys_as_text(keys));
     app.set_version_flag("--version", "starlingd " STARLING_VERSION);
     try {
         app.parse(argc, argv);

@@ -15,12 +15,6 @@ void need(bool ok, const std::string& problem) {
     if (!ok) throw Error("config: " + problem);
 }
 
-void read_milliseconds(TableReader& reader, const char* key, std::chrono::milliseconds& out) {
-    int64_t ms = out.count();
-    reader.read(key, ms);
-    out = std::chrono::milliseconds(ms);
-}
-
 std::string read_secret_file(const std::filesystem::path& path) {
     std::ifstream in(path);
     if (!in) throw Error("config: [peer].secret_file " + path.string() + " cannot be read");
@@ -34,40 +28,82 @@ std::string read_secret_file(const std::filesystem::path& path) {
     return secret;
 }
 
-void read_peer_section(TableReader& p, PeerConfig& peer) {
-    p.read("listen", peer.listen);
-    p.read("announce", peer.announce);
-    p.read("seeds", peer.seeds);
-    p.read("swarm_id", peer.swarm_id);
-    p.read("secret", peer.swarm_secret);
-    std::string secret_file;
-    p.read("secret_file", secret_file);
-    if (!secret_file.empty()) {
-        need(peer.swarm_secret.empty(),
-             "[peer].secret and [peer].secret_file are both set; keep one");
-        peer.swarm_secret = read_secret_file(secret_file);
-    }
-    std::string ca, cert, key;
-    p.read("tls_ca", ca);
-    p.read("tls_cert", cert);
-    p.read("tls_key", key);
-    peer.tls = {ca, cert, key};
-    read_milliseconds(p, "gossip_interval_ms", peer.gossip_interval);
-    read_milliseconds(p, "probe_timeout_ms", peer.probe_timeout);
-    read_milliseconds(p, "suspicion_timeout_ms", peer.membership.suspicion_timeout);
-    read_milliseconds(p, "pair_timeout_ms", peer.pair_timeout);
-    read_milliseconds(p, "exchange_timeout_ms", peer.exchange_timeout);
-    read_milliseconds(p, "exchange_timeout_max_ms", peer.exchange_timeout_max);
-    double min_link_mbit = peer.min_link_bytes_per_s * 8 / 1e6;
-    p.read("min_link_mbit", min_link_mbit);
-    peer.min_link_bytes_per_s = min_link_mbit * 1e6 / 8;
-    read_milliseconds(p, "state_sync_timeout_ms", peer.state_sync_timeout);
-    read_milliseconds(p, "state_sync_timeout_max_ms", peer.state_sync_timeout_max);
-    double state_sync_min_link_mbit = peer.state_sync_min_link_bytes_per_s * 8 / 1e6;
-    p.read("state_sync_min_link_mbit", state_sync_min_link_mbit);
-    peer.state_sync_min_link_bytes_per_s = state_sync_min_link_mbit * 1e6 / 8;
-    p.read("max_round_gap", peer.max_round_gap);
-    p.reject_unknown();
+template <class V>
+void visit_peer_keys(V& v, NodeConfig& c) {
+    PeerConfig& p = c.swarm.peer;
+    v.section("peer");
+    v("listen", p.listen, "HOST:PORT the peer port binds", non_empty());
+    v("announce", p.announce, "HOST:PORT peers dial; \"\": the listen host and bound port");
+    v("seeds", p.seeds, "HOST:PORT of members to join through");
+    v("swarm_id", p.swarm_id, "nodes pair only within one swarm id", non_empty());
+    v("secret", p.swarm_secret, "the swarm's shared secret (required unless TLS)");
+    v("secret_file", c.secret_file, "a file holding the secret instead");
+    v("tls_ca", p.tls.ca, "PEM: the swarm's certificate authority (mutual TLS)");
+    v("tls_cert", p.tls.cert, "PEM: this node's certificate, signed by the CA");
+    v("tls_key", p.tls.key, "PEM: its private key");
+    v("gossip_interval_ms", Milliseconds{p.gossip_interval}, "gossip and probe period",
+      at_least(10));
+    v("probe_timeout_ms", Milliseconds{p.probe_timeout}, "a probe's answer", at_least(10));
+    v("suspicion_timeout_ms", Milliseconds{p.membership.suspicion_timeout},
+      "suspected until declared dead", at_least(10));
+    v("pair_timeout_ms", Milliseconds{p.pair_timeout}, "T_pair: choosing a round's partner",
+      at_least(10));
+    v("exchange_timeout_ms", Milliseconds{p.exchange_timeout},
+      "T_xchg: the exchange budget's floor", at_least(10));
+    v("exchange_timeout_max_ms", Milliseconds{p.exchange_timeout_max},
+      "the exchange budget's ceiling, at least exchange_timeout_ms", at_least(10));
+    v("min_link_mbit", MegabitsPerSecond{p.min_link_bytes_per_s},
+      "the rate assumed before an exchange with a partner measured one", above(0));
+    v("state_sync_timeout_ms", Milliseconds{p.state_sync_timeout},
+      "a state copy's chunk call at least", at_least(10));
+    v("state_sync_timeout_max_ms", Milliseconds{p.state_sync_timeout_max},
+      "a state copy's chunk call at most, at least state_sync_timeout_ms", at_least(10));
+    v("state_sync_min_link_mbit", MegabitsPerSecond{p.state_sync_min_link_bytes_per_s},
+      "the rate assumed before a donor's first chunk", above(0));
+    v("max_round_gap", p.max_round_gap, "S_max: partners' rounds differ by at most this");
+}
+
+template <class V>
+void visit_node_config(V& v, NodeConfig& c) {
+    TrainConfig& t = c.swarm.train;
+    visit_model_keys(v, t.model);
+    visit_train_keys(v, t);
+    visit_optimizer_keys(v, t);
+    visit_data_keys(v, t.data);
+    v.section("eval");
+    v.accepted("every", "starling train's, in steps; starlingd uses [swarm] eval_every");
+    visit_eval_batches_key(v, t);
+    v.section("node");
+    v("data_dir", c.data_dir, "node.key, peers.txt, checkpoints/ and LOCK", non_empty());
+    v("log_level", c.log_level, "trace, debug, info, warn, error, critical or off");
+    v("log_format", c.log_format, "text, or json: one object per line");
+    v.section("swarm");
+    visit_round_keys(v, c.swarm);
+    v("checkpoint_every", c.checkpoint_every, "rounds between checkpoints; 0: only when draining",
+      at_least(0));
+    v("keep_checkpoints", c.keep_checkpoints, "newest checkpoints kept", at_least(1));
+    v("join_timeout_s", c.join_timeout_s,
+      "first start with seeds and no checkpoint: how long to wait for a donor", at_least(0));
+    v("pace_timeout_s", c.pace_timeout_s,
+      "a node ahead of every compatible member waits at most this per round", at_least(0));
+    v("eval_every", c.eval_every, "rounds between validation losses of phi; 0: never", at_least(0));
+    visit_outer_keys(v, c.swarm.outer);
+    visit_exchange_keys(v, c.swarm.exchange);
+    visit_peer_keys(v, c);
+    v.section("control");
+    v("listen", c.control_listen, "HOST:PORT or unix:PATH of the Control API", non_empty());
+    v("allow_remote", c.control_allow_remote, "serve the Control API on a non-local address");
+    v.section("metrics");
+    v("listen", c.metrics_listen, "HOST:PORT of /metrics; \"\": off");
+}
+
+// Operators' defaults for a real network; local_cluster_config() is the tests' fast one.
+NodeConfig node_defaults() {
+    NodeConfig c;
+    // The recommended codec for the state messages, from the swarm study (docs/results/README.md).
+    c.swarm.exchange.state_codec = codec::Codec::Q8;
+    c.swarm.peer.listen = "0.0.0.0:7700";
+    return c;
 }
 
 }  // namespace
@@ -79,34 +115,19 @@ bool is_local_listen_address(const std::string& address) {
 }
 
 void NodeConfig::validate(NodeConfigUse use) const {
+    NodeConfig keys = *this;  // the visit takes the fields by reference
+    KeyRangeChecker check;
+    visit_node_config(check, keys);
     swarm.validate();
     const PeerConfig& p = swarm.peer;
-    need(!data_dir.empty(), "[node].data_dir must not be empty");
-    need(checkpoint_every >= 0, "[swarm].checkpoint_every must not be negative");
-    need(keep_checkpoints >= 1, "[swarm].keep_checkpoints must be at least 1");
-    need(join_timeout_s >= 0.0, "[swarm].join_timeout_s must not be negative");
-    need(pace_timeout_s >= 0.0, "[swarm].pace_timeout_s must not be negative");
-    need(eval_every >= 0, "[swarm].eval_every must not be negative");
-    need(!p.listen.empty(), "[peer].listen must not be empty");
-    need(!p.swarm_id.empty(), "[peer].swarm_id must not be empty");
     need(
         use == NodeConfigUse::ReadCheckpoints || !p.swarm_secret.empty() || p.tls.enabled(),
         "[peer].secret (or secret_file, or STARLING_PEER_SECRET) must be set unless TLS is configured: every "
         "node of a swarm proves membership with it");
-    need(p.gossip_interval.count() >= 10, "[peer].gossip_interval_ms must be at least 10");
-    need(p.probe_timeout.count() >= 10, "[peer].probe_timeout_ms must be at least 10");
-    need(p.membership.suspicion_timeout.count() >= 10,
-         "[peer].suspicion_timeout_ms must be at least 10");
-    need(p.pair_timeout.count() >= 10, "[peer].pair_timeout_ms must be at least 10");
-    need(p.exchange_timeout.count() >= 10, "[peer].exchange_timeout_ms must be at least 10");
     need(p.exchange_timeout_max >= p.exchange_timeout,
          "[peer].exchange_timeout_max_ms must be at least exchange_timeout_ms");
-    need(p.min_link_bytes_per_s > 0, "[peer].min_link_mbit must be above 0");
-    need(p.state_sync_timeout.count() >= 10, "[peer].state_sync_timeout_ms must be at least 10");
     need(p.state_sync_timeout_max >= p.state_sync_timeout,
          "[peer].state_sync_timeout_max_ms must be at least state_sync_timeout_ms");
-    need(p.state_sync_min_link_bytes_per_s > 0, "[peer].state_sync_min_link_mbit must be above 0");
-    need(!control_listen.empty(), "[control].listen must not be empty");
     need(control_allow_remote || is_local_listen_address(control_listen),
          "[control].listen \"" + control_listen +
              "\" is not a local address; the Control API can make the node leave, so set "
@@ -122,62 +143,18 @@ void NodeConfig::validate(NodeConfigUse use) const {
 
 NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use) {
     const std::string file = path.string();
-    const toml::table root = parse_config_file(file);
-    check_config_sections(file, root,
-                          {"model", "train", "optimizer", "data", "log", "eval", "checkpoint",
-                           "node", "swarm", "outer", "exchange", "peer", "control", "metrics"});
-    auto section = [&](const char* name) { return config_section(file, root, name); };
-
-    NodeConfig c;
+    NodeConfig c = node_defaults();
     c.config_path = path;
-    // The recommended codec for the state messages, from the swarm study (docs/results/README.md).
-    c.swarm.exchange.state_codec = codec::Codec::Q8;
-    // Operators' defaults for a real network; local_cluster_config() is the tests' fast one.
-    c.swarm.peer.listen = "0.0.0.0:7700";
-    TrainConfig& t = c.swarm.train;
     try {
-        // [data]'s node_id and partitions are `starling train`'s: a swarm node's data order follows
-        // its node id.
-        read_engine_sections(file, root, t);
-        TableReader e = section("eval");
-        int steps_between_evals = 0;  // [eval].every is `starling train`'s, in steps
-        e.read("every", steps_between_evals);
-        e.read("batches", t.eval_batches);
-        e.reject_unknown();
-
-        TableReader n = section("node");
-        std::string data_dir = c.data_dir.string();
-        n.read("data_dir", data_dir);
-        c.data_dir = data_dir;
-        n.read("log_level", c.log_level);
-        n.read("log_format", c.log_format);
-        n.reject_unknown();
-
-        TableReader s = section("swarm");
-        read_named(s, "method", c.swarm.method, outer_method_name, outer_method_from_name);
-        s.read("inner_steps", c.swarm.inner_steps);
-        s.read("checkpoint_every", c.checkpoint_every);
-        s.read("keep_checkpoints", c.keep_checkpoints);
-        s.read("join_timeout_s", c.join_timeout_s);
-        s.read("pace_timeout_s", c.pace_timeout_s);
-        s.read("eval_every", c.eval_every);
-        s.reject_unknown();
-
-        TableReader u = section("outer");
-        read_outer_section(u, c.swarm.outer);
-        TableReader g = section("exchange");
-        read_exchange_section(g, c.swarm.exchange);
-        TableReader p = section("peer");
-        read_peer_section(p, c.swarm.peer);
-
-        TableReader k = section("control");
-        k.read("listen", c.control_listen);
-        k.read("allow_remote", c.control_allow_remote);
-        k.reject_unknown();
-        TableReader x = section("metrics");
-        x.read("listen", c.metrics_listen);
-        x.reject_unknown();
-
+        // [log] and [checkpoint] are `starling train`'s.
+        ConfigFileReader reader(file, {"log", "checkpoint"});
+        visit_node_config(reader, c);
+        reader.finish();
+        if (!c.secret_file.empty()) {
+            need(c.swarm.peer.swarm_secret.empty(),
+                 "[peer].secret and [peer].secret_file are both set; keep one");
+            c.swarm.peer.swarm_secret = read_secret_file(c.secret_file);
+        }
         c.swarm.peer.data_dir = c.data_dir;
         c.validate(use);
     } catch (const Error& err) {
@@ -185,6 +162,14 @@ NodeConfig load_node_config(const std::filesystem::path& path, NodeConfigUse use
         throw Error(what.rfind(file, 0) == 0 ? what : file + ": " + what);
     }
     return c;
+}
+
+std::vector<KeyDescription> node_config_keys() { return node_config_keys(node_defaults()); }
+
+std::vector<KeyDescription> node_config_keys(NodeConfig config) {
+    KeyDescriber describe;
+    visit_node_config(describe, config);
+    return describe.keys;
 }
 
 void apply_node_flags(const NodeFlags& flags, NodeConfig& c) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/swarm/swarm_node.h"
+#include "engine/config_keys.h"
 
 namespace starling {
 
@@ -25,6 +26,7 @@ struct NodeConfig {
     // data_dir: the node's key and peer cache live there.
     SwarmConfig swarm;
     std::filesystem::path data_dir = "out/node";  // node.key, peers.txt, checkpoints/
+    std::string secret_file;  // [peer].secret_file: read into swarm.peer.swarm_secret at load
     std::string log_level = "info";
     std::string log_format =
         "text";                 // or "json": one object per line (daemon/service/log_format.h)
@@ -47,6 +49,10 @@ struct NodeConfig {
 // Reads and validates a config file (environment overrides applied); errors name the file and key.
 NodeConfig load_node_config(const std::filesystem::path& path,
                             NodeConfigUse use = NodeConfigUse::RunNode);
+// Every key such a file holds, with its default, range and help (engine/config_keys.h), and the
+// same with the values of `config` in place of the defaults.
+std::vector<KeyDescription> node_config_keys();
+std::vector<KeyDescription> node_config_keys(NodeConfig config);
 
 // What starlingd's flags may set; each one given replaces the config's value.
 struct NodeFlags {

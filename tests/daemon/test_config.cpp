@@ -10,6 +10,7 @@
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
 #include "common/error.h"
+#include "tests/support/config_keys.h"
 #include "tests/support/files.h"
 
 using namespace starling;
@@ -182,4 +183,42 @@ TEST_CASE("nano-bpe.toml's model holds the 4096-token KJV tokenizer its README m
           1377408);  // nano's plus 3840 more embedding rows of 128 (tied)
     CHECK(c.model.num_parameters() - nano_parameters == 3840 * 128);
     CHECK(c.data.dir == "out/kjv-bpe");
+}
+
+TEST_CASE("a file of every declared key at its shown default loads as the defaults") {
+    // The tables of docs/config.md and --help are these descriptions: their defaults must be
+    // what a file saying them gives.
+    const std::vector<KeyDescription> defaults = train_config_keys();
+    ConfigFile f(toml_of(defaults));
+    check_same_values(train_config_keys(f.load()), defaults);
+}
+
+TEST_CASE("a file of every declared key at other values reads each into its own field") {
+    TrainConfig changed;
+    changed.model.n_layer = 3;
+    changed.batch_size = 5;
+    changed.seed = 77;
+    changed.device = "cpu";
+    changed.schedule.min_lr_fraction = 0.25f;
+    changed.adamw.grad_clip = 2.5f;
+    changed.data.partition_count = 4;
+    changed.data.partition_index = 3;
+    changed.log_every = 9;
+    changed.eval_batches = 2;
+    changed.run_dir = "elsewhere";
+    changed.resume = false;
+    const std::vector<KeyDescription> keys = train_config_keys(changed);
+    ConfigFile f(toml_of(keys));
+    check_same_values(train_config_keys(f.load()), keys);
+}
+
+TEST_CASE("a value outside its declared range is refused with the range") {
+    CHECK_THROWS_WITH(ConfigFile("[train]\nbatch_size = 0\n").load(),
+                      Catch::Contains("[train].batch_size must be at least 1, got 0"));
+    CHECK_THROWS_WITH(ConfigFile("[optimizer]\nbeta2 = 1.0\n").load(),
+                      Catch::Contains("[optimizer].beta2 must be in [0, 1), got 1"));
+    CHECK_THROWS_WITH(ConfigFile("[checkpoint]\nevery = -1\n").load(),
+                      Catch::Contains("[checkpoint].every must not be negative"));
+    CHECK_THROWS_WITH(ConfigFile("[data]\ndir = \"\"\n").load(),
+                      Catch::Contains("[data].dir must not be empty"));
 }

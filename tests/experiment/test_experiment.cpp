@@ -11,6 +11,7 @@
 #include "engine/replica.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
+#include "tests/support/config_keys.h"
 #include "tests/support/files.h"
 #include "tests/support/kjv.h"
 
@@ -249,4 +250,29 @@ TEST_CASE("experiment: config mistakes are refused with the key named") {
     put(tmp.file("section.toml"), text + "\n[swarm]\nsize = 3\n");
     CHECK_THROWS_WITH(load_experiment_config(tmp.file("section.toml").string()),
                       Catch::Contains("unknown section [swarm]"));
+}
+
+TEST_CASE("experiment: a file of every declared key at its shown value loads as those values") {
+    TempDir tmp;
+    const std::vector<KeyDescription> defaults = experiment_config_keys();
+    put(tmp.file("defaults.toml"), toml_of(defaults));
+    check_same_values(
+        experiment_config_keys(load_experiment_config(tmp.file("defaults.toml").string())),
+        defaults);
+
+    ExperimentConfig changed = small("changed", OuterMethod::DiLoCo);
+    changed.replicas = 5;
+    changed.overlap_steps = 3;
+    changed.churn.enabled = true;
+    changed.exchange.delta_codec = codec::Codec::Q4;
+    const std::vector<KeyDescription> keys = experiment_config_keys(changed);
+    put(tmp.file("changed.toml"), toml_of(keys));
+    check_same_values(
+        experiment_config_keys(load_experiment_config(tmp.file("changed.toml").string())), keys);
+
+    std::string many = toml_of(keys);
+    many.replace(many.find("replicas = 5"), 12, "replicas = 65");
+    put(tmp.file("replicas.toml"), many);
+    CHECK_THROWS_WITH(load_experiment_config(tmp.file("replicas.toml").string()),
+                      Catch::Contains("[experiment].replicas must be in [2, 64], got 65"));
 }

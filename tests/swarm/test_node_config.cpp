@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "daemon/config.h"
 #include "daemon/swarm/node_config.h"
+#include "tests/support/config_keys.h"
 #include "tests/support/files.h"
 
 using namespace starling;
@@ -262,4 +263,42 @@ TEST_CASE("is_local_listen_address", "[node_config]") {
         INFO(remote);
         CHECK_FALSE(is_local_listen_address(remote));
     }
+}
+
+TEST_CASE("a node file of every declared key at its shown value reads each into its own field") {
+    NoSecretInEnv no_secret;
+    TempDir dir;
+    const fs::path path = dir.file("node.toml");
+    // The operators' defaults, then every kind of key changed: milliseconds, Mbit/s, a name, a
+    // path, a list, and [eval] every, which starlingd takes and ignores.
+    const std::vector<KeyDescription> defaults = node_config_keys();
+    put(path, toml_of(defaults));
+    check_same_values(node_config_keys(load_node_config(path, NodeConfigUse::ReadCheckpoints)),
+                      defaults);
+
+    NodeConfig changed = load_node_config(path, NodeConfigUse::ReadCheckpoints);
+    changed.swarm.peer.pair_timeout = 1234ms;
+    changed.swarm.peer.min_link_bytes_per_s = 1e6;  // 8 Mbit/s
+    changed.swarm.method = OuterMethod::DiLoCo;
+    changed.data_dir = "somewhere";
+    changed.swarm.peer.seeds = {"a:1", "b:2"};
+    changed.swarm.peer.swarm_secret = "s3cret";
+    const std::vector<KeyDescription> keys = node_config_keys(changed);
+    std::string text = toml_of(keys);
+    text.replace(text.find("[eval]\n"), 7, "[eval]\nevery = 250\n");
+    put(path, text);
+    const NodeConfig loaded = load_node_config(path);
+    check_same_values(node_config_keys(loaded), keys);
+    CHECK(loaded.swarm.peer.pair_timeout == 1234ms);
+    CHECK(loaded.swarm.peer.min_link_bytes_per_s == Approx(1e6));
+    CHECK(loaded.swarm.method == OuterMethod::DiLoCo);
+    CHECK(loaded.swarm.peer.seeds == std::vector<std::string>{"a:1", "b:2"});
+}
+
+TEST_CASE("a node key outside its declared range names the key and the range") {
+    EditedPico short_pair("pair_timeout_ms = 5000", "pair_timeout_ms = 5");
+    CHECK_THROWS_WITH(short_pair.load(), Contains("[peer].pair_timeout_ms must be at least 10"));
+    EditedPico ddp("method = \"noloco\"", "method = \"ddp\"");
+    CHECK_THROWS_WITH(ddp.load(),
+                      Contains("method \"ddp\"") && Contains("noloco, diloco or local"));
 }
