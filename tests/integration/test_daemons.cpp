@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <regex>
@@ -84,7 +85,18 @@ double resident_bytes(pid_t pid) {
 // kernel counts it; and promtool's lint of the names and units, where promtool is installed.
 void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peers,
                   const std::filesystem::path& dir) {
-    const std::string metrics = http_get(daemon.metrics_port(), "/metrics");
+    // Peers' round-trip times are sampled once a second, and a pico swarm reaches its rounds
+    // faster than that: the scrape is taken once every peer has one.
+    std::string metrics;
+    const auto rtt_of = [&](const TestDaemon* peer) {
+        return sample_value(metrics, "starling_peer_rtt_seconds{peer=\"" +
+                                         peer->status()["node_id"].get<std::string>() + "\"}");
+    };
+    eventually(daemon.name() + "'s scrape holds every peer's round-trip time", 10s, [&] {
+        metrics = http_get(daemon.metrics_port(), "/metrics");
+        return std::all_of(peers.begin(), peers.end(),
+                           [&](const TestDaemon* peer) { return rtt_of(peer).has_value(); });
+    });
     INFO(daemon.name() << "'s scrape:\n" << metrics);
     const std::map<std::string, std::string> documented = documented_metric_families();
     REQUIRE(documented.size() >= 25);
@@ -102,9 +114,7 @@ void check_scrape(TestDaemon& daemon, const std::vector<const TestDaemon*>& peer
     CHECK(sample_value(metrics, "starling_train_steps_target") == 100000.0);
     CHECK(sample_value(metrics, "starling_train_tokens_total") > 0.0);
     for (const TestDaemon* peer : peers) {
-        const auto rtt =
-            sample_value(metrics, "starling_peer_rtt_seconds{peer=\"" +
-                                      peer->status()["node_id"].get<std::string>() + "\"}");
+        const auto rtt = rtt_of(peer);
         REQUIRE(rtt.has_value());
         CHECK(*rtt > 0.0);
         CHECK(*rtt < 1.0);
