@@ -64,6 +64,12 @@ std::string KeyDescriber::show(const std::vector<std::string>& value) {
     return "[" + text + "]";
 }
 
+std::string KeyDescriber::show(const std::vector<double>& value) {
+    std::string text;
+    for (const double item : value) text += (text.empty() ? "" : ", ") + number(item);
+    return "[" + text + "]";
+}
+
 std::string KeyDescriber::show(double value) { return number(value); }
 // As a float prints: 0.7, not the 0.699999988 it is as a double.
 std::string KeyDescriber::show(float value) { return fmt::format("{}", value); }

@@ -9,7 +9,8 @@
 //   void operator()(const char* key, Field field, const char* help, KeyRange range = {});
 //   void accepted(const char* key, const char* help);      // taken and ignored
 // where Field is a reference to a bool, an integer, a float, a double, a std::string, a path or a
-// vector of strings, or one of the wrappers below for values written in another unit or as a name.
+// vector of strings or of doubles, or one of the wrappers below for values written in another
+// unit or as a name. The range of a vector of numbers holds for each element.
 #pragma once
 
 #include <chrono>
@@ -202,6 +203,9 @@ private:
         check(key, value.string(), range);
     }
     void check(const char*, const std::vector<std::string>&, const KeyRange&) const {}
+    void check(const char* key, const std::vector<double>& values, const KeyRange& range) const {
+        for (const double value : values) check_number(key, value, range);
+    }
     void check(const char*, bool, const KeyRange&) const {}
     void check(const char* key, const Milliseconds& ms, const KeyRange& range) const {
         check_number(key, static_cast<double>(ms.value.count()), range);
@@ -238,6 +242,7 @@ private:
     static std::string show(const std::string& value);
     static std::string show(const std::filesystem::path& value) { return show(value.string()); }
     static std::string show(const std::vector<std::string>& value);
+    static std::string show(const std::vector<double>& value);
     static std::string show(bool value) { return value ? "true" : "false"; }
     static std::string show(double value);
     static std::string show(float value);

@@ -104,6 +104,15 @@ private:
                 values.push_back(item.as_string()->get());
             }
             out = std::move(values);
+        } else if constexpr (std::is_same_v<V, std::vector<double>>) {
+            const toml::array* array = node.as_array();
+            if (!array) fail("must be an array of numbers");
+            std::vector<double> values;
+            for (const toml::node& item : *array) {
+                if (!item.is_number()) fail("must be an array of numbers");
+                values.push_back(item.value<double>().value());
+            }
+            out = std::move(values);
         } else if constexpr (std::is_floating_point_v<V>) {
             if (!node.is_number()) fail("must be a number");
             out = static_cast<V>(node.value<double>().value());

@@ -42,14 +42,14 @@ Replica::Replica(const TrainConfig& train, int partitions, const Backend& backen
     displacement_.assign(n, 0.0f);
 }
 
-double Replica::inner_phase(int steps, const LrSchedule& schedule) {
+double Replica::inner_phase(int steps, const LrSchedule& schedule, int schedule_steps) {
     double total = 0.0;
     for (int h = 0; h < steps; h++) {
         data_->next_batch(inputs_.data(), targets_.data());
-        total +=
-            group_->train_step(inputs_.data(), targets_.data(), schedule.lr_at(inner_step_)).loss;
-        inner_step_++;
+        const int64_t at = inner_step_ + int64_t(h) * schedule_steps / steps;
+        total += group_->train_step(inputs_.data(), targets_.data(), schedule.lr_at(at)).loss;
     }
+    inner_step_ += schedule_steps;
     refresh_theta_mirror();
     return total / steps;
 }

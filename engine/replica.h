@@ -30,7 +30,14 @@ public:
             uint64_t node_id);
 
     // `steps` inner AdamW steps from theta; returns the mean training loss.
-    double inner_phase(int steps, const LrSchedule& schedule);
+    double inner_phase(int steps, const LrSchedule& schedule) {
+        return inner_phase(steps, schedule, steps);
+    }
+    // The same, with the learning rate of `schedule_steps` steps spread over them: a replica that
+    // takes more or fewer steps than H in a round (token-budget rounds, docs/uneven.md) follows
+    // the swarm's schedule by rounds, not by its own step count. inner_step() advances by
+    // schedule_steps.
+    double inner_phase(int steps, const LrSchedule& schedule, int schedule_steps);
     // Data-parallel training instead: each step averages the gradients of one batch from every
     // stream before the AdamW update. Returns the mean training loss.
     double averaged_gradient_phase(int steps, const LrSchedule& schedule,

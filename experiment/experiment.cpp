@@ -28,6 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 // What one replica did in one round.
 struct RoundRecord {
+    int steps = 0;  // inner steps it trained in the round
     int group = 0;  // replicas whose values entered its outer step, itself included (1: solo)
     size_t sent = 0;
     size_t received = 0;
@@ -35,6 +36,14 @@ struct RoundRecord {
     double train_loss = NAN;
     double val_loss = NAN;
 };
+
+// The speeds as one CSV field: "1 1 3", or "" when all are 1.
+std::string speeds_text(const ExperimentConfig& config) {
+    std::string text;
+    for (const double speed : config.speeds)
+        text += (text.empty() ? "" : " ") + fmt::format("{}", speed);
+    return text;
+}
 
 uint64_t hash_of(std::span<const float> values) {
     return XXH3_64bits(values.data(), values.size_bytes());
@@ -51,6 +60,12 @@ private:
     // H inner steps; with overlapped rounds the pending outer step lands after overlap_steps.
     // Returns the mean training loss.
     double inner_phase_landing_outer_step(Replica& r);
+    // Each live replica's inner steps this round, by the round budget and the speeds, into
+    // records_; returns the simulated time the round takes (the slowest replica's steps over its
+    // speed).
+    double plan_steps(const std::vector<Replica*>& live);
+    // A member's share of the outer step's means.
+    double weight_of(const Replica& r) const;
     void exchange_noloco(int64_t round);
     void step_noloco_member(int64_t round, Replica& self, const std::vector<Replica*>& group);
     void exchange_diloco(int64_t round);
@@ -79,6 +94,7 @@ private:
     ExperimentSummary summary_;
     uint64_t live_replica_rounds_ = 0;
     double total_sent_ = 0.0, total_received_ = 0.0;
+    double sim_time_ = 0.0;  // simulated time so far, in steps at speed 1
     Clock::time_point start_;
 };
 
@@ -121,7 +137,7 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     csv_.open(csv_path);
     if (!csv_) throw Error("cannot write " + csv_path.string());
     csv_ << "round,inner_step,replica,node_id,live,group,val_loss,train_loss,sigma_w,lr,"
-            "bytes_sent,bytes_received,refused,seconds\n";
+            "bytes_sent,bytes_received,refused,seconds,steps,sim_time\n";
 
     summary_.name = config_.name;
     summary_.method = config_.method;
@@ -219,13 +235,15 @@ void ExperimentRun::exchange_noloco(int64_t round) {
 void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
                                        const std::vector<Replica*>& group) {
     const bool fused = config_.exchange.mode == MessageMode::Fused;
-    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(), self.phi()};
+    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(), self.phi(),
+                           weight_of(self)};
     std::vector<MemberValues> partners;
     for (Replica* member : group) {
         if (member == &self) continue;
         const int j = member->index();
         partners.push_back({member->node_id(), wire_a_[j],
-                            fused ? std::span<const float>() : std::span<const float>(wire_b_[j])});
+                            fused ? std::span<const float>() : std::span<const float>(wire_b_[j]),
+                            weight_of(*member)});
     }
     const NoLoCoStep step =
         noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
@@ -245,9 +263,11 @@ void ExperimentRun::exchange_diloco(int64_t round) {
     std::sort(quorum.begin(), quorum.end(),
               [](Replica* a, Replica* b) { return a->node_id() < b->node_id(); });
     std::vector<std::span<const float>> decoded;
+    std::vector<double> weights;
     size_t total = 0;
     std::vector<size_t> bytes;
     for (Replica* r : quorum) {
+        weights.push_back(weight_of(*r));
         r->compute_displacement();
         float* residual = config_.exchange.error_feedback ? r->residual().data() : nullptr;
         bytes.push_back(transmit(delta_plan_, {r->node_id(), uint64_t(round), 0}, r->displacement(),
@@ -262,7 +282,7 @@ void ExperimentRun::exchange_diloco(int64_t round) {
         record.group = static_cast<int>(quorum.size());
         record.sent += bytes[k] * (quorum.size() - 1);
         record.received += total - bytes[k];
-        diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_);
+        diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_, weights);
     }
     const uint64_t phi_hash = hash_of(quorum[0]->phi());
     const uint64_t momentum_hash = hash_of(quorum[0]->momentum());
@@ -309,7 +329,7 @@ void ExperimentRun::write_rows(int64_t round, double sigma, float lr) {
              << ',' << number(rec.val_loss) << ',' << number(rec.train_loss) << ','
              << fmt::format("{:.6e}", sigma) << ',' << fmt::format("{:.6e}", lr) << ',' << rec.sent
              << ',' << rec.received << ',' << rec.refused << ',' << fmt::format("{:.2f}", seconds)
-             << '\n';
+             << ',' << rec.steps << ',' << fmt::format("{:.2f}", sim_time_) << '\n';
     }
     csv_.flush();
 }
@@ -351,13 +371,20 @@ ExperimentSummary ExperimentRun::execute() {
         records_.assign(replicas_.size(), RoundRecord{});
         if (churn_) apply_churn(round);
         std::vector<Replica*> live = live_replicas();
+        sim_time_ += plan_steps(live);
+        uint64_t steps_taken = 0;
         for (Replica* r : live) {
-            records_[r->index()].train_loss =
-                config_.method == OuterMethod::Ddp
-                    ? r->averaged_gradient_phase(H, schedule_, ddp_streams_)
-                    : inner_phase_landing_outer_step(*r);
+            RoundRecord& record = records_[r->index()];
+            if (config_.method == OuterMethod::Ddp) {
+                record.train_loss = r->averaged_gradient_phase(H, schedule_, ddp_streams_);
+            } else if (config_.round_budget == RoundBudget::Tokens) {
+                record.train_loss = r->inner_phase(record.steps, schedule_, H);
+            } else {
+                record.train_loss = inner_phase_landing_outer_step(*r);
+            }
+            steps_taken += static_cast<uint64_t>(record.steps);
         }
-        summary_.tokens += tokens_per_step * H * live.size() *
+        summary_.tokens += tokens_per_step * steps_taken *
                            (config_.method == OuterMethod::Ddp ? config_.replicas : 1);
         switch (config_.method) {
             case OuterMethod::Ddp: {
@@ -365,7 +392,7 @@ ExperimentSummary ExperimentRun::execute() {
                 // and in per node. Computed, not sent: nothing crosses a wire here.
                 const double N = config_.replicas;
                 const size_t bytes = static_cast<size_t>(2.0 * (N - 1) / N * 4.0 * n) * H;
-                records_[0] = RoundRecord{int(N), bytes, bytes, 0, records_[0].train_loss, NAN};
+                records_[0] = RoundRecord{H, int(N), bytes, bytes, 0, records_[0].train_loss, NAN};
                 live[0]->adopt_theta();
                 break;
             }
@@ -407,6 +434,37 @@ ExperimentSummary ExperimentRun::execute() {
     return summary_;
 }
 
+double ExperimentRun::plan_steps(const std::vector<Replica*>& live) {
+    const int H = config_.inner_steps;
+    double total_speed = 0.0, slowest = INFINITY;
+    for (Replica* r : live) {
+        total_speed += config_.speed(r->index());
+        slowest = std::min(slowest, config_.speed(r->index()));
+    }
+    // Data-parallel steps wait for every replica's batch, the one model standing for them all.
+    if (config_.method == OuterMethod::Ddp)
+        for (int i = 0; i < config_.replicas; i++) slowest = std::min(slowest, config_.speed(i));
+    if (config_.round_budget == RoundBudget::Steps) {
+        for (Replica* r : live) records_[r->index()].steps = H;
+        return H / slowest;
+    }
+    // The round's batches, live replicas x H, shared by speed: each replica trains about as long
+    // as the others, and the round ends when the last one is done.
+    const double batches = static_cast<double>(live.size()) * H;
+    double longest = 0.0;
+    for (Replica* r : live) {
+        const double speed = config_.speed(r->index());
+        const int steps = std::max(1, static_cast<int>(std::lround(batches * speed / total_speed)));
+        records_[r->index()].steps = steps;
+        longest = std::max(longest, steps / speed);
+    }
+    return longest;
+}
+
+double ExperimentRun::weight_of(const Replica& r) const {
+    return config_.token_weighting ? static_cast<double>(records_[r.index()].steps) : 1.0;
+}
+
 double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
     const int H = config_.inner_steps;
     const int late = config_.overlap_steps;
@@ -439,6 +497,7 @@ void ExperimentRun::finish_summary() {
         summary_.received_per_round = total_received_ / static_cast<double>(live_replica_rounds_);
     }
     summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    summary_.sim_time = sim_time_;
     spdlog::info(
         "{}: final val loss {:.4f} (min {:.4f}, max {:.4f}), perplexity {:.3f}, averaged "
         "phi {:.4f}, spread {:.3e}, {:.3f} bytes/param sent per round, {} paired / {} "
@@ -460,13 +519,13 @@ void ExperimentRun::append_summary_line() const {
                "final_loss_min,final_loss_max,final_ppl,averaged_phi_loss,final_sigma_w,"
                "sent_per_round,received_per_round,sent_bytes_per_param,paired,solo,refused,"
                "rejoins,seconds,mode,state_codec,delta_codec,error_feedback,momentum,outer_lr,"
-               "pull,form,churn\n";
+               "pull,form,churn,round_budget,token_weighting,speeds,sim_time\n";
     }
     const ExperimentSummary& s = summary_;
     const ExchangeConfig& x = config_.exchange;
     out << fmt::format(
         "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
-        "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f}\n",
         s.name, outer_method_name(s.method), config_.replicas, config_.inner_steps,
         config_.train.seed, s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min,
         s.final_loss_max, std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread,
@@ -474,7 +533,9 @@ void ExperimentRun::append_summary_line() const {
         s.paired, s.solo, s.refused, s.rejoins, s.seconds, message_mode_name(x.mode),
         codec::codec_name(x.state_codec), codec::codec_name(x.delta_codec),
         x.error_feedback ? 1 : 0, config_.outer.momentum, config_.outer.lr, config_.outer.pull,
-        momentum_form_name(config_.outer.form), config_.churn.enabled ? 1 : 0);
+        momentum_form_name(config_.outer.form), config_.churn.enabled ? 1 : 0,
+        round_budget_name(config_.round_budget), config_.token_weighting ? 1 : 0,
+        speeds_text(config_), s.sim_time);
 }
 
 }  // namespace

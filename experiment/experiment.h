@@ -30,6 +30,7 @@ struct ExperimentSummary {
     uint64_t refused = 0;  // partner messages refused by the sanity check
     uint64_t rejoins = 0;
     double seconds = 0.0;
+    double sim_time = 0.0;  // simulated time of the whole run, in steps at speed 1 (speeds)
 };
 
 ExperimentSummary run_experiment(const ExperimentConfig& config);

@@ -29,6 +29,15 @@ void visit_experiment_config(V& v, ExperimentConfig& c) {
       "inner steps of the next round before an outer step lands (docs/overlap.md); 0: "
       "sequential rounds, at most inner_steps",
       at_least(0));
+    v("speeds", c.speeds,
+      "each replica's speed relative to 1, for the simulated clock and token-budget rounds; []: "
+      "all 1",
+      above(0));
+    v("round_budget", Named<RoundBudget>{c.round_budget, round_budget_name, round_budget_from_name},
+      "steps (every replica takes inner_steps; the fast wait) or tokens (replicas x inner_steps "
+      "batches in all, shared by speed; none waits)");
+    v("token_weighting", c.token_weighting,
+      "weigh each member's values in the outer step by the tokens it trained");
     v("out_dir", c.out_dir, "where <name>.csv and summary.csv go", non_empty());
     v("name", c.name, "the run's name: its CSV's file name", non_empty());
     visit_outer_keys(v, c.outer);
@@ -42,6 +51,16 @@ void visit_experiment_config(V& v, ExperimentConfig& c) {
 }
 
 }  // namespace
+
+std::string_view round_budget_name(RoundBudget budget) {
+    return budget == RoundBudget::Tokens ? "tokens" : "steps";
+}
+
+RoundBudget round_budget_from_name(std::string_view name) {
+    if (name == "steps") return RoundBudget::Steps;
+    if (name == "tokens") return RoundBudget::Tokens;
+    throw Error("round budget \"" + std::string(name) + "\" is not known (steps, tokens)");
+}
 
 void ExperimentConfig::validate() const {
     ExperimentConfig keys = *this;  // the visit takes the fields by reference
@@ -57,6 +76,12 @@ void ExperimentConfig::validate() const {
     need(overlap_steps == 0 || method == OuterMethod::NoLoCo || method == OuterMethod::DiLoCo,
          "[experiment].overlap_steps needs an outer step to delay: method noloco or diloco");
     need(name.find('/') == std::string::npos, "[experiment].name must not contain '/'");
+    need(speeds.empty() || speeds.size() == static_cast<size_t>(replicas),
+         "[experiment].speeds must give one speed per replica (" + std::to_string(replicas) +
+             "), or none");
+    need(round_budget == RoundBudget::Steps || (method != OuterMethod::Ddp && overlap_steps == 0),
+         "[experiment].round_budget = \"tokens\" needs replicas that train apart and sequential "
+         "rounds: not method ddp, not overlap_steps");
 }
 
 ExperimentConfig load_experiment_config(const std::string& path) {

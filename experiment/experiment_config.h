@@ -23,6 +23,14 @@ struct ChurnConfig {
     uint64_t seed = 1;
 };
 
+// How long a round is when replicas train at different speeds (docs/uneven.md).
+enum class RoundBudget : uint8_t {
+    Steps,   // every replica takes inner_steps steps: the faster ones wait for the slowest
+    Tokens,  // the replicas take replicas x inner_steps batches in all, in shares by speed
+};
+std::string_view round_budget_name(RoundBudget budget);  // "steps", "tokens"
+RoundBudget round_budget_from_name(std::string_view name);
+
 // The engine's part (EngineConfig): train.steps is the inner steps each replica takes and must be
 // a whole number of rounds of inner_steps; train.seed seeds the initialisation and the node ids.
 struct ExperimentConfig : EngineConfig {
@@ -33,11 +41,18 @@ struct ExperimentConfig : EngineConfig {
     // into round r+1, as if its exchange ran beside them (docs/overlap.md); 0: sequential rounds,
     // inner_steps: an exchange that takes a whole inner phase.
     int overlap_steps = 0;
+    // Uneven machines (docs/uneven.md): replica i trains speeds[i] times as fast as a replica of
+    // speed 1 (empty: all 1). Speeds set the simulated clock (sim_time in the CSVs, in the time
+    // one step takes at speed 1) and, with round_budget tokens, each replica's share of a round.
+    std::vector<double> speeds;
+    RoundBudget round_budget = RoundBudget::Steps;
+    bool token_weighting = true;  // weigh members' values in the outer step by tokens trained
     ChurnConfig churn;
     std::string out_dir = "out/experiments";
     std::string name = "run";  // the CSV is <out_dir>/<name>.csv
 
     int64_t rounds() const { return train.steps / inner_steps; }
+    double speed(int replica) const { return speeds.empty() ? 1.0 : speeds[size_t(replica)]; }
     void validate() const;  // throws starling::Error naming the key
 };
 

@@ -1,6 +1,9 @@
 #include "optimizer/outer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/math.h"
@@ -37,18 +40,40 @@ void OuterConfig::validate() const {
     if (!(pull >= 0.0f && std::isfinite(pull))) throw Error("outer: pull must not be negative");
 }
 
-void group_mean(std::span<float> out, std::span<const std::span<const float>> members) {
+void group_mean(std::span<float> out, std::span<const std::span<const float>> members,
+                std::span<const double> weights) {
     if (members.empty()) throw Error("group mean of no members");
     for (const auto& m : members) {
         if (m.size() != out.size()) throw Error("group mean: members differ in size");
     }
-    const float inv = 1.0f / static_cast<float>(members.size());
+    if (!weights.empty() && weights.size() != members.size())
+        throw Error("group mean: " + std::to_string(weights.size()) + " weights for " +
+                    std::to_string(members.size()) + " members");
+    double total = 0.0;
+    for (const double w : weights) {
+        if (!(w > 0.0) || !std::isfinite(w)) throw Error("group mean: a weight is not positive");
+        total += w;
+    }
+    const bool equal =
+        std::all_of(weights.begin(), weights.end(), [&](double w) { return w == weights.front(); });
     const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(out.size());
+    if (equal) {
+        const float inv = 1.0f / static_cast<float>(members.size());
+#pragma omp parallel for schedule(static)
+        for (std::ptrdiff_t i = 0; i < n; i++) {
+            float sum = members[0][i];
+            for (size_t k = 1; k < members.size(); k++) sum += members[k][i];
+            out[i] = sum * inv;
+        }
+        return;
+    }
+    std::vector<float> share(members.size());
+    for (size_t k = 0; k < members.size(); k++) share[k] = static_cast<float>(weights[k] / total);
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t i = 0; i < n; i++) {
-        float sum = members[0][i];
-        for (size_t k = 1; k < members.size(); k++) sum += members[k][i];
-        out[i] = sum * inv;
+        float sum = share[0] * members[0][i];
+        for (size_t k = 1; k < members.size(); k++) sum += share[k] * members[k][i];
+        out[i] = sum;
     }
 }
 

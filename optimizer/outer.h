@@ -49,7 +49,10 @@ struct OuterConfig {
 
 // out = the mean of the members, summed in the order given (the order is part of the result:
 // replicas that must agree bit for bit pass the same order). Every span has out.size() elements.
-void group_mean(std::span<float> out, std::span<const std::span<const float>> members);
+// weights, when given (one per member, positive: the tokens each trained in the round), make it
+// the weighted mean sum_k (w_k / sum w) m_k; equal weights give the plain mean bit for bit.
+void group_mean(std::span<float> out, std::span<const std::span<const float>> members,
+                std::span<const double> weights = {});
 
 // The general step: mean_displacement = mean_G(D); mean_phi = mean_G(phi), or empty when every
 // member's phi is this node's (DiLoCo, a solo round), which drops the pull term.

@@ -58,23 +58,26 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         return result;
     }
     std::vector<std::span<const float>> values, phis;
+    std::vector<double> weights;
     for (const MemberValues* m : members) {
         values.push_back(m->values);
         phis.push_back(m->phi);
+        weights.push_back(m->weight);
     }
-    group_mean(scratch_a, values);
+    group_mean(scratch_a, values, weights);
     if (fused) {
         outer_step_towards(config, phi, momentum, scratch_a);
     } else {
-        group_mean(scratch_b, phis);
+        group_mean(scratch_b, phis, weights);
         outer_step(config, phi, momentum, scratch_a, scratch_b);
     }
     return result;
 }
 
 void diloco_outer_step(const OuterConfig& config, std::span<const std::span<const float>> decoded,
-                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch) {
-    group_mean(scratch, decoded);
+                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch,
+                       std::span<const double> weights) {
+    group_mean(scratch, decoded, weights);
     outer_step(config, phi, momentum, scratch, {});
 }
 

@@ -26,6 +26,9 @@ struct MemberValues {
     uint64_t node_id = 0;
     std::span<const float> values;  // fused: theta; split: D
     std::span<const float> phi;     // split only
+    // Its share of the group means: the tokens it trained in the round where members train
+    // unequal amounts (token-budget rounds, docs/uneven.md); equal weights are the plain mean.
+    double weight = 1.0;
 };
 
 // The sanity history a node keeps per kind of message.
@@ -50,7 +53,9 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
 
 // DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
 // in the order given (node-id order), then the outer step; every member gets the same bits.
+// weights, when given, weigh each member's D by the tokens it trained (group_mean).
 void diloco_outer_step(const OuterConfig& config, std::span<const std::span<const float>> decoded,
-                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch);
+                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch,
+                       std::span<const double> weights = {});
 
 }  // namespace starling

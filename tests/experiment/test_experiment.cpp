@@ -276,3 +276,68 @@ TEST_CASE("experiment: a file of every declared key at its shown value loads as 
     CHECK_THROWS_WITH(load_experiment_config(tmp.file("replicas.toml").string()),
                       Catch::Contains("[experiment].replicas must be in [2, 64], got 65"));
 }
+
+TEST_CASE(
+    "experiment: token-budget rounds share each round's batches by speed and end with the "
+    "slowest share") {
+    ExperimentConfig steps = small("speeds-steps", OuterMethod::NoLoCo);
+    steps.speeds = {1, 1, 3, 3};
+    const ExperimentSummary by_steps = run_experiment(steps);
+    // Every replica takes H = 10 steps; the round lasts as long as the slowest needs: 10 / 1.
+    CHECK(by_steps.sim_time == Approx(4 * 10.0));
+
+    ExperimentConfig tokens = steps;
+    tokens.name = "speeds-tokens";
+    tokens.round_budget = RoundBudget::Tokens;
+    const ExperimentSummary by_tokens = run_experiment(tokens);
+    // 4 x 10 batches a round, shared 1 : 1 : 3 : 3: 5, 5, 15 and 15 steps, each 5 time units.
+    CHECK(by_tokens.tokens == by_steps.tokens);
+    CHECK(by_tokens.sim_time == Approx(4 * 5.0));
+    const std::vector<std::string> lines =
+        read_lines(fs::path(tokens.out_dir) / "speeds-tokens.csv");
+    REQUIRE(lines.size() == 1 + 5 * 4);  // header, then round 0 and 4 rounds of 4 replicas
+    CHECK(lines[0].find(",steps,sim_time") != std::string::npos);
+    for (int replica = 0; replica < 4; replica++) {
+        const std::string& row = lines[1 + 4 + replica];  // round 1
+        const std::string tail = row.substr(row.rfind(',', row.rfind(',') - 1) + 1);
+        CHECK(tail == (replica < 2 ? "5,5.00" : "15,5.00"));
+    }
+    CHECK(by_tokens.paired == by_steps.paired);
+    CHECK(by_tokens.final_loss_mean < 3.5);  // from about 5.5
+
+    // Weighing the outer step by tokens is a different step from the plain mean.
+    ExperimentConfig unweighted = tokens;
+    unweighted.name = "speeds-unweighted";
+    unweighted.token_weighting = false;
+    CHECK(run_experiment(unweighted).final_loss_mean != by_tokens.final_loss_mean);
+}
+
+TEST_CASE("experiment: with equal speeds a token-budget round is the step-budget round") {
+    for (const OuterMethod method : {OuterMethod::NoLoCo, OuterMethod::DiLoCo}) {
+        ExperimentConfig steps = small("equal-steps", method);
+        const ExperimentSummary want = run_experiment(steps);
+        ExperimentConfig tokens = steps;
+        tokens.name = "equal-tokens";
+        tokens.round_budget = RoundBudget::Tokens;
+        const ExperimentSummary got = run_experiment(tokens);
+        CHECK(got.final_loss_mean == want.final_loss_mean);
+        CHECK(got.averaged_phi_loss == want.averaged_phi_loss);
+        CHECK(got.tokens == want.tokens);
+        CHECK(got.sim_time == want.sim_time);
+    }
+}
+
+TEST_CASE("experiment: speeds and round budgets that cannot work are refused") {
+    ExperimentConfig c = small("bad", OuterMethod::NoLoCo);
+    c.speeds = {1, 2};
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[experiment].speeds must give one speed"));
+    c.speeds = {1, 2, 0, 1};
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[experiment].speeds must be above 0, got 0"));
+    c = small("bad", OuterMethod::Ddp);
+    c.round_budget = RoundBudget::Tokens;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("round_budget = \"tokens\""));
+    c = small("bad", OuterMethod::NoLoCo);
+    c.round_budget = RoundBudget::Tokens;
+    c.overlap_steps = 2;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("not overlap_steps"));
+}

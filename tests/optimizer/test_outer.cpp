@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "optimizer/outer.h"
+#include "tests/support/compare.h"
 #include "tests/support/determinism.h"
 #include "tests/support/outer.h"
 #include "tests/support/random.h"
@@ -266,6 +267,32 @@ TEST_CASE("group_mean refuses no members and members of another size") {
     const std::vector<std::span<const float>> spans = {right, right};
     std::vector<float> short_out(2);
     CHECK_THROWS_AS(group_mean(short_out, spans), Error);
+}
+
+TEST_CASE("a weighted group_mean is sum_k (w_k / sum w) m_k, and equal weights the plain mean") {
+    const std::vector<float> a{1.0f, 2.0f, -4.0f}, b{3.0f, 6.0f, 8.0f};
+    const std::vector<std::span<const float>> members{a, b};
+    std::vector<float> out(3);
+    const std::vector<double> one_to_three{1.0, 3.0};
+    group_mean(out, members, one_to_three);
+    // By hand: 0.25 a + 0.75 b.
+    CHECK(out[0] == Approx(2.5));
+    CHECK(out[1] == Approx(5.0));
+    CHECK(out[2] == Approx(5.0));
+
+    const std::vector<float> c = random_vector<float>(1001, 7);
+    const std::vector<float> d = random_vector<float>(1001, 8);
+    const std::vector<std::span<const float>> pair{c, d};
+    std::vector<float> plain(c.size()), equal(c.size());
+    group_mean(plain, pair);
+    const std::vector<double> fives{5.0, 5.0};
+    group_mean(equal, pair, fives);
+    CHECK(starling::test::same_bits(equal, plain));
+
+    const std::vector<double> one{1.0}, negative{1.0, -1.0}, zero{0.0, 1.0};
+    CHECK_THROWS_AS(group_mean(out, members, one), Error);
+    CHECK_THROWS_AS(group_mean(out, members, negative), Error);
+    CHECK_THROWS_AS(group_mean(out, members, zero), Error);
 }
 
 TEST_CASE("outer settings and momentum names are checked") {

@@ -74,6 +74,35 @@ TEST_CASE("noloco_outer_step: the result does not depend on the order partners a
     }
 }
 
+TEST_CASE("noloco_outer_step and diloco_outer_step weigh members by the tokens they trained") {
+    const size_t n = 64;
+    const OuterConfig config{0.5f, 0.7f, 0.35f, MomentumForm::HeavyBall};
+    const std::vector<float> d0 = ramp(n, 0.01f, 1e-3f), d1 = ramp(n, -0.02f, 3e-4f);
+    const std::vector<float> p0 = ramp(n, 0.15f, 0.015f), p1 = ramp(n, 0.2f, 0.01f);
+    std::vector<float> phi = p0, momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    const std::vector<MemberValues> partner{{20, d1, p1, 30.0}};  // 30 steps against own 10
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Split, {10, d0, p0, 10.0},
+                                              partner, checks, phi, momentum, a, b);
+    REQUIRE(step.members == 2);
+    for (size_t i = 0; i < n; i += 7) {
+        const double mean_d = 0.25 * d0[i] + 0.75 * d1[i];
+        const double mean_phi = 0.25 * p0[i] + 0.75 * p1[i];
+        const double g = 0.7 * mean_d - 0.35 * (p0[i] - mean_phi);
+        CHECK(momentum[i] == Approx(g).epsilon(1e-5));
+        CHECK(phi[i] == Approx(p0[i] + g).epsilon(1e-5));
+    }
+
+    std::vector<float> phi_d = p0, momentum_d(n, 0.0f), scratch(n);
+    const std::vector<std::span<const float>> decoded{d0, d1};
+    const std::vector<double> weights{10.0, 30.0};
+    diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
+    for (size_t i = 0; i < n; i += 7) {
+        const double g = 0.7 * (0.25 * d0[i] + 0.75 * d1[i]);
+        CHECK(phi_d[i] == Approx(p0[i] + g).epsilon(1e-5));
+    }
+}
+
 TEST_CASE("message modes by name") {
     CHECK(message_mode_from_name("fused") == MessageMode::Fused);
     CHECK(message_mode_from_name(message_mode_name(MessageMode::Split)) == MessageMode::Split);
