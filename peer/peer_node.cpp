@@ -963,31 +963,45 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
 std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
                                           std::span<codec::MessageDecoder* const> decoders,
                                           uint64_t* bytes) {
+    using namespace std::chrono_literals;
     const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
     std::vector<std::string> errors(members.size());
     std::vector<uint64_t> read(members.size(), 0);
     std::vector<std::thread> fetches;
     for (size_t i = 0; i < members.size(); i++) {
         fetches.emplace_back([&, i] {
-            const auto member = table_->find(members[i]);
-            if (!running_ || !member) {
-                errors[i] = "not a member this node knows";
-                return;
+            // A call that never reached a member still listed alive is tried again until the
+            // deadline: one refused connection must not leave a live member's D out of the mean,
+            // which would part this node's phi from those of the members that got it.
+            for (auto pause = 50ms;;
+                 pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms)) {
+                const auto member = table_->find(members[i]);
+                if (!running_ || !member) {
+                    errors[i] = "not a member this node knows";
+                    return;
+                }
+                grpc::ClientContext context;
+                context.set_deadline(deadline);
+                auth_.attach(context, "FetchRoundMessage");
+                if (!exchanges_->track(context)) {
+                    errors[i] = "this node is stopping";
+                    return;
+                }
+                const FetchedRoundMessage fetched = fetch_round_message(
+                    *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
+                    round, members[i], *decoders[i], &read[i]);
+                exchanges_->untrack(context);
+                errors[i] = fetched.error;
+                if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
+                if (fetched.timed_out) failures_.count(FailureReason::Timeout);
+                const auto now = table_->find(members[i]);
+                const bool gone =
+                    !now || now->state == MemberState::Dead || now->state == MemberState::Left;
+                if (!fetched.unreachable || gone ||
+                    std::chrono::system_clock::now() + pause >= deadline)
+                    return;
+                std::this_thread::sleep_for(pause);
             }
-            grpc::ClientContext context;
-            context.set_deadline(deadline);
-            auth_.attach(context, "FetchRoundMessage");
-            if (!exchanges_->track(context)) {
-                errors[i] = "this node is stopping";
-                return;
-            }
-            const FetchedRoundMessage fetched = fetch_round_message(
-                *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context, round,
-                members[i], *decoders[i], &read[i]);
-            errors[i] = fetched.error;
-            if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
-            if (fetched.timed_out) failures_.count(FailureReason::Timeout);
-            exchanges_->untrack(context);
         });
     }
     for (auto& fetch : fetches) fetch.join();

@@ -96,7 +96,8 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
     if (!status.ok())
         return {std::string("stream status ") + status_code_name(status.error_code()) + ": " +
                     status.error_message(),
-                false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED};
+                false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED,
+                status.error_code() == grpc::StatusCode::UNAVAILABLE && !decoder.has_header()};
     if (!decoder.complete()) return {"the message ended before its last chunk"};
     return {};
 }

@@ -43,9 +43,10 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer);
 
 struct FetchedRoundMessage {
-    std::string error;       // "" when the message arrived whole, else what went wrong
-    bool refused = false;    // it came malformed, or as another sender's or round's
-    bool timed_out = false;  // the call's deadline cut it off
+    std::string error;         // "" when the message arrived whole, else what went wrong
+    bool refused = false;      // it came malformed, or as another sender's or round's
+    bool timed_out = false;    // the call's deadline cut it off
+    bool unreachable = false;  // UNAVAILABLE before any frame: the call never reached the member
 };
 
 // The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
