@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <deque>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -40,13 +42,45 @@ Environment daemon_environment() {
     };
 }
 
+namespace {
+
+std::mutex logs_mutex;
+std::filesystem::path logs_root;  // the directory of the latest TestDaemon's log
+
+}  // namespace
+
+std::string daemon_log_tails() {
+    std::filesystem::path root;
+    {
+        std::lock_guard lock(logs_mutex);
+        root = logs_root;
+    }
+    std::error_code error;
+    std::string text;
+    for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+        if (entry.path().extension() != ".log") continue;
+        std::ifstream in(entry.path());
+        std::deque<std::string> last;
+        for (std::string line; std::getline(in, line);) {
+            last.push_back(line);
+            if (last.size() > 20) last.pop_front();
+        }
+        text += "--- last lines of " + entry.path().filename().string() + ":\n";
+        for (const std::string& line : last) text += line + "\n";
+    }
+    return text;
+}
+
 TestDaemon::TestDaemon(std::string name, const std::filesystem::path& root)
     : name_(std::move(name)),
       data_dir_(root / name_),
       log_path_(root / (name_ + ".log")),
       peer_port_(free_port()),
       control_port_(free_port()),
-      metrics_port_(free_port()) {}
+      metrics_port_(free_port()) {
+    std::lock_guard lock(logs_mutex);
+    logs_root = root;
+}
 
 void TestDaemon::start(const std::vector<std::string>& seeds, const Environment& extra,
                        const std::string& config) {

@@ -70,13 +70,17 @@ std::vector<LoggedRound> logged_rounds(const std::string& log);
 // DiLoCo's round lines: round and loss (quorum in place of the partner).
 std::vector<LoggedRound> logged_diloco_rounds(const std::string& log);
 
-// Polls `done` every 100 ms; fails the test naming `what` after `limit`.
+// The last lines of every log of the daemons the latest TestDaemon's directory holds, so a
+// failure shows what the daemons said.
+std::string daemon_log_tails();
+
+// Polls `done` every 100 ms; fails the test naming `what` after `limit`, with the daemons' logs.
 template <typename Predicate>
 void eventually(const std::string& what, std::chrono::milliseconds limit, Predicate done) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (!done()) {
         if (std::chrono::steady_clock::now() > deadline)
-            FAIL(what << ": not within " << limit.count() << " ms");
+            FAIL(what << ": not within " << limit.count() << " ms\n" << daemon_log_tails());
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
 }
