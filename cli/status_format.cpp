@@ -141,6 +141,11 @@ std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
                                          age(true, s.checkpoint_age_seconds()))
                            : kAbsent},
         {"uptime", human_duration(s.uptime_seconds())},
+        // Time in inner steps over uptime, start and state copies included.
+        {"compute", s.uptime_seconds() > 0
+                        ? fmt::format("{:.1f}% of uptime in inner steps",
+                                      100.0 * s.train_seconds() / s.uptime_seconds())
+                        : kAbsent},
     };
     if (s.method() == "diloco") rows.push_back({"last quorum", std::to_string(s.last_quorum())});
     if (!s.last_failure().empty()) rows.push_back({"last failure", s.last_failure()});

@@ -65,6 +65,8 @@ NodeMetrics::NodeMetrics(const std::string& listen)
     tokens_per_second_ = gauge(r, "starling_tokens_per_second",
                                "Training tokens per second in the last inner phase");
     train_tokens_ = counter(r, "starling_train_tokens_total", "Tokens trained on in inner steps");
+    train_seconds_ = counter(r, "starling_train_seconds_total",
+                             "Seconds in inner steps: its rate is the compute utilization");
     compression_ratio_ = gauge(r, "starling_compression_ratio",
                                "fp32 bytes of the weights over bytes sent in the last exchange");
     partner_distance_ = gauge(r, "starling_partner_distance",
@@ -141,6 +143,7 @@ void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int
     if (round.inner_seconds > 0.0)
         tokens_per_second_->Set(static_cast<double>(round.tokens) / round.inner_seconds);
     train_tokens_->Increment(static_cast<double>(round.tokens));
+    train_seconds_->Increment(round.inner_seconds);
     (round.solo ? solo_ : paired_)->Increment();
     bytes_sent_->Increment(static_cast<double>(round.bytes_sent));
     bytes_received_->Increment(static_cast<double>(round.bytes_received));

@@ -52,7 +52,8 @@ private:
     prometheus::Gauge *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_,
         *tokens_per_second_, *compression_ratio_, *partner_distance_, *checkpoint_round_,
         *checkpoint_time_;
-    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_;
+    prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,
+        *train_seconds_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_;
     prometheus::Family<prometheus::Gauge>* build_info_;

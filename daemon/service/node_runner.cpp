@@ -68,6 +68,9 @@ NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetric
         set_phase(phase == RoundPhase::Training ? v1::NODE_PHASE_TRAINING
                                                 : v1::NODE_PHASE_EXCHANGING);
     });
+    // Overlapped rounds land between two inner steps of the next round: the checkpoint and the
+    // evaluation of a round happen there, on the round thread, while phi is settled.
+    node_->set_round_listener([this](const SwarmRound& round) { after_round(round); });
     watch_.mark();  // building the node and loading a checkpoint are done
 }
 
@@ -235,6 +238,7 @@ void NodeRunner::run() {
     join_at_start();
     while (!drain_.load()) {
         if (node_->schedule_done()) {
+            node_->land_exchange();
             checkpoint();
             set_phase(v1::NODE_PHASE_DONE);
             spdlog::info(
@@ -249,14 +253,13 @@ void NodeRunner::run() {
             pace();
         }
         if (drain_.load()) break;
-        const SwarmRound round = node_->run_round(drain_);
-        if (round.abandoned) break;
-        after_round(round);
+        if (node_->run_round(drain_).abandoned) break;
     }
     set_phase(v1::NODE_PHASE_DRAINING);
     spdlog::info("draining: checkpoint of round {}, then leaving the swarm", node_->round());
     std::exception_ptr failure;
     try {
+        node_->land_exchange();
         checkpoint();
     } catch (...) {
         failure = std::current_exception();

@@ -57,6 +57,7 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     status_.set_round(next_round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
     status_.set_train_loss(round.train_loss);
+    status_.set_train_seconds(status_.train_seconds() + round.inner_seconds);
     if (round.inner_seconds > 0.0)
         status_.set_tokens_per_second(static_cast<double>(round.tokens) / round.inner_seconds);
     status_.set_last_partner(round.partner && !round.solo ? format_node_id(*round.partner) : "");

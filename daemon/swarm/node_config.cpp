@@ -79,6 +79,8 @@ void visit_node_config(V& v, NodeConfig& c) {
     v("log_format", c.log_format, "text, or json: one object per line");
     v.section("swarm");
     visit_round_keys(v, c.swarm);
+    v("overlap", c.swarm.overlap,
+      "run round r's exchange beside round r+1's inner steps (noloco, diloco; docs/overlap.md)");
     v("checkpoint_every", c.checkpoint_every, "rounds between checkpoints; 0: only when draining",
       at_least(0));
     v("keep_checkpoints", c.keep_checkpoints, "newest checkpoints kept", at_least(1));

@@ -50,6 +50,9 @@ void SwarmConfig::validate() const {
         throw Error(
             "swarm: method \"ddp\" averages gradients every step, which only the experiment "
             "simulates; a swarm runs noloco, diloco or local");
+    if (overlap && method == OuterMethod::Local)
+        throw Error(
+            "swarm: [swarm].overlap needs an exchange to hide, and method \"local\" has none");
 }
 
 SwarmNode::SwarmNode(const SwarmConfig& config)
@@ -104,6 +107,7 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
 }
 
 FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
+    land_exchange();  // the exchange thread writes what the copy replaces
     std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
     FetchOptions options;
     options.call_timeout = config_.peer.state_sync_timeout;
@@ -131,6 +135,7 @@ void SwarmNode::resume(std::span<const std::byte> snapshot, const LoaderState& d
 }
 
 double SwarmNode::evaluate() {
+    land_exchange();
     if (!evaluator_) evaluator_ = std::make_unique<Evaluator>(config_.train, backend_);
     return evaluator_->loss(replica_->phi());
 }
@@ -140,73 +145,142 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     // than the one that built the node.
     set_cpu_threads(config_.train.threads);
     SwarmRound report;
-    report.round = round_;
-    auto start = Clock::now();
+    std::optional<SwarmRound> landed;
+    report.round = round_ + (in_flight_ ? 1 : 0);
     double loss_sum = 0.0;
     int steps = 0;
     for (; steps < config_.inner_steps && !stop.load(); steps++) {
         set_phase(RoundPhase::Training);
+        if (in_flight_ &&
+            in_flight_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+            landed = land();
+        const auto start = Clock::now();
         loss_sum += replica_->inner_phase(1, schedule_);
+        report.inner_seconds += seconds_since(start);
+        if (in_flight_) in_flight_->steps_since++;
     }
-    report.inner_seconds = seconds_since(start);
     report.tokens = static_cast<uint64_t>(steps) * static_cast<uint64_t>(config_.train.batch_size) *
                     static_cast<uint64_t>(config_.train.effective_seq_len());
     report.train_loss = steps > 0 ? loss_sum / steps : 0.0;
     if (steps < config_.inner_steps) {
         report.abandoned = true;
+        report.landed = false;
         return report;
     }
-    if (config_.method == OuterMethod::Local) {
-        replica_->adopt_theta();
-    } else {
-        set_phase(RoundPhase::Exchanging);
-        if (config_.method == OuterMethod::DiLoCo) {
-            diloco_step(report);
+    if (config_.method == OuterMethod::Local || !config_.overlap) {
+        if (config_.method == OuterMethod::Local) {
+            replica_->adopt_theta();
         } else {
-            noloco_step(report);
+            set_phase(RoundPhase::Exchanging);
+            prepare_messages();
+            outer_step(report, replica_->theta());
+            replica_->restart_from_phi();
         }
-        replica_->restart_from_phi();
+        finish_round(report, counters(round_ + 1), replica_->data().state());
+        return report;
     }
-    round_++;
+    if (in_flight_) landed = land_exchange();
+    start_exchange(report);
+    if (landed) return *landed;
+    report.landed = false;
+    return report;
+}
+
+void SwarmNode::finish_round(const SwarmRound& report, const SwarmCounters& next,
+                             const LoaderState& next_data) {
+    round_ = next.round;
     // Pairing advertises NoLoCo's round and publishing DiLoCo's; a local node says it here.
     if (config_.method == OuterMethod::Local) peer_->set_round(round_);
-    publish_snapshot();
+    publish_snapshot(next, next_data);
     log_round(report);
+    if (round_listener_) round_listener_(report);
+}
+
+void SwarmNode::prepare_messages() {
+    if (config_.method == OuterMethod::DiLoCo || config_.exchange.mode == MessageMode::Split)
+        replica_->compute_displacement();
+}
+
+void SwarmNode::outer_step(SwarmRound& report, std::span<const float> theta) {
+    if (config_.method == OuterMethod::DiLoCo) {
+        diloco_step(report);
+    } else {
+        noloco_step(report, theta);
+    }
+}
+
+void SwarmNode::start_exchange(const SwarmRound& report) {
+    const std::span<const float> theta = replica_->theta();
+    theta_sent_.assign(theta.begin(), theta.end());
+    prepare_messages();
+    in_flight_.emplace();
+    in_flight_->report = report;
+    in_flight_->next = counters(round_ + 1);
+    in_flight_->next_data = replica_->data().state();
+    in_flight_->done = std::async(std::launch::async, [this] {
+        // Beside the inner steps, which keep the cores: the codec and the outer step run serially.
+        set_cpu_threads(1);
+        const codec::SerialCoding serial;
+        outer_step(in_flight_->report, theta_sent_);
+    });
+}
+
+std::optional<SwarmRound> SwarmNode::land_exchange() {
+    if (!in_flight_) return std::nullopt;
+    set_phase(RoundPhase::Exchanging);
+    return land();
+}
+
+SwarmRound SwarmNode::land() {
+    const auto start = Clock::now();
+    in_flight_->done.wait();  // the thread writes into *in_flight_ until then
+    InFlight flight = std::move(*in_flight_);
+    in_flight_.reset();
+    flight.done.get();  // an exception of the exchange thread surfaces here
+    SwarmRound report = std::move(flight.report);
+    report.wait_seconds = seconds_since(start);
+    report.overlap_steps = flight.steps_since;
+    // theta_sent + the steps since, moved onto the new phi: exactly phi when there were none.
+    replica_->rebase_onto_phi(theta_sent_);
+    finish_round(report, flight.next, flight.next_data);
     return report;
 }
 
 void SwarmNode::log_round(const SwarmRound& r) const {
     const std::string head = fmt::format("swarm: node {} round {} | loss {:.4f}",
                                          format_node_id(node_id()), r.round, r.train_loss);
+    const std::string landed =
+        config_.overlap
+            ? fmt::format(" | landed {} steps on, waited {:.3f} s", r.overlap_steps, r.wait_seconds)
+            : "";
     switch (config_.method) {
         case OuterMethod::Local: spdlog::info("{} | local", head); return;
         case OuterMethod::DiLoCo:
-            spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}", head,
-                         r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds,
+            spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}{}", head,
+                         r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds, landed,
                          r.failure.empty() ? "" : " | left out: " + r.failure);
             return;
         case OuterMethod::NoLoCo:
             spdlog::info(
-                "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}",
+                "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}{}",
                 head, r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent,
-                r.bytes_received, r.pair_seconds, r.exchange_seconds,
+                r.bytes_received, r.pair_seconds, r.exchange_seconds, landed,
                 r.failure.empty() ? "" : " | solo: " + r.failure);
             return;
     }
 }
 
-void SwarmNode::noloco_step(SwarmRound& report) {
+void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
     auto start = Clock::now();
     const std::optional<Member> partner = peer_->choose_partner(round_);
     report.pair_seconds = seconds_since(start);
 
     const bool split = config_.exchange.mode == MessageMode::Split;
-    if (split) replica_->compute_displacement();
     std::vector<MemberValues> partners;
     if (partner) {
         report.partner = partner->node_id;
         start = Clock::now();
-        if (exchange_with(partner->node_id, report)) {
+        if (exchange_with(partner->node_id, theta, report)) {
             partners.push_back(
                 {partner->node_id, received_,
                  split ? std::span<const float>(received_phi_) : std::span<const float>()});
@@ -217,12 +291,12 @@ void SwarmNode::noloco_step(SwarmRound& report) {
                     scratch_a_[i] = received_phi_[i] + received_[i];
                 theirs = scratch_a_;
             }
-            report.partner_distance = rms_distance(replica_->theta(), theirs);
+            report.partner_distance = rms_distance(theta, theirs);
         }
         report.exchange_seconds = seconds_since(start);
     }
     const MemberValues own{
-        node_id(), split ? replica_->displacement() : replica_->theta(),
+        node_id(), split ? replica_->displacement() : theta,
         split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
     const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
                                               replica_->partner_checks(), replica_->phi(),
@@ -234,7 +308,7 @@ void SwarmNode::noloco_step(SwarmRound& report) {
     }
 }
 
-bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
+bool SwarmNode::exchange_with(uint64_t partner, std::span<const float> theta, SwarmRound& report) {
     const bool split = config_.exchange.mode == MessageMode::Split;
     const ParameterManifest& manifest = replica_->manifest();
     // Both messages (split mode) share the link, and one deadline.
@@ -244,8 +318,8 @@ bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
     float* residual =
         split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
     codec::MessageEncoder first(plan_, {node_id(), round_, 0},
-                                split ? replica_->displacement().data() : replica_->theta().data(),
-                                residual, config_.exchange.zstd);
+                                split ? replica_->displacement().data() : theta.data(), residual,
+                                config_.exchange.zstd);
     codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_.data(),
                                    received_.size());
     std::future<ExchangeResult> second;
@@ -279,7 +353,6 @@ bool SwarmNode::exchange_with(uint64_t partner, SwarmRound& report) {
 
 void SwarmNode::diloco_step(SwarmRound& report) {
     const auto start = Clock::now();
-    replica_->compute_displacement();
     float* residual = config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
     codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(),
                                   residual, config_.exchange.zstd);
@@ -332,19 +405,21 @@ void SwarmNode::diloco_step(SwarmRound& report) {
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {
     std::vector<std::byte> bytes(swarm_snapshot_bytes(replica_->size()));
-    pack_snapshot(bytes);
+    pack_snapshot(bytes, counters(round_));
     return bytes;
 }
 
-void SwarmNode::pack_snapshot(std::span<std::byte> out) const {
-    pack_swarm_snapshot_into(out,
-                             {round_, static_cast<uint64_t>(replica_->inner_step()),
-                              static_cast<uint64_t>(replica_->adamw_steps())},
-                             replica_->phi(), replica_->momentum(), replica_->adamw_m_host(),
-                             replica_->adamw_v_host());
+SwarmCounters SwarmNode::counters(uint64_t round) const {
+    return {round, static_cast<uint64_t>(replica_->inner_step()),
+            static_cast<uint64_t>(replica_->adamw_steps())};
 }
 
-void SwarmNode::publish_snapshot() {
+void SwarmNode::pack_snapshot(std::span<std::byte> out, const SwarmCounters& counters) const {
+    pack_swarm_snapshot_into(out, counters, replica_->phi(), replica_->momentum(),
+                             replica_->adamw_m_host(), replica_->adamw_v_host());
+}
+
+void SwarmNode::publish_snapshot(const SwarmCounters& counters, const LoaderState& data) {
     // A buffer no snapshot uses any more (one published a few rounds ago, dropped by the store and
     // by joiners) is refilled: packing gigabytes into fresh memory costs page faults every round.
     std::shared_ptr<std::vector<std::byte>> buffer;
@@ -358,11 +433,11 @@ void SwarmNode::publish_snapshot() {
         buffer = std::make_shared<std::vector<std::byte>>(swarm_snapshot_bytes(replica_->size()));
         snapshot_buffers_.push_back(buffer);
     }
-    pack_snapshot(*buffer);
+    pack_snapshot(*buffer, counters);
     round_start_.snapshot =
-        std::make_shared<const Snapshot>(config_.peer.fingerprint, round_, "swarm-node v1",
+        std::make_shared<const Snapshot>(config_.peer.fingerprint, counters.round, "swarm-node v1",
                                          std::shared_ptr<const std::vector<std::byte>>(buffer));
-    round_start_.data = replica_->data().state();
+    round_start_.data = data;
     peer_->snapshots().publish(round_start_.snapshot);
 }
 

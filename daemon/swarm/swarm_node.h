@@ -14,11 +14,21 @@
 // takes DiLoCo's outer step with the mean of every decoded D that arrived (its own decoded from
 // what it sent), in node-id order, so nodes that gathered the same messages land on the same bits.
 // Method "local" skips partner and exchange: phi = theta after every inner phase.
+//
+// Overlapped rounds (overlap = true, docs/overlap.md): at the end of round r's inner phase the
+// node copies theta to theta_sent and runs round r's partner, exchange and outer step on a thread
+// of its own, which touches phi, the outer momentum, the residual and D only, while the round
+// thread trains round r + 1 (theta, AdamW, the data). Between two inner steps the round thread
+// lands the finished exchange: theta = phi + (theta - theta_sent), the round advances and the
+// snapshot of round r + 1's start (counters and data position from when its inner phase began)
+// is published. An exchange still running at the end of the next inner phase is waited for: the
+// only time training stops.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -41,6 +51,7 @@ namespace starling {
 // ignored (the data order follows the PeerNode's id).
 struct SwarmConfig : EngineConfig {
     PeerConfig peer;        // its fingerprint is replaced by the model's
+    bool overlap = false;   // round r's exchange beside round r + 1's inner steps (noloco, diloco)
     void validate() const;  // throws starling::Error naming the field
 };
 
@@ -62,6 +73,12 @@ struct SwarmRound {
     uint64_t tokens = 0;   // trained on in the inner phase
     bool abandoned =
         false;  // stopped mid inner phase: no outer step, the state is the round's start
+    // False when the report is of no landed round: an abandoned phase, and the first overlapped
+    // call. An overlapped call's report is otherwise of the round that landed during it, not of
+    // the inner phase it trained.
+    bool landed = true;
+    int overlap_steps = 0;      // inner steps of the next round taken before it landed
+    double wait_seconds = 0.0;  // training stopped for it: the round thread waited this long
 };
 
 // What a round is doing, for status reports.
@@ -93,14 +110,29 @@ public:
 
     // One round. When `stop` turns true during the inner phase the round is abandoned after the
     // current step: no exchange, no outer step, and round_start() stays the round's start.
+    // Sequential, the report is this round's. Overlapped, the call trains one inner phase, lands
+    // the exchange in flight (between two steps once it has ended, or by waiting at the end),
+    // starts this round's exchange and returns the landed round's report (landed false when
+    // none was in flight). An abandoned phase returns its own report and leaves an exchange that
+    // has not landed in flight, for land_exchange().
     SwarmRound run_round(const std::atomic<bool>& stop);
     SwarmRound run_round() { return run_round(std::atomic<bool>{false}); }
+    // Overlapped rounds: waits for the exchange in flight, if any, and lands it (the end of the
+    // schedule, a drain, a state copy). Returns its report.
+    std::optional<SwarmRound> land_exchange();
+    bool exchange_in_flight() const { return in_flight_.has_value(); }
+    // Called on the round's thread with the report of every round whose outer step landed, once
+    // the snapshot of the next round's start is published: where checkpoints belong.
+    void set_round_listener(std::function<void(const SwarmRound&)> listener) {
+        round_listener_ = std::move(listener);
+    }
     // Called on the round's thread when it moves between training and exchanging, and with
     // Training again at every inner step (progress for the watchdog: service/round_watch.h).
     void set_phase_listener(std::function<void(RoundPhase)> listener) {
         phase_listener_ = std::move(listener);
     }
-    // Validation loss of phi (the first eval_batches validation batches, in order).
+    // Validation loss of phi (the first eval_batches validation batches, in order); lands an
+    // exchange in flight first.
     double evaluate();
 
     void leave() { peer_->leave(); }  // announces the departure, then stops the peer node
@@ -118,17 +150,39 @@ public:
     // The plan of the round's first message: theta (fused) or D (split).
     const codec::MessagePlan& message_plan() const { return plan_; }
     // The current state in the snapshot layout: what the next published snapshot would hold.
+    // Not while an exchange is in flight (it writes phi and the momentum).
     std::vector<std::byte> snapshot_bytes() const;
 
 private:
-    void publish_snapshot();
-    void pack_snapshot(
-        std::span<std::byte> out) const;  // the current state, swarm_snapshot_bytes(n) bytes
+    // An overlapped round's exchange, from its start to its landing.
+    struct InFlight {
+        std::future<void> done;
+        SwarmRound report;      // filled by the exchange thread
+        SwarmCounters next;     // the next round's start: counters...
+        LoaderState next_data;  // ...and data position
+        int steps_since = 0;    // inner steps taken since it started
+    };
+
+    // The counters of the snapshot at `round`'s start, taken now.
+    SwarmCounters counters(uint64_t round) const;
+    void publish_snapshot() { publish_snapshot(counters(round_), replica_->data().state()); }
+    void publish_snapshot(const SwarmCounters& counters, const LoaderState& data);
+    // The current state with `counters`, swarm_snapshot_bytes(n) bytes.
+    void pack_snapshot(std::span<std::byte> out, const SwarmCounters& counters) const;
+    // Once round_'s outer step is taken and theta set: the round advances to the snapshot of
+    // `next` (its start), which is published, and the round is logged and reported.
+    void finish_round(const SwarmRound& report, const SwarmCounters& next,
+                      const LoaderState& next_data);
+    void start_exchange(const SwarmRound& report);
+    SwarmRound land();
+    // D = theta - phi when the method sends it, then the exchange and the outer step.
+    void prepare_messages();
+    void outer_step(SwarmRound& report, std::span<const float> theta);
     // The round's message(s) with the partner, decoded into received_ (and received_phi_);
     // adds bytes and failures to the report, and returns whether everything arrived.
-    bool exchange_with(uint64_t partner, SwarmRound& report);
-    // The outer step of the round after its inner phase, by method.
-    void noloco_step(SwarmRound& report);
+    bool exchange_with(uint64_t partner, std::span<const float> theta, SwarmRound& report);
+    // The outer step of the round after its inner phase, by method. theta is the round's end.
+    void noloco_step(SwarmRound& report, std::span<const float> theta);
     void diloco_step(SwarmRound& report);
     void log_round(const SwarmRound& report) const;
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
@@ -151,7 +205,10 @@ private:
     std::vector<std::shared_ptr<std::vector<std::byte>>>
         snapshot_buffers_;  // recycled by publish_snapshot
     std::function<void(RoundPhase)> phase_listener_;
+    std::function<void(const SwarmRound&)> round_listener_;
     std::unique_ptr<Evaluator> evaluator_;
+    std::vector<float> theta_sent_;
+    std::optional<InFlight> in_flight_;  // last: joined before what its thread uses goes
 };
 
 }  // namespace starling

@@ -43,6 +43,7 @@ v1::NodeStatus full_status() {
     s.set_checkpoint_age_seconds(185);
     s.set_checkpoint_round(40);
     s.set_uptime_seconds(7390);
+    s.set_train_seconds(6651);
     s.set_last_failure("partner 8899aabbccddeeff timed out");
     s.set_eta_seconds(2 * 3600 + 13 * 60 + 5);
     for (double loss : {2.0, 1.9, 1.5, 1.2, 1.0}) s.add_recent_train_losses(loss);
@@ -130,6 +131,7 @@ TEST_CASE("the status table renders every field of a full status") {
         {"partner distance", "0.00123"},
         {"checkpoint", "round 40, 3m 05s ago"},
         {"uptime", "2h 03m"},
+        {"compute", "90.0% of uptime in inner steps"},
         {"last failure", "partner 8899aabbccddeeff timed out"},
     };
     CHECK(rows == expected);

@@ -96,7 +96,7 @@ TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG a
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("SIGHUP re-reads the config; a broken one is refused and the running settings kept",
+TEST_CASE("SIGHUP re-reads the config, and a broken one is refused and the running settings kept",
           "[integration]") {
     TempDir root;
     const std::filesystem::path config = root.path() / "node.toml";

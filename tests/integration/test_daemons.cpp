@@ -312,7 +312,7 @@ TEST_CASE("starlingd refuses a corrupt config and an unwritable data directory, 
 }
 
 TEST_CASE(
-    "a second starlingd on a port or a data directory in use exits 1 naming it; unknown variables warn",
+    "a second starlingd on a port or a data directory in use exits 1 naming it, and unknown variables warn",
     "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
@@ -518,6 +518,48 @@ TEST_CASE("the Control API answers on 127.0.0.1 only, by default", "[integration
     CHECK(r.status == 2);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE(
+    "two starlingd with overlapped rounds pair, land each outer step in the next inner phase, and "
+    "drain to a checkpoint of the round after the last one landed",
+    "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path());
+    const Environment overlap{{"STARLING_SWARM_OVERLAP", "true"}};
+    a.start({}, overlap);
+    b.start({a.peer_address()}, overlap);
+    for (TestDaemon* d : {&a, &b})
+        eventually(d->name() + " lands 6 paired rounds", 60s, [&] {
+            const auto rounds = logged_rounds(d->log());
+            return std::count_if(rounds.begin(), rounds.end(),
+                                 [](const LoggedRound& r) { return r.paired; }) >= 6;
+        });
+    const json status = a.status();
+    CHECK(status["train_seconds"].get<double>() > 0.0);
+    CHECK(status["train_seconds"].get<double>() < status["uptime_seconds"].get<double>());
+
+    a.process().signal(SIGTERM);
+    REQUIRE(a.process().wait(std::chrono::milliseconds(kExchangeTimeoutMs) + 10s) == 0);
+    const std::string log = a.log();
+    CHECK(log.find("| landed ") != std::string::npos);
+    const std::vector<LoggedRound> rounds = logged_rounds(log);
+    REQUIRE(rounds.size() >= 6);
+    for (size_t i = 1; i < rounds.size(); i++) CHECK(rounds[i].round == rounds[i - 1].round + 1);
+    CHECK(rounds.back().loss < rounds.front().loss - 0.5);
+    // The drain landed the exchange in flight and saved the start of the round after it.
+    CHECK(newest_checkpoint_round(a) == rounds.back().round + 1);
+
+    a.start({b.peer_address()}, overlap);
+    eventually("a resumes", 30s,
+               [&] { return a.log().find("resumed from checkpoint") != std::string::npos; });
+    std::smatch resumed;
+    const std::string restarted = a.log();
+    REQUIRE(std::regex_search(restarted, resumed,
+                              std::regex(R"(resumed from checkpoint \S+ \(round (\d+))")));
+    CHECK(std::stoull(resumed[1]) == rounds.back().round + 1);
+    for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
 }
 
 #if STARLING_CUDA_EMULATION

@@ -29,7 +29,7 @@ MemberState state_of(const MemberTable& table, uint64_t id) { return table.find(
 
 }  // namespace
 
-TEST_CASE("the higher incarnation wins; at one incarnation LEFT > DEAD > SUSPECT > ALIVE") {
+TEST_CASE("the higher incarnation wins, and at one incarnation LEFT > DEAD > SUSPECT > ALIVE") {
     MemberTable table = table_with_limits();
     REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0) == MemberTable::Merge::Added);
     REQUIRE(table.merge(member(1, 5, MemberState::Suspect), t0) == MemberTable::Merge::Updated);
@@ -87,7 +87,7 @@ TEST_CASE("a node refutes a suspicion of itself by raising its incarnation") {
 }
 
 TEST_CASE(
-    "a live digest with this node's id from another instance is a duplicate; old runs are not") {
+    "a live digest with this node's id from another instance is a duplicate, and old runs are not") {
     MemberTable table = table_with_limits();
     REQUIRE(table.merge(member(100, 60, MemberState::Alive, 7), t0) ==
             MemberTable::Merge::Duplicate);
@@ -97,7 +97,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "suspicion turns into death after the timeout; the dead are listed, then purged for good") {
+    "suspicion turns into death after the timeout: the dead are listed, then purged for good") {
     MemberTable table = table_with_limits();
     table.merge(member(1, 5, MemberState::Alive), t0);
     table.merge(member(2, 5, MemberState::Alive), t0);

@@ -35,7 +35,7 @@ bool knows(const PeerNode& observer, uint64_t node_id) {
 
 }  // namespace
 
-TEST_CASE("nodes with certificates from the swarm's CA form a swarm; others cannot reach it") {
+TEST_CASE("nodes with certificates from the swarm's CA form a swarm, and others cannot reach it") {
     TempDir dir;
     make_ca(dir.path(), "swarm-ca");
     make_ca(dir.path(), "rogue-ca");

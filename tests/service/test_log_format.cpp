@@ -25,7 +25,8 @@ std::string logged(const std::string& format, const std::string& message) {
 
 }  // namespace
 
-TEST_CASE("a JSON log line parses whatever the message holds; a text line carries the UTC offset") {
+TEST_CASE(
+    "a JSON log line parses whatever the message holds, and a text line carries the UTC offset") {
     const std::string awkward =
         "a \"quoted\" path C:\\dir, a tab\t, a newline\nand a stray byte \xff";
     const std::string line = logged("json", awkward);

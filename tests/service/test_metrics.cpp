@@ -77,10 +77,12 @@ TEST_CASE(
     round.tokens = 256;
     round.bytes_sent = 100;
     round.bytes_received = 90;
+    round.inner_seconds = 1.25;
     metrics.record_round(round, 8, 64, 400);
     metrics.record_round(round, 9, 72, 400);
     text = metrics.scrape();
     CHECK(sample_value(text, "starling_train_tokens_total") == 512.0);
+    CHECK(sample_value(text, "starling_train_seconds_total") == 2.5);
     CHECK(sample_value(text, "starling_exchange_sent_bytes_total") == 200.0);
     CHECK(sample_value(text, "starling_exchange_received_bytes_total") == 180.0);
     CHECK(sample_value(text, "starling_compression_ratio") == 4.0);

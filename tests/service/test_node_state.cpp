@@ -65,3 +65,13 @@ TEST_CASE("the loss trend keeps the last 60 rounds, oldest first") {
     CHECK(kept.front() == 10.0);
     CHECK(kept.back() == 69.0);
 }
+
+TEST_CASE("the status adds up the seconds of every round's inner steps") {
+    NodeState state(v1::NodeStatus{});
+    SwarmRound round;
+    for (double seconds : {0.5, 1.25, 2.0}) {
+        round.inner_seconds = seconds;
+        state.record_round(round, 1, 20, 0);
+    }
+    CHECK(state.recorded().train_seconds() == 3.75);
+}

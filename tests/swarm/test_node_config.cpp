@@ -164,6 +164,15 @@ TEST_CASE("node config errors name the key", "[node_config]") {
         const EditedPico f("method = \"noloco\"", "method = \"diloco\"");
         CHECK(f.load().swarm.method == OuterMethod::DiLoCo);
     }
+    SECTION("overlap is read, and refused with method local") {
+        const EditedPico f("overlap = false", "overlap = true");
+        CHECK(f.load().swarm.overlap);
+        // pico.toml's method, followed by its comment, then H and overlap.
+        const EditedPico local("method = \"noloco\"       #", "method = \"local\" #");
+        NodeConfig c = local.load();
+        c.swarm.overlap = true;
+        CHECK_THROWS_WITH(c.validate(), Contains("overlap") && Contains("\"local\" has none"));
+    }
     SECTION("an unknown method") {
         const EditedPico f("method = \"noloco\"", "method = \"bogus\"");
         CHECK_THROWS_WITH(f.load(), Contains("method \"bogus\" is not known"));

@@ -317,6 +317,27 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("swarm: overlapped DiLoCo nodes gather all three D and land on the same phi") {
+    SwarmConfig config = pico_swarm(3);
+    config.method = OuterMethod::DiLoCo;
+    config.overlap = true;
+    auto nodes = start_swarm(3, config);
+    const auto reports = run_rounds(nodes, 3);
+    std::vector<std::optional<SwarmRound>> last(3);
+    on_threads(3, [&](size_t i) { last[i] = nodes[i]->land_exchange(); });
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_FALSE(reports[i][0].landed);
+        for (const SwarmRound& r : {reports[i][1], reports[i][2], *last[i]}) {
+            INFO("node " << i << " round " << r.round << ": " << r.failure);
+            CHECK(r.landed);
+            CHECK(r.quorum == 3);
+        }
+        CHECK(nodes[i]->round() == 3);
+        CHECK(same_bits(nodes[i]->replica().phi(), nodes[0]->replica().phi()));
+        CHECK(same_bits(nodes[i]->replica().momentum(), nodes[0]->replica().momentum()));
+    }
+}
+
 TEST_CASE("swarm: DiLoCo leaves out a member that died and goes on with the rest") {
     SwarmConfig config = pico_swarm(4);
     config.method = OuterMethod::DiLoCo;
@@ -498,4 +519,145 @@ TEST_CASE(
     CHECK(held->round() == 0);
     CHECK(std::equal(held->bytes().begin(), held->bytes().end(), held_bytes.begin(),
                      held_bytes.end()));
+}
+
+namespace {
+
+// NoLoCo's fused step on a reference replica with both nodes' thetas as sent.
+void reference_noloco_step(const SwarmConfig& config, ReferenceReplica& ref,
+                           const ReferenceReplica& partner, std::span<const float> own_sent,
+                           std::span<const float> partner_sent) {
+    const size_t n = ref.replica->size();
+    std::vector<float> scratch_a(n), scratch_b(n);
+    PartnerChecks checks;
+    const MemberValues own{ref.replica->node_id(), own_sent, {}};
+    const MemberValues theirs{partner.replica->node_id(), partner_sent, {}};
+    REQUIRE(noloco_outer_step(config.outer, MessageMode::Fused, own, {&theirs, 1}, checks,
+                              ref.replica->phi(), ref.replica->momentum(), scratch_a, scratch_b)
+                .members == 2);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "swarm: overlapped rounds land each outer step on the theta sent and rebase the steps since, "
+    "as a replica computes alone") {
+    SwarmConfig config = pico_swarm(3, codec::Codec::F32);
+    config.overlap = true;
+    auto nodes = start_swarm(2, config);
+    auto refs = references_of(nodes, config);
+    const uint64_t message = message_bytes(nodes[0]->message_plan());
+    const int h = config.inner_steps;
+
+    // Round 0's inner phase; its exchange starts and stays in flight.
+    const auto first = run_rounds(nodes, 1);
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_FALSE(first[i][0].landed);
+        CHECK(nodes[i]->exchange_in_flight());
+        CHECK(nodes[i]->round() == 0);
+    }
+    // Round 1's inner phase, during which round 0 lands tau steps in (tau = H: waited for).
+    const auto second = run_rounds(nodes, 1);
+    std::vector<int> tau(2);
+    for (size_t i = 0; i < 2; i++) {
+        const SwarmRound& r = second[i][0];
+        INFO("node " << i << ": " << r.failure);
+        REQUIRE(r.landed);
+        CHECK(r.round == 0);
+        REQUIRE(r.partner == nodes[1 - i]->node_id());
+        REQUIRE_FALSE(r.solo);
+        CHECK(r.bytes_sent == message);  // the sequential round's message, unchanged
+        CHECK(r.bytes_received == message);
+        tau[i] = r.overlap_steps;
+        CHECK((tau[i] >= 0 && tau[i] <= h));
+        CHECK(nodes[i]->round() == 1);
+        CHECK(nodes[i]->exchange_in_flight());  // round 1's
+    }
+    // Round 1's exchange, landed before any step of round 2.
+    std::vector<std::optional<SwarmRound>> last(2);
+    on_threads(2, [&](size_t i) { last[i] = nodes[i]->land_exchange(); });
+
+    // The reference: round 0 alone, the step on both thetas as sent...
+    std::vector<std::vector<float>> sent0, sent1;
+    std::vector<LoaderState> round1_start;
+    for (auto& ref : refs) {
+        ref->replica->inner_phase(h, ref->schedule);
+        sent0.push_back(copy_of(ref->replica->theta()));
+        round1_start.push_back(ref->replica->data().state());
+    }
+    for (size_t i = 0; i < 2; i++)
+        reference_noloco_step(config, *refs[i], *refs[1 - i], sent0[i], sent0[1 - i]);
+    // ...tau steps of round 1 from theta_sent, moved onto phi_1, and the rest of the phase.
+    for (size_t i = 0; i < 2; i++) {
+        Replica& ref = *refs[i]->replica;
+        if (tau[i] > 0) ref.inner_phase(tau[i], refs[i]->schedule);
+        ref.rebase_onto_phi(sent0[i]);
+        if (tau[i] < h) ref.inner_phase(h - tau[i], refs[i]->schedule);
+        sent1.push_back(copy_of(ref.theta()));
+    }
+    for (size_t i = 0; i < 2; i++)
+        reference_noloco_step(config, *refs[i], *refs[1 - i], sent1[i], sent1[1 - i]);
+
+    for (size_t i = 0; i < 2; i++) {
+        INFO("node " << i << ", round 0 landed " << tau[i] << " steps on");
+        REQUIRE(last[i]);
+        INFO(last[i]->failure);
+        CHECK(last[i]->round == 1);
+        REQUIRE(last[i]->partner == nodes[1 - i]->node_id());
+        CHECK(last[i]->overlap_steps == 0);
+        CHECK_FALSE(nodes[i]->exchange_in_flight());
+        CHECK(nodes[i]->round() == 2);
+        Replica& ref = *refs[i]->replica;
+        CHECK(same_bits(nodes[i]->replica().phi(), ref.phi()));
+        CHECK(same_bits(nodes[i]->replica().momentum(), ref.momentum()));
+        // Nothing trained since round 1's exchange started: theta is phi_2 bit for bit.
+        CHECK(same_bits(nodes[i]->replica().theta(), ref.phi()));
+        // The round start a checkpoint holds: round 2 with the position at its start.
+        const RoundStart& start = nodes[i]->round_start();
+        CHECK(start.snapshot->round() == 2);
+        CHECK(start.data == nodes[i]->replica().data().state());
+        CHECK_FALSE(start.data == round1_start[i]);
+    }
+    CHECK_FALSE(nodes[0]->land_exchange());  // none in flight
+}
+
+TEST_CASE(
+    "swarm: a drain in an overlapped round lands the exchange in flight, and the round start saved "
+    "is the next round's") {
+    SwarmConfig config = pico_swarm(4);
+    config.overlap = true;
+    SwarmNode node(config);  // alone: every round goes solo
+    node.run_round();
+    REQUIRE(node.exchange_in_flight());
+    const LoaderState round1_start = node.replica().data().state();
+    const uint64_t steps_at_round1 = static_cast<uint64_t>(node.inner_step());
+    // Stopped after three steps of round 1; round 0 lands during them or at the drain.
+    std::atomic<bool> stop{false};
+    int steps = 0;
+    node.set_phase_listener([&](RoundPhase phase) {
+        if (phase == RoundPhase::Training && ++steps == 3) stop = true;
+    });
+    int landed_rounds = 0;
+    node.set_round_listener([&](const SwarmRound& r) {
+        landed_rounds++;
+        CHECK(r.round == 0);
+        CHECK(r.solo);
+    });
+    CHECK(node.run_round(stop).abandoned);
+    node.land_exchange();
+    CHECK_FALSE(node.exchange_in_flight());
+    CHECK(landed_rounds == 1);
+    CHECK(node.round() == 1);
+    CHECK(static_cast<uint64_t>(node.inner_step()) == steps_at_round1 + 3);
+    // What a checkpoint saves: round 1 from its start, though the replica has trained on.
+    const RoundStart& start = node.round_start();
+    CHECK(start.snapshot->round() == 1);
+    CHECK(start.data == round1_start);
+    std::vector<float> phi(node.replica().size()), momentum(phi.size()), m(phi.size()),
+        v(phi.size());
+    const SwarmCounters counters =
+        unpack_swarm_snapshot(start.snapshot->bytes(), {phi, momentum, m, v});
+    CHECK(counters.round == 1);
+    CHECK(counters.inner_step == steps_at_round1);
+    CHECK(same_bits(phi, node.replica().phi()));
 }

@@ -1,7 +1,8 @@
 """Reading starlingd's log lines (spdlog: `[YYYY-mm-dd HH:MM:SS.mmm +HH:MM] level message`).
 
 The lines read are the ones daemon/swarm/swarm_node.cpp and daemon/service/node_runner.cpp write:
-  swarm: node ID round R | loss L | partner P|none | sent S B, received R B | pair X s, exchange Y s[ | solo: WHY]
+  swarm: node ID round R | loss L | partner P|none | sent S B, received R B | pair X s, exchange Y s
+    [ | landed N steps on, waited W s] (overlap) [ | solo: WHY]
   swarm: node ID round R | loss L | local
   round R: validation loss of the averaged weights L
   resumed from checkpoint PATH (round R, inner step S)
@@ -17,7 +18,7 @@ from pathlib import Path
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) ([+-]\d\d:\d\d)\] (\w+) (.*)$")
 NOLOCO_ROUND = re.compile(
     r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| partner (\S+) \| sent (\d+) B, received (\d+) B"
-    r" \| pair ([\d.]+) s, exchange ([\d.]+) s(?: \| solo: (.*))?$"
+    r" \| pair ([\d.]+) s, exchange ([\d.]+) s(?: \| landed \d+ steps on, waited [\d.]+ s)?(?: \| solo: (.*))?$"
 )
 LOCAL_ROUND = re.compile(r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| local$")
 VAL = re.compile(r"^round (\d+): validation loss of the averaged weights ([\d.]+|nan|inf)")
