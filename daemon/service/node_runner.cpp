@@ -236,6 +236,9 @@ void NodeRunner::after_round(const SwarmRound& round) {
 
 void NodeRunner::run() {
     join_at_start();
+    // Where start-up ends: what follows is training, exchanges and waits (bench/swarm_wan's
+    // utilization counts from this line).
+    spdlog::info("training from round {} (inner step {})", node_->round(), node_->inner_step());
     while (!drain_.load()) {
         if (node_->schedule_done()) {
             node_->land_exchange();
