@@ -62,7 +62,9 @@ public:
         frame.fields.set_round(slot_.round);
         frame.fields.set_part(slot_.part);
         frame.fields.set_header(slot_.outgoing.header.data(), slot_.outgoing.header.size());
+        frame.fields.set_tokens(slot_.tokens);
         if (!send(stream, frame)) return;
+        frame.fields.clear_tokens();
         ChunkBufferPool buffers;
         while (!partner_refused_) {
             if (!send_receipt_if_settled(stream, frame)) return;
@@ -111,6 +113,7 @@ public:
         switch (frame.body_case()) {
             case v1::ExchangeFrame::kHeader:
                 bytes_received_ += frame.header().size();
+                partner_tokens_ = frame.tokens();
                 return decode([&] {
                     slot_.incoming.accept_header(bytes_of(frame.header()));
                     check_sender(slot_.incoming.header());
@@ -144,6 +147,7 @@ public:
         result.refused = failure_ == Failure::Corrupt;
         result.bytes_sent = bytes_sent_;
         result.bytes_received = bytes_received_;
+        result.partner_tokens = partner_tokens_;
         std::vector<std::string> problems;
         if (!result.received) problems.push_back("their message: " + incoming_error_);
         if (!result.delivered) {
@@ -246,6 +250,7 @@ private:
     std::string outgoing_error_;
     // Reading thread's.
     uint64_t bytes_received_ = 0;
+    uint64_t partner_tokens_ = 0;
     uint32_t chunks_received_ = 0;
     Failure failure_ = Failure::None;
     std::string incoming_error_;

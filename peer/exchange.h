@@ -63,6 +63,7 @@ struct ExchangeSlot {
     // Which of the round's messages this is (split mode sends D as part 0 and phi as part 1, each
     // on a stream of its own, at the same time); both sides use the same numbers.
     uint32_t part = 0;
+    uint64_t tokens = 0;  // trained on in the round the message ends, said with its header
 };
 
 struct ExchangeResult {
@@ -72,6 +73,7 @@ struct ExchangeResult {
     uint64_t bytes_received = 0;  // header and chunk bytes read from it
     std::string error;            // what went wrong, when either of the two is false
     bool refused = false;  // this node refused the partner's message (malformed or mismatched)
+    uint64_t partner_tokens = 0;  // what the partner said it trained on; 0: nothing said
 };
 
 // How long an exchange of `bytes` (both messages of a round, if two share the link) may take: four

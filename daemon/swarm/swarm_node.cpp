@@ -50,6 +50,11 @@ void SwarmConfig::validate() const {
         throw Error(
             "swarm: method \"ddp\" averages gradients every step, which only the experiment "
             "simulates; a swarm runs noloco, diloco or local");
+    if (!(round_seconds >= 0.0)) throw Error("swarm: [swarm].round_seconds must be at least 0");
+    if (round_seconds > 0.0 && method == OuterMethod::DiLoCo)
+        throw Error(
+            "swarm: [swarm].round_seconds weighs members by the tokens they trained, which "
+            "DiLoCo's all-gather does not carry yet: use noloco, or round_seconds = 0");
     if (overlap && method == OuterMethod::Local)
         throw Error(
             "swarm: [swarm].overlap needs an exchange to hide, and method \"local\" has none");
@@ -148,25 +153,32 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     std::optional<SwarmRound> landed;
     report.round = round_ + (in_flight_ ? 1 : 0);
     double loss_sum = 0.0;
+    const int64_t planned = phase_steps(), h = config_.inner_steps;
     int steps = 0;
-    for (; steps < config_.inner_steps && !stop.load(); steps++) {
+    for (; steps < planned && !stop.load(); steps++) {
         set_phase(RoundPhase::Training);
         if (in_flight_ &&
             in_flight_->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
             landed = land();
+        // Step k of `planned` takes the learning rate at the phase's start + floor(k H / planned):
+        // the round covers H schedule steps however many steps it takes.
+        const auto schedule_steps =
+            static_cast<int>((steps + 1) * h / planned - static_cast<int64_t>(steps) * h / planned);
         const auto start = Clock::now();
-        loss_sum += replica_->inner_phase(1, schedule_);
+        loss_sum += replica_->inner_phase(1, schedule_, schedule_steps);
         report.inner_seconds += seconds_since(start);
         if (in_flight_) in_flight_->steps_since++;
     }
+    report.steps = steps;
     report.tokens = static_cast<uint64_t>(steps) * static_cast<uint64_t>(config_.train.batch_size) *
                     static_cast<uint64_t>(config_.train.effective_seq_len());
     report.train_loss = steps > 0 ? loss_sum / steps : 0.0;
-    if (steps < config_.inner_steps) {
+    if (steps < planned) {
         report.abandoned = true;
         report.landed = false;
         return report;
     }
+    step_seconds_ = report.inner_seconds / steps;
     if (config_.method == OuterMethod::Local || !config_.overlap) {
         if (config_.method == OuterMethod::Local) {
             replica_->adopt_theta();
@@ -184,6 +196,12 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     if (landed) return *landed;
     report.landed = false;
     return report;
+}
+
+int SwarmNode::phase_steps() const {
+    if (config_.round_seconds <= 0.0 || step_seconds_ <= 0.0) return config_.inner_steps;
+    const double fits = std::round(config_.round_seconds / step_seconds_);
+    return static_cast<int>(std::clamp(fits, 1.0, 16.0 * config_.inner_steps));
 }
 
 void SwarmNode::finish_round(const SwarmRound& report, const SwarmCounters& next,
@@ -284,6 +302,10 @@ void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
             partners.push_back(
                 {partner->node_id, received_,
                  split ? std::span<const float>(received_phi_) : std::span<const float>()});
+            // Each side counts as the tokens it trained on, when both said them: equal counts give
+            // the plain mean bit for bit.
+            if (report.tokens > 0 && report.partner_tokens > 0)
+                partners.back().weight = static_cast<double>(report.partner_tokens);
             // The partner's theta: as sent (fused), or phi + D (split), next to this node's.
             std::span<const float> theirs = received_;
             if (split) {
@@ -295,9 +317,10 @@ void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
         }
         report.exchange_seconds = seconds_since(start);
     }
-    const MemberValues own{
-        node_id(), split ? replica_->displacement() : theta,
-        split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
+    MemberValues own{node_id(), split ? replica_->displacement() : theta,
+                     split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
+    if (!partners.empty() && report.partner_tokens > 0 && report.tokens > 0)
+        own.weight = static_cast<double>(report.tokens);
     const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
                                               replica_->partner_checks(), replica_->phi(),
                                               replica_->momentum(), scratch_a_, scratch_b_);
@@ -332,17 +355,18 @@ bool SwarmNode::exchange_with(uint64_t partner, std::span<const float> theta, Sw
                        received_phi_.size());
         second = std::async(std::launch::async, [&] {
             return peer_->exchange(
-                {round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1});
+                {round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1, report.tokens});
         });
     }
     // The exchange checks that each message names the partner and this round.
-    std::vector<ExchangeResult> results{
-        peer_->exchange({round_, partner, outgoing_message(first), first_in, deadline, 0})};
+    std::vector<ExchangeResult> results{peer_->exchange(
+        {round_, partner, outgoing_message(first), first_in, deadline, 0, report.tokens})};
     if (split) results.push_back(second.get());
     bool received = true;
     for (const ExchangeResult& r : results) {
         report.bytes_sent += r.bytes_sent;
         report.bytes_received += r.bytes_received;
+        report.partner_tokens = r.partner_tokens;
         if (!r.received) {
             received = false;
             report.failure += (report.failure.empty() ? "" : "; ") + r.error;

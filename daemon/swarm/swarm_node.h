@@ -50,8 +50,12 @@ namespace starling {
 // schedule's length in inner steps, train.seed every node's initialisation, and data.node_id is
 // ignored (the data order follows the PeerNode's id).
 struct SwarmConfig : EngineConfig {
-    PeerConfig peer;        // its fingerprint is replaced by the model's
-    bool overlap = false;   // round r's exchange beside round r + 1's inner steps (noloco, diloco)
+    PeerConfig peer;       // its fingerprint is replaced by the model's
+    bool overlap = false;  // round r's exchange beside round r + 1's inner steps (noloco, diloco)
+    // > 0: a time budget for each inner phase (docs/uneven.md): the steps that fit it at the
+    // node's own step time (at least 1, at most 16 H; H in the first round), the learning rate of
+    // H schedule steps spread over them. 0: H steps.
+    double round_seconds = 0.0;
     void validate() const;  // throws starling::Error naming the field
 };
 
@@ -69,8 +73,10 @@ struct SwarmRound {
     bool solo = true;               // the outer step used this node's values only
     std::string failure;  // why a paired round went solo: the exchange's error or the refusal
     std::optional<double>
-        partner_distance;  // RMS of own theta minus the partner's, when one arrived
-    uint64_t tokens = 0;   // trained on in the inner phase
+        partner_distance;         // RMS of own theta minus the partner's, when one arrived
+    uint64_t tokens = 0;          // trained on in the inner phase
+    int steps = 0;                // inner steps taken in it
+    uint64_t partner_tokens = 0;  // what the partner said it trained on (NoLoCo; 0: not said)
     bool abandoned =
         false;  // stopped mid inner phase: no outer step, the state is the round's start
     // False when the report is of no landed round: an abandoned phase, and the first overlapped
@@ -185,6 +191,8 @@ private:
     void noloco_step(SwarmRound& report, std::span<const float> theta);
     void diloco_step(SwarmRound& report);
     void log_round(const SwarmRound& report) const;
+    // Inner steps of the next phase: H, or what fits round_seconds at the last phase's step time.
+    int phase_steps() const;
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
     SwarmCounters adopt(std::span<const std::byte> bytes);
     void set_phase(RoundPhase phase) {
@@ -208,6 +216,7 @@ private:
     std::function<void(const SwarmRound&)> round_listener_;
     std::unique_ptr<Evaluator> evaluator_;
     std::vector<float> theta_sent_;
+    double step_seconds_ = 0.0;          // the last whole inner phase's mean step time
     std::optional<InFlight> in_flight_;  // last: joined before what its thread uses goes
 };
 

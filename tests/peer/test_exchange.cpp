@@ -173,7 +173,9 @@ TEST_CASE(
                 const auto partner = nodes[i]->choose_partner(round);
                 if (!partner) return;
                 partners[i] = partner->node_id;
-                results[i] = nodes[i]->exchange(sides[i]->slot(partner->node_id));
+                ExchangeSlot slot = sides[i]->slot(partner->node_id);
+                slot.tokens = 1000 + i;  // said with the header, to weigh the outer step
+                results[i] = nodes[i]->exchange(std::move(slot));
             });
         }
         for (auto& thread : threads) thread.join();
@@ -188,6 +190,7 @@ TEST_CASE(
             CHECK(same_bits(sides[i]->received, sides[j]->decoded_directly()));
             CHECK(results[i].bytes_sent == sides[i]->message_bytes());
             CHECK(results[i].bytes_received == sides[j]->message_bytes());
+            CHECK(results[i].partner_tokens == 1000 + j);
         }
     }
 }

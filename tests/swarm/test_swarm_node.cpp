@@ -661,3 +661,85 @@ TEST_CASE(
     CHECK(counters.inner_step == steps_at_round1);
     CHECK(same_bits(phi, node.replica().phi()));
 }
+
+TEST_CASE(
+    "swarm: partners that trained unequal tokens count as them in NoLoCo's step (batches 8 and 4)") {
+    SwarmConfig config = pico_swarm(2, codec::Codec::F32);
+    SwarmConfig small = config;
+    small.train.batch_size = 4;
+    std::vector<std::unique_ptr<SwarmNode>> nodes;
+    nodes.push_back(std::make_unique<SwarmNode>(config));
+    small.peer.seeds = {nodes[0]->peer().address()};
+    nodes.push_back(std::make_unique<SwarmNode>(small));
+    std::vector<PeerNode*> peers{&nodes[0]->peer(), &nodes[1]->peer()};
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    const auto reports = run_paired_round(nodes);
+    const uint64_t tokens[2] = {8u * 32 * kInnerSteps, 4u * 32 * kInnerSteps};
+    for (size_t i = 0; i < 2; i++) {
+        CHECK(reports[i][0].tokens == tokens[i]);
+        CHECK(reports[i][0].partner_tokens == tokens[1 - i]);
+    }
+    // The same phases alone, and the step with each side weighed by its tokens.
+    set_cpu_threads(config.train.threads);
+    std::vector<std::unique_ptr<ReferenceReplica>> refs;
+    refs.push_back(std::make_unique<ReferenceReplica>(config, nodes[0]->node_id()));
+    refs.push_back(std::make_unique<ReferenceReplica>(small, nodes[1]->node_id()));
+    std::vector<std::vector<float>> thetas, phis, momenta;
+    for (auto& ref : refs) {
+        ref->replica->inner_phase(config.inner_steps, ref->schedule);
+        thetas.push_back(copy_of(ref->replica->theta()));
+        phis.push_back(copy_of(ref->replica->phi()));
+        momenta.push_back(copy_of(ref->replica->momentum()));
+    }
+    for (size_t i = 0; i < 2; i++) {
+        Replica& ref = *refs[i]->replica;
+        const size_t n = ref.size();
+        std::vector<float> scratch_a(n), scratch_b(n);
+        PartnerChecks checks;
+        MemberValues own{ref.node_id(), thetas[i], {}};
+        MemberValues partner{refs[1 - i]->replica->node_id(), thetas[1 - i], {}};
+        own.weight = static_cast<double>(tokens[i]);
+        partner.weight = static_cast<double>(tokens[1 - i]);
+        REQUIRE(noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
+                                  ref.phi(), ref.momentum(), scratch_a, scratch_b)
+                    .members == 2);
+        CHECK(same_bits(nodes[i]->replica().phi(), ref.phi()));
+        // In double: delta = alpha delta + beta (2/3 theta_0 + 1/3 theta_1 - phi).
+        double worst = 0.0;
+        for (size_t k = 0; k < n; k++) {
+            const double mean = (2.0 * double(thetas[0][k]) + double(thetas[1][k])) / 3.0;
+            const double delta = config.outer.momentum * double(momenta[i][k]) +
+                                 config.outer.lr * (mean - double(phis[i][k]));
+            worst = std::max(worst, std::abs(double(ref.phi()[k]) - (double(phis[i][k]) + delta)));
+        }
+        CHECK(worst < 1e-6);
+    }
+}
+
+TEST_CASE(
+    "swarm: a time budget sets each phase's steps from the node's step time and spreads H "
+    "schedule steps over them") {
+    SwarmConfig config = pico_swarm(4);
+    config.method = OuterMethod::Local;  // phi = theta after each phase: the phases alone
+    config.round_seconds = 1e-3;         // shorter than a step: one step a round from the second
+    SwarmNode node(config);
+    ReferenceReplica ref(config, node.node_id());
+    std::vector<int> steps;
+    while (!node.schedule_done()) {
+        const SwarmRound r = node.run_round();
+        steps.push_back(r.steps);
+        CHECK(node.inner_step() == static_cast<int64_t>(node.round()) * config.inner_steps);
+        CHECK(r.tokens == static_cast<uint64_t>(r.steps) * 8u * 32u);
+        // The reference phase: r.steps steps with the learning rate of H schedule steps.
+        ref.replica->inner_phase(r.steps, ref.schedule, config.inner_steps);
+        CHECK(same_bits(node.replica().phi(), ref.replica->theta()));
+    }
+    CHECK(steps == std::vector<int>{kInnerSteps, 1, 1, 1});  // H before a step time is known
+
+    SwarmConfig slow = config;
+    slow.round_seconds = 1e6;  // far longer than 16 H steps take
+    SwarmNode capped(slow);
+    capped.run_round();
+    CHECK(capped.run_round().steps == 16 * kInnerSteps);
+}
