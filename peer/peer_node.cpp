@@ -960,12 +960,12 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
     return result;
 }
 
-std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
-                                          std::span<codec::MessageDecoder* const> decoders,
-                                          uint64_t* bytes) {
+std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
+                                                 std::span<codec::MessageDecoder* const> decoders,
+                                                 uint64_t* bytes) {
     using namespace std::chrono_literals;
     const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
-    std::vector<std::string> errors(members.size());
+    std::vector<Gathered> gathered(members.size());
     std::vector<uint64_t> read(members.size(), 0);
     std::vector<std::thread> fetches;
     for (size_t i = 0; i < members.size(); i++) {
@@ -977,21 +977,21 @@ std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64
                  pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms)) {
                 const auto member = table_->find(members[i]);
                 if (!running_ || !member) {
-                    errors[i] = "not a member this node knows";
+                    gathered[i].error = "not a member this node knows";
                     return;
                 }
                 grpc::ClientContext context;
                 context.set_deadline(deadline);
                 auth_.attach(context, "FetchRoundMessage");
                 if (!exchanges_->track(context)) {
-                    errors[i] = "this node is stopping";
+                    gathered[i].error = "this node is stopping";
                     return;
                 }
                 const FetchedRoundMessage fetched = fetch_round_message(
                     *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
                     round, members[i], *decoders[i], &read[i]);
                 exchanges_->untrack(context);
-                errors[i] = fetched.error;
+                gathered[i] = {fetched.error, fetched.tokens};
                 if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
                 if (fetched.timed_out) failures_.count(FailureReason::Timeout);
                 const auto now = table_->find(members[i]);
@@ -1007,11 +1007,12 @@ std::vector<std::string> PeerNode::gather(uint64_t round, std::span<const uint64
     for (auto& fetch : fetches) fetch.join();
     for (size_t i = 0; i < members.size(); i++) {
         *bytes += read[i];
-        if (!errors[i].empty())
-            errors[i] = "round " + std::to_string(round) + " message of node " +
-                        format_node_id(members[i]) + ": " + errors[i];
+        std::string& error = gathered[i].error;
+        if (!error.empty())
+            error = "round " + std::to_string(round) + " message of node " +
+                    format_node_id(members[i]) + ": " + error;
     }
-    return errors;
+    return gathered;
 }
 
 FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected,

@@ -146,11 +146,14 @@ public:
     // DiLoCo's all-gather (peer/round_messages.h): this node publishes its round's message here...
     RoundMessageBoard& round_messages() { return round_messages_; }
     // ...and fetches the round's message of each of `members` at once, each into its decoder
-    // (decoders[i] for members[i]), within exchange_timeout. Returns per member "" when the
-    // message arrived whole, else what went wrong; adds the bytes read to *bytes.
-    std::vector<std::string> gather(uint64_t round, std::span<const uint64_t> members,
-                                    std::span<codec::MessageDecoder* const> decoders,
-                                    uint64_t* bytes);
+    // (decoders[i] for members[i]), within exchange_timeout. Returns per member the error ("" when
+    // the message arrived whole) and the tokens it said; adds the bytes read to *bytes.
+    struct Gathered {
+        std::string error;
+        uint64_t tokens = 0;
+    };
+    std::vector<Gathered> gather(uint64_t round, std::span<const uint64_t> members,
+                                 std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes);
 
     // What this node serves to joiners (peer/state_sync.h): the daemon publishes its snapshots
     // here.

@@ -18,7 +18,7 @@ std::span<const std::byte> as_bytes(const std::string& text) {
 
 }  // namespace
 
-void RoundMessageBoard::publish(uint64_t round, std::shared_ptr<const EncodedMessage> message) {
+void RoundMessageBoard::publish(uint64_t round, RoundMessage message) {
     {
         std::lock_guard lock(mutex_);
         messages_[round] = std::move(message);
@@ -27,15 +27,14 @@ void RoundMessageBoard::publish(uint64_t round, std::shared_ptr<const EncodedMes
     published_.notify_all();
 }
 
-std::shared_ptr<const EncodedMessage> RoundMessageBoard::wait(uint64_t round,
-                                                              SteadyClock::time_point deadline) {
+RoundMessage RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline) {
     std::unique_lock lock(mutex_);
     published_.wait_until(lock, deadline, [&] {
         return stopped_ || messages_.contains(round) ||
                (!messages_.empty() && messages_.rbegin()->first > round);
     });
     const auto it = messages_.find(round);
-    return stopped_ || it == messages_.end() ? nullptr : it->second;
+    return stopped_ || it == messages_.end() ? RoundMessage{} : it->second;
 }
 
 void RoundMessageBoard::stop() {
@@ -49,14 +48,16 @@ void RoundMessageBoard::stop() {
 grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
                                  SteadyClock::time_point deadline,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer) {
-    const std::shared_ptr<const EncodedMessage> message = board.wait(round, deadline);
-    if (!message)
+    const RoundMessage published = board.wait(round, deadline);
+    if (!published.message)
         return {grpc::StatusCode::NOT_FOUND,
                 "no message for round " + std::to_string(round) + " here"};
     v1::RoundMessageFrame frame;
-    frame.set_header(as_string(message->header));
+    frame.set_header(as_string(published.message->header));
+    frame.set_tokens(published.tokens);
     if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
-    for (const auto& chunk : message->chunks) {
+    frame.clear_tokens();
+    for (const auto& chunk : published.message->chunks) {
         frame.set_chunk(as_string(chunk));
         if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
     }
@@ -71,12 +72,14 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
     const auto reader = stub.FetchRoundMessage(&context, request);
     v1::RoundMessageFrame frame;
     std::string problem;
+    uint64_t tokens = 0;
     while (problem.empty() && reader->Read(&frame)) {
         try {
             if (frame.has_header() != !decoder.has_header())
                 throw Error(decoder.has_header() ? "a second header" : "a chunk before the header");
             if (frame.has_header()) {
                 *bytes += frame.header().size();
+                tokens = frame.tokens();
                 decoder.accept_header(as_bytes(frame.header()));
                 const codec::MessageHeader& h = decoder.header();
                 if (h.node_id != sender || h.round != round)
@@ -99,7 +102,9 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
                 false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED,
                 status.error_code() == grpc::StatusCode::UNAVAILABLE && !decoder.has_header()};
     if (!decoder.complete()) return {"the message ended before its last chunk"};
-    return {};
+    FetchedRoundMessage fetched;
+    fetched.tokens = tokens;
+    return fetched;
 }
 
 }  // namespace starling

@@ -21,19 +21,26 @@ namespace starling {
 
 using codec::EncodedMessage;
 
+// A round's message as published, with the tokens its sender trained on in the round (0: not
+// said), which weigh the members' mean.
+struct RoundMessage {
+    std::shared_ptr<const EncodedMessage> message;
+    uint64_t tokens = 0;
+};
+
 // This node's messages of the last two rounds, for members to fetch.
 class RoundMessageBoard {
 public:
-    void publish(uint64_t round, std::shared_ptr<const EncodedMessage> message);
-    // The round's message once published; nullptr when the deadline passes first, when the round
-    // is older than the ones kept, or after stop().
-    std::shared_ptr<const EncodedMessage> wait(uint64_t round, SteadyClock::time_point deadline);
+    void publish(uint64_t round, RoundMessage message);
+    // The round's message once published; an empty one when the deadline passes first, when the
+    // round is older than the ones kept, or after stop().
+    RoundMessage wait(uint64_t round, SteadyClock::time_point deadline);
     void stop();
 
 private:
     std::mutex mutex_;
     std::condition_variable published_;
-    std::map<uint64_t, std::shared_ptr<const EncodedMessage>> messages_;  // by round, the last two
+    std::map<uint64_t, RoundMessage> messages_;  // by round, the last two
     bool stopped_ = false;
 };
 
@@ -47,6 +54,7 @@ struct FetchedRoundMessage {
     bool refused = false;      // it came malformed, or as another sender's or round's
     bool timed_out = false;    // the call's deadline cut it off
     bool unreachable = false;  // UNAVAILABLE before any frame: the call never reached the member
+    uint64_t tokens = 0;       // what the sender said it trained on (0: nothing said)
 };
 
 // The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it

@@ -82,8 +82,8 @@ void visit_node_config(V& v, NodeConfig& c) {
     v("overlap", c.swarm.overlap,
       "run round r's exchange beside round r+1's inner steps (noloco, diloco; docs/overlap.md)");
     v("round_seconds", c.swarm.round_seconds,
-      "> 0: each inner phase takes the steps that fit this many seconds, and NoLoCo weighs the pair "
-      "by tokens (docs/uneven.md); 0: inner_steps",
+      "> 0: each inner phase takes the steps that fit this many seconds, and the outer step weighs "
+      "members by tokens (docs/uneven.md); 0: inner_steps",
       at_least(0.0));
     v("checkpoint_every", c.checkpoint_every, "rounds between checkpoints; 0: only when draining",
       at_least(0));

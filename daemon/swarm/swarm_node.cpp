@@ -51,10 +51,6 @@ void SwarmConfig::validate() const {
             "swarm: method \"ddp\" averages gradients every step, which only the experiment "
             "simulates; a swarm runs noloco, diloco or local");
     if (!(round_seconds >= 0.0)) throw Error("swarm: [swarm].round_seconds must be at least 0");
-    if (round_seconds > 0.0 && method == OuterMethod::DiLoCo)
-        throw Error(
-            "swarm: [swarm].round_seconds weighs members by the tokens they trained, which "
-            "DiLoCo's all-gather does not carry yet: use noloco, or round_seconds = 0");
     if (overlap && method == OuterMethod::Local)
         throw Error(
             "swarm: [swarm].overlap needs an exchange to hide, and method \"local\" has none");
@@ -382,7 +378,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
                                   residual, config_.exchange.zstd);
     const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
     peer_->set_round(round_);
-    peer_->round_messages().publish(round_, own);
+    peer_->round_messages().publish(round_, {own, report.tokens});
 
     // The quorum: every live member of this model and swarm, by node id. Gossiped rounds lag, so
     // they decide nothing here: a member still on an earlier round is waited for (up to T_xchg,
@@ -410,21 +406,32 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     }
     // Its own D as the others decode it, so every member averages the same values.
     codec::decode_to_end(own->header, own->chunks, *decoders[own_index]);
-    const std::vector<std::string> errors =
+    const std::vector<PeerNode::Gathered> fetched =
         peer_->gather(round_, others, other_decoders, &report.bytes_received);
 
+    // In node-id order, with the tokens each member said it trained on: the weights when every
+    // member said them (equal counts give the plain mean bit for bit).
     std::vector<std::span<const float>> decoded;
+    std::vector<double> weights;
     for (size_t i = 0, k = 0; i < quorum.size(); i++) {
-        if (i != own_index && !errors[k++].empty()) continue;
+        uint64_t tokens = report.tokens;
+        if (i != own_index) {
+            const PeerNode::Gathered& g = fetched[k++];
+            if (!g.error.empty()) continue;
+            tokens = g.tokens;
+        }
         decoded.push_back(gathered_[i]);
+        weights.push_back(static_cast<double>(tokens));
     }
-    for (const std::string& why : errors)
-        if (!why.empty()) report.failure += (report.failure.empty() ? "" : "; ") + why;
+    if (std::find(weights.begin(), weights.end(), 0.0) != weights.end()) weights.clear();
+    for (const PeerNode::Gathered& g : fetched)
+        if (!g.error.empty()) report.failure += (report.failure.empty() ? "" : "; ") + g.error;
     report.bytes_sent = own->bytes() * others.size();
     report.quorum = decoded.size();
     report.solo = decoded.size() < 2;
     report.exchange_seconds = seconds_since(start);
-    diloco_outer_step(config_.outer, decoded, replica_->phi(), replica_->momentum(), scratch_a_);
+    diloco_outer_step(config_.outer, decoded, replica_->phi(), replica_->momentum(), scratch_a_,
+                      weights);
 }
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {

@@ -743,3 +743,58 @@ TEST_CASE(
     capped.run_round();
     CHECK(capped.run_round().steps == 16 * kInnerSteps);
 }
+
+TEST_CASE(
+    "swarm: DiLoCo weighs each member's D by the tokens it said it trained (batches 8, 8, 4)") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::DiLoCo;
+    config.exchange.delta_codec = codec::Codec::F32;
+    config.exchange.error_feedback = false;
+    std::vector<SwarmConfig> configs(3, config);
+    configs[2].train.batch_size = 4;
+    std::vector<std::unique_ptr<SwarmNode>> nodes;
+    for (SwarmConfig& c : configs) {
+        if (!nodes.empty()) c.peer.seeds = {nodes[0]->peer().address()};
+        nodes.push_back(std::make_unique<SwarmNode>(c));
+    }
+    std::vector<PeerNode*> peers;
+    for (auto& node : nodes) peers.push_back(&node->peer());
+    wait_for("one view", 5000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    const auto reports = run_rounds(nodes, 1);
+    for (const auto& r : reports) {
+        INFO(r[0].failure);
+        REQUIRE(r[0].quorum == 3);
+    }
+    // The reference: each node's D alone, in node-id order, weighed by its tokens.
+    set_cpu_threads(config.train.threads);
+    std::vector<size_t> order{0, 1, 2};
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return nodes[a]->node_id() < nodes[b]->node_id(); });
+    std::vector<std::vector<float>> displacements;
+    std::vector<double> weights;
+    std::unique_ptr<ReferenceReplica> first;
+    for (size_t i : order) {
+        auto ref = std::make_unique<ReferenceReplica>(configs[i], nodes[i]->node_id());
+        ref->replica->inner_phase(config.inner_steps, ref->schedule);
+        ref->replica->compute_displacement();
+        displacements.push_back(copy_of(ref->replica->displacement()));
+        weights.push_back(static_cast<double>(reports[i][0].tokens));
+        if (!first) first = std::move(ref);
+    }
+    CHECK(weights[0] + weights[1] + weights[2] == 20.0 * 32 * kInnerSteps);
+    const std::vector<std::span<const float>> decoded(displacements.begin(), displacements.end());
+    std::vector<float> scratch(first->replica->size());
+    diloco_outer_step(config.outer, decoded, first->replica->phi(), first->replica->momentum(),
+                      scratch, weights);
+    for (auto& node : nodes) {
+        CHECK(same_bits(node->replica().phi(), first->replica->phi()));
+        CHECK(same_bits(node->replica().momentum(), first->replica->momentum()));
+    }
+    // Not the plain mean: the small-batch member counts half.
+    std::vector<float> plain_phi = copy_of(nodes[0]->replica().phi());
+    ReferenceReplica unweighted(configs[order[0]], nodes[order[0]]->node_id());
+    diloco_outer_step(config.outer, decoded, unweighted.replica->phi(),
+                      unweighted.replica->momentum(), scratch);
+    CHECK_FALSE(same_bits(plain_phi, copy_of(unweighted.replica->phi())));
+}
