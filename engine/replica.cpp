@@ -106,15 +106,15 @@ void Replica::compute_displacement() {
     for (size_t i = 0; i < phi_.size(); i++) displacement_[i] = t[i] - phi_[i];
 }
 
-void Replica::restart_from_phi() {
-    group_->set_params(phi_.data());
-    if (!theta_mirror_.empty()) theta_mirror_ = phi_;
+void Replica::restart_from(std::span<const float> start) {
+    group_->set_params(start.data());
+    if (!theta_mirror_.empty()) theta_mirror_.assign(start.begin(), start.end());
 }
 
-void Replica::rebase_onto_phi(std::span<const float> theta_sent) {
+void Replica::rebase_onto_phi(std::span<const float> start) {
     const std::span<const float> t = theta();
     std::vector<float> rebased(t.begin(), t.end());
-    starling::rebase_onto_phi<float>(rebased, phi_, theta_sent);
+    starling::rebase_onto_phi<float>(rebased, phi_, start);
     group_->set_params(rebased.data());
     if (!theta_mirror_.empty()) theta_mirror_ = std::move(rebased);
 }

@@ -45,10 +45,12 @@ public:
     // D = theta - phi into displacement().
     void compute_displacement();
     // theta = phi: the start of the next round.
-    void restart_from_phi();
-    // theta = phi + (theta - theta_sent): an outer step that lands after training went on from
-    // theta_sent (overlapped rounds, optimizer/outer.h).
-    void rebase_onto_phi(std::span<const float> theta_sent);
+    void restart_from_phi() { restart_from(phi_); }
+    // theta = start: an overlapped round's start (engine/overlap.h).
+    void restart_from(std::span<const float> start);
+    // theta = phi + (theta - start): an outer step that lands after training went on from start
+    // (overlapped rounds, optimizer/outer.h).
+    void rebase_onto_phi(std::span<const float> start);
     // phi = theta: a round with no outer step (local-only and data-parallel training).
     void adopt_theta();
     // Rejoining after a drop-out (docs/spec.md section 6): phi, outer momentum, AdamW state and

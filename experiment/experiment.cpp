@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "experiment/churn.h"
 #include "engine/evaluator.h"
+#include "engine/overlap.h"
 #include "engine/replica.h"
 #include "experiment/transmit.h"
 #include "kernels/backend.h"
@@ -87,9 +88,11 @@ private:
     std::vector<std::vector<float>> wire_a_, wire_b_;  // each replica's outgoing messages, decoded
     std::vector<float> mean_a_, mean_b_;
     std::vector<RoundRecord> records_;
-    // Overlapped rounds: the theta each replica's last message was made of, while the outer step
-    // it fed waits to land in the next inner phase; empty when none waits.
-    std::vector<std::vector<float>> sent_;
+    // Overlapped rounds: where each replica restarted (the solo step's phi, engine/overlap.h)
+    // while the outer step its message fed waits to land, whether one waits, and scratch.
+    std::vector<std::vector<float>> overlap_start_;
+    std::vector<bool> landing_;
+    std::vector<float> solo_momentum_;
     std::ofstream csv_;
     ExperimentSummary summary_;
     uint64_t live_replica_rounds_ = 0;
@@ -129,7 +132,11 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     mean_a_.resize(n);
     mean_b_.resize(n);
     records_.resize(replicas_.size());
-    sent_.resize(replicas_.size());
+    if (config_.overlap_steps > 0) {
+        overlap_start_.assign(replicas_.size(), std::vector<float>(n));
+        solo_momentum_.resize(n);
+    }
+    landing_.assign(replicas_.size(), false);
 
     std::filesystem::create_directories(config_.out_dir);
     const std::filesystem::path csv_path =
@@ -175,7 +182,7 @@ void ExperimentRun::apply_churn(int64_t round) {
         Replica& joiner = *replicas_[i];
         const Replica& sponsor = *replicas_[churn_->pick_sponsor(sponsors)];
         joiner.rejoin_from(sponsor, hash_index(joiner.node_id(), static_cast<uint64_t>(round)));
-        sent_[i].clear();  // it starts from the sponsor's phi: no step of its own waits
+        landing_[i] = false;  // it starts from the sponsor's phi: no step of its own waits
         joiner.live = true;
         records_[i].received += joiner.snapshot_bytes();
         summary_.rejoins++;
@@ -386,6 +393,17 @@ ExperimentSummary ExperimentRun::execute() {
         }
         summary_.tokens += tokens_per_step * steps_taken *
                            (config_.method == OuterMethod::Ddp ? config_.replicas : 1);
+        // Overlapped: where each replica trains from while its exchange would run, taken before
+        // the exchange steps phi.
+        if (config_.overlap_steps > 0) {
+            for (Replica* r : live) {
+                if (config_.method == OuterMethod::DiLoCo ||
+                    config_.exchange.mode == MessageMode::Split)
+                    r->compute_displacement();
+                solo_outer_start(config_, *r, r->theta(), overlap_start_[r->index()],
+                                 solo_momentum_, mean_a_, mean_b_);
+            }
+        }
         switch (config_.method) {
             case OuterMethod::Ddp: {
                 // A ring all-reduce of fp32 gradients every step: 2 (N-1)/N of the gradient out
@@ -409,8 +427,8 @@ ExperimentSummary ExperimentRun::execute() {
             if (config_.overlap_steps == 0) {
                 r->restart_from_phi();
             } else {
-                const std::span<const float> theta = r->theta();
-                sent_[r->index()].assign(theta.begin(), theta.end());
+                r->restart_from(overlap_start_[r->index()]);
+                landing_[r->index()] = true;
             }
         }
         const int64_t done = round + 1;
@@ -468,11 +486,10 @@ double ExperimentRun::weight_of(const Replica& r) const {
 double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
     const int H = config_.inner_steps;
     const int late = config_.overlap_steps;
-    std::vector<float>& sent = sent_[r.index()];
-    if (sent.empty()) return r.inner_phase(H, schedule_);
+    if (!landing_[r.index()]) return r.inner_phase(H, schedule_);
     const double before = r.inner_phase(late, schedule_);
-    r.rebase_onto_phi(sent);
-    sent.clear();
+    r.rebase_onto_phi(overlap_start_[r.index()]);
+    landing_[r.index()] = false;
     if (late == H) return before;
     return (before * late + r.inner_phase(H - late, schedule_) * (H - late)) / H;
 }

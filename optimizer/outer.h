@@ -65,15 +65,15 @@ void outer_step_towards(const OuterConfig& config, std::span<float> phi, std::sp
                         std::span<const float> mean_theta);
 
 // Overlapped rounds (docs/overlap.md): the outer step of round r lands while the node trains on
-// from theta_sent, the theta its round-r message was made of. The steps taken since are kept on
-// top of the new phi:
-//     theta = phi + (theta - theta_sent)
+// from `start` (the solo step's phi, engine/overlap.h). The steps taken since are kept on top of
+// the new phi:
+//     theta = phi + (theta - start)
 // which is the sequential restart theta = phi when nothing trained in between (bit for bit: the
 // difference is then exactly zero), and the sequential round exactly whenever an inner update
 // does not depend on where it starts.
 template <typename T>
-void rebase_onto_phi(std::span<T> theta, std::span<const T> phi, std::span<const T> theta_sent) {
-    for (size_t i = 0; i < theta.size(); i++) theta[i] = phi[i] + (theta[i] - theta_sent[i]);
+void rebase_onto_phi(std::span<T> theta, std::span<const T> phi, std::span<const T> start) {
+    for (size_t i = 0; i < theta.size(); i++) theta[i] = phi[i] + (theta[i] - start[i]);
 }
 
 }  // namespace starling

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "daemon/swarm/swarm_snapshot.h"
 #include "codec/codec.h"
+#include "engine/overlap.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
@@ -51,9 +52,6 @@ void SwarmConfig::validate() const {
             "swarm: method \"ddp\" averages gradients every step, which only the experiment "
             "simulates; a swarm runs noloco, diloco or local");
     if (!(round_seconds >= 0.0)) throw Error("swarm: [swarm].round_seconds must be at least 0");
-    if (overlap && method == OuterMethod::Local)
-        throw Error(
-            "swarm: [swarm].overlap needs an exchange to hide, and method \"local\" has none");
 }
 
 SwarmNode::SwarmNode(const SwarmConfig& config)
@@ -227,6 +225,13 @@ void SwarmNode::start_exchange(const SwarmRound& report) {
     const std::span<const float> theta = replica_->theta();
     theta_sent_.assign(theta.begin(), theta.end());
     prepare_messages();
+    // The next phase starts where this node's own values alone would step phi, and the
+    // exchange's step lands as a rebase from there (engine/overlap.h).
+    overlap_start_.resize(theta_sent_.size());
+    solo_momentum_.resize(theta_sent_.size());
+    solo_outer_start(config_, *replica_, theta_sent_, overlap_start_, solo_momentum_, scratch_a_,
+                     scratch_b_);
+    replica_->restart_from(overlap_start_);
     in_flight_.emplace();
     in_flight_->report = report;
     in_flight_->next = counters(round_ + 1);
@@ -254,8 +259,8 @@ SwarmRound SwarmNode::land() {
     SwarmRound report = std::move(flight.report);
     report.wait_seconds = seconds_since(start);
     report.overlap_steps = flight.steps_since;
-    // theta_sent + the steps since, moved onto the new phi: exactly phi when there were none.
-    replica_->rebase_onto_phi(theta_sent_);
+    // The steps since the start, moved onto the new phi: exactly phi when there were none.
+    replica_->rebase_onto_phi(overlap_start_);
     finish_round(report, flight.next, flight.next_data);
     return report;
 }

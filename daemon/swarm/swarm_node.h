@@ -18,8 +18,9 @@
 // Overlapped rounds (overlap = true, docs/overlap.md): at the end of round r's inner phase the
 // node copies theta to theta_sent and runs round r's partner, exchange and outer step on a thread
 // of its own, which touches phi, the outer momentum, the residual and D only, while the round
-// thread trains round r + 1 (theta, AdamW, the data). Between two inner steps the round thread
-// lands the finished exchange: theta = phi + (theta - theta_sent), the round advances and the
+// thread trains round r + 1 (theta, AdamW, the data) from `start`, where a solo outer step would
+// put phi (engine/overlap.h). Between two inner steps the round thread lands the finished
+// exchange: theta = phi + (theta - start), the round advances and the
 // snapshot of round r + 1's start (counters and data position from when its inner phase began)
 // is published. An exchange still running at the end of the next inner phase is waited for: the
 // only time training stops.
@@ -50,8 +51,10 @@ namespace starling {
 // schedule's length in inner steps, train.seed every node's initialisation, and data.node_id is
 // ignored (the data order follows the PeerNode's id).
 struct SwarmConfig : EngineConfig {
-    PeerConfig peer;       // its fingerprint is replaced by the model's
-    bool overlap = false;  // round r's exchange beside round r + 1's inner steps (noloco, diloco)
+    PeerConfig peer;  // its fingerprint is replaced by the model's
+    // Round r's exchange beside round r + 1's inner steps (noloco, diloco; local ignores it).
+    // starlingd's configs turn it on; off here, a library user's rounds stay one after the other.
+    bool overlap = false;
     // > 0: a time budget for each inner phase (docs/uneven.md): the steps that fit it at the
     // node's own step time (at least 1, at most 16 H; H in the first round), the learning rate of
     // H schedule steps spread over them. 0: H steps.
@@ -215,7 +218,9 @@ private:
     std::function<void(RoundPhase)> phase_listener_;
     std::function<void(const SwarmRound&)> round_listener_;
     std::unique_ptr<Evaluator> evaluator_;
-    std::vector<float> theta_sent_;
+    // Overlapped rounds: the theta the message in flight is made of, where the phase since started
+    // (the solo step's phi) and that step's momentum, which is dropped.
+    std::vector<float> theta_sent_, overlap_start_, solo_momentum_;
     double step_seconds_ = 0.0;          // the last whole inner phase's mean step time
     std::optional<InFlight> in_flight_;  // last: joined before what its thread uses goes
 };

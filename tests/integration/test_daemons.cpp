@@ -152,8 +152,11 @@ TEST_CASE("a swarm of starlingd processes trains, survives a crash, takes a newc
           "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
+    // b runs its rounds one after the other, so that it has an exchange phase to be stopped in
+    // (the end of this test); a and c overlap theirs, as configs/pico.toml says.
+    const Environment sequential{{"STARLING_SWARM_OVERLAP", "false"}};
     a.start();
-    b.start({a.peer_address()});
+    b.start({a.peer_address()}, sequential);
     c.start({a.peer_address()});
     std::vector<TestDaemon*> all{&a, &b, &c};
 
@@ -526,9 +529,8 @@ TEST_CASE(
     "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path());
-    const Environment overlap{{"STARLING_SWARM_OVERLAP", "true"}};
-    a.start({}, overlap);
-    b.start({a.peer_address()}, overlap);
+    a.start();  // configs/pico.toml overlaps rounds
+    b.start({a.peer_address()});
     for (TestDaemon* d : {&a, &b})
         eventually(d->name() + " lands 6 paired rounds", 60s, [&] {
             const auto rounds = logged_rounds(d->log());
@@ -550,7 +552,7 @@ TEST_CASE(
     // The drain landed the exchange in flight and saved the start of the round after it.
     CHECK(newest_checkpoint_round(a) == rounds.back().round + 1);
 
-    a.start({b.peer_address()}, overlap);
+    a.start({b.peer_address()});
     eventually("a resumes", 30s,
                [&] { return a.log().find("resumed from checkpoint") != std::string::npos; });
     std::smatch resumed;

@@ -335,9 +335,9 @@ TEST_CASE("outer steps refuse spans of different sizes") {
 TEST_CASE(
     "a delayed outer step rebased onto the new phi is the sequential step: exact with nothing in between") {
     const std::vector<float> phi = random_vector<float>(257, 1);
-    const std::vector<float> sent = random_vector<float>(257, 2);
-    std::vector<float> theta = sent;  // nothing trained since the message left
-    rebase_onto_phi<float>(theta, phi, sent);
+    const std::vector<float> start = random_vector<float>(257, 2);
+    std::vector<float> theta = start;  // nothing trained since the phase started
+    rebase_onto_phi<float>(theta, phi, start);
     CHECK(theta == phi);  // bit for bit
 }
 
@@ -345,8 +345,10 @@ TEST_CASE(
     "overlapped NoLoCo rounds equal sequential ones in double when inner updates do not depend on the start") {
     // Two members, heavy-ball NoLoCo with pull (Eq. 2 in the code's sign), written out in double.
     // Each round's inner phase adds a fixed vector to theta, split into the part trained before
-    // the delayed outer step lands and the part after it: such updates commute with the rebase,
-    // so the overlapped schedule must reproduce the sequential one up to rounding.
+    // the delayed outer step lands and the part after it. The overlapped members train from where
+    // their solo step would put phi (engine/overlap.h) and rebase from there: such updates commute
+    // with the rebase, so the overlapped schedule must reproduce the sequential one up to
+    // rounding, wherever the phase started.
     constexpr size_t n = 64;
     constexpr int rounds = 6;
     constexpr double alpha = 0.5, beta = 0.7, gamma = 0.7;
@@ -377,7 +379,7 @@ TEST_CASE(
     for (int i = 0; i < 2; i++) {
         sequential[i] = overlapped[i] = {start[i], std::vector<double>(n, 0.0), start[i]};
     }
-    std::vector<std::vector<double>> sent(2);
+    std::vector<std::vector<double>> solo_start(2, std::vector<double>(n));
     for (int r = 0; r < rounds; r++) {
         for (int i = 0; i < 2; i++) {
             Member& s = sequential[i];
@@ -385,14 +387,18 @@ TEST_CASE(
             add(s.theta, early[r * 2 + i]);
             add(s.theta, late[r * 2 + i]);
             Member& o = overlapped[i];
-            add(o.theta,
-                early[r * 2 + i]);  // on from what was sent, the outer step still in flight
-            if (r > 0) rebase_onto_phi<double>(o.theta, o.phi, sent[i]);
+            add(o.theta, early[r * 2 + i]);  // on from the solo start, the outer step in flight
+            if (r > 0) rebase_onto_phi<double>(o.theta, o.phi, solo_start[i]);
             add(o.theta, late[r * 2 + i]);
         }
         outer_round(sequential);
-        outer_round(overlapped);
-        for (int i = 0; i < 2; i++) sent[i] = overlapped[i].theta;
+        for (int i = 0; i < 2; i++) {
+            const Member& o = overlapped[i];
+            for (size_t j = 0; j < n; j++)
+                solo_start[i][j] = o.phi[j] + alpha * o.delta[j] + beta * (o.theta[j] - o.phi[j]);
+        }
+        outer_round(overlapped);  // of the thetas sent
+        for (int i = 0; i < 2; i++) overlapped[i].theta = solo_start[i];
     }
     for (int i = 0; i < 2; i++) {
         CHECK(max_rel_diff(overlapped[i].phi, sequential[i].phi) < 1e-12);

@@ -164,14 +164,10 @@ TEST_CASE("node config errors name the key", "[node_config]") {
         const EditedPico f("method = \"noloco\"", "method = \"diloco\"");
         CHECK(f.load().swarm.method == OuterMethod::DiLoCo);
     }
-    SECTION("overlap is read, and refused with method local") {
-        const EditedPico f("overlap = false", "overlap = true");
-        CHECK(f.load().swarm.overlap);
-        // pico.toml's method, followed by its comment, then H and overlap.
-        const EditedPico local("method = \"noloco\"       #", "method = \"local\" #");
-        NodeConfig c = local.load();
-        c.swarm.overlap = true;
-        CHECK_THROWS_WITH(c.validate(), Contains("overlap") && Contains("\"local\" has none"));
+    SECTION("overlap is on in the shipped config and can be turned off") {
+        CHECK(load_node_config(kConfigs / "pico.toml").swarm.overlap);
+        const EditedPico f("overlap = true ", "overlap = false ");
+        CHECK_FALSE(f.load().swarm.overlap);
     }
     SECTION("round_seconds is read, and a negative one refused") {
         const EditedPico f("round_seconds = 0 ", "round_seconds = 2.5 ");

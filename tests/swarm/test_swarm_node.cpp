@@ -540,8 +540,8 @@ void reference_noloco_step(const SwarmConfig& config, ReferenceReplica& ref,
 }  // namespace
 
 TEST_CASE(
-    "swarm: overlapped rounds land each outer step on the theta sent and rebase the steps since, "
-    "as a replica computes alone") {
+    "swarm: overlapped rounds train from the solo step, land the outer step of the thetas sent and "
+    "rebase the steps since, as a replica computes alone") {
     SwarmConfig config = pico_swarm(3, codec::Codec::F32);
     config.overlap = true;
     auto nodes = start_swarm(2, config);
@@ -577,21 +577,32 @@ TEST_CASE(
     std::vector<std::optional<SwarmRound>> last(2);
     on_threads(2, [&](size_t i) { last[i] = nodes[i]->land_exchange(); });
 
-    // The reference: round 0 alone, the step on both thetas as sent...
-    std::vector<std::vector<float>> sent0, sent1;
+    // The reference: round 0 alone; each replica's solo step from its own theta (fused NoLoCo
+    // alone: delta = alpha delta + beta (theta - phi), on copies), and the step on both thetas.
+    std::vector<std::vector<float>> sent0, sent1, start(2);
     std::vector<LoaderState> round1_start;
     for (auto& ref : refs) {
         ref->replica->inner_phase(h, ref->schedule);
         sent0.push_back(copy_of(ref->replica->theta()));
         round1_start.push_back(ref->replica->data().state());
     }
-    for (size_t i = 0; i < 2; i++)
-        reference_noloco_step(config, *refs[i], *refs[1 - i], sent0[i], sent0[1 - i]);
-    // ...tau steps of round 1 from theta_sent, moved onto phi_1, and the rest of the phase.
     for (size_t i = 0; i < 2; i++) {
         Replica& ref = *refs[i]->replica;
+        start[i].resize(ref.size());
+        for (size_t k = 0; k < ref.size(); k++) {
+            const float delta = config.outer.momentum * ref.momentum()[k] +
+                                config.outer.lr * (sent0[i][k] - ref.phi()[k]);
+            start[i][k] = ref.phi()[k] + delta;
+        }
+    }
+    for (size_t i = 0; i < 2; i++)
+        reference_noloco_step(config, *refs[i], *refs[1 - i], sent0[i], sent0[1 - i]);
+    // ...tau steps of round 1 from the solo step's phi, moved onto phi_1, and the rest.
+    for (size_t i = 0; i < 2; i++) {
+        Replica& ref = *refs[i]->replica;
+        ref.restart_from(start[i]);
         if (tau[i] > 0) ref.inner_phase(tau[i], refs[i]->schedule);
-        ref.rebase_onto_phi(sent0[i]);
+        ref.rebase_onto_phi(start[i]);
         if (tau[i] < h) ref.inner_phase(h - tau[i], refs[i]->schedule);
         sent1.push_back(copy_of(ref.theta()));
     }
