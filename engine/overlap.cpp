@@ -7,8 +7,8 @@
 namespace starling {
 
 void solo_outer_start(const EngineConfig& config, Replica& replica, std::span<const float> theta,
-                      std::span<float> start, std::span<float> momentum,
-                      std::span<float> scratch_a, std::span<float> scratch_b) {
+                      std::span<float> start, std::span<float> momentum, std::span<float> scratch_a,
+                      std::span<float> scratch_b) {
     std::copy(replica.phi().begin(), replica.phi().end(), start.begin());
     std::copy(replica.momentum().begin(), replica.momentum().end(), momentum.begin());
     if (config.method == OuterMethod::DiLoCo) {
@@ -17,8 +17,9 @@ void solo_outer_start(const EngineConfig& config, Replica& replica, std::span<co
         return;
     }
     const bool split = config.exchange.mode == MessageMode::Split;
-    const MemberValues own{replica.node_id(), split ? replica.displacement() : theta,
-                           split ? std::span<const float>(replica.phi()) : std::span<const float>()};
+    const MemberValues own{
+        replica.node_id(), split ? replica.displacement() : theta,
+        split ? std::span<const float>(replica.phi()) : std::span<const float>()};
     PartnerChecks unused;  // consulted for partners' messages only
     noloco_outer_step(config.outer, config.exchange.mode, own, {}, unused, start, momentum,
                       scratch_a, scratch_b);

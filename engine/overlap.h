@@ -17,7 +17,7 @@ namespace starling {
 // current), momentum = its outer momentum stepped alike. The replica is unchanged. Every span
 // holds replica.size() floats.
 void solo_outer_start(const EngineConfig& config, Replica& replica, std::span<const float> theta,
-                      std::span<float> start, std::span<float> momentum,
-                      std::span<float> scratch_a, std::span<float> scratch_b);
+                      std::span<float> start, std::span<float> momentum, std::span<float> scratch_a,
+                      std::span<float> scratch_b);
 
 }  // namespace starling

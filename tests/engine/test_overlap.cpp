@@ -45,12 +45,11 @@ TEST_CASE("the overlapped start is each method's solo outer step, on copies") {
                              delta = copy_of(replica.momentum());
     const size_t n = replica.size();
 
-    for (const Case& c : {Case{"fused noloco", OuterMethod::NoLoCo, MessageMode::Fused,
-                               MomentumForm::HeavyBall},
-                          Case{"split noloco", OuterMethod::NoLoCo, MessageMode::Split,
-                               MomentumForm::HeavyBall},
-                          Case{"diloco, nesterov", OuterMethod::DiLoCo, MessageMode::Fused,
-                               MomentumForm::Nesterov}}) {
+    for (const Case& c :
+         {Case{"fused noloco", OuterMethod::NoLoCo, MessageMode::Fused, MomentumForm::HeavyBall},
+          Case{"split noloco", OuterMethod::NoLoCo, MessageMode::Split, MomentumForm::HeavyBall},
+          Case{"diloco, nesterov", OuterMethod::DiLoCo, MessageMode::Fused,
+               MomentumForm::Nesterov}}) {
         INFO(c.name);
         config.method = c.method;
         config.exchange.mode = c.mode;
@@ -63,10 +62,10 @@ TEST_CASE("the overlapped start is each method's solo outer step, on copies") {
         for (size_t i = 0; i < n; i++) {
             const double d = double(theta[i]) - double(phi[i]);
             const double next = config.outer.momentum * double(delta[i]) + config.outer.lr * d;
-            const double want = c.form == MomentumForm::HeavyBall
-                                    ? double(phi[i]) + next
-                                    : double(phi[i]) + config.outer.lr * d +
-                                          config.outer.momentum * next;
+            const double want =
+                c.form == MomentumForm::HeavyBall
+                    ? double(phi[i]) + next
+                    : double(phi[i]) + config.outer.lr * d + config.outer.momentum * next;
             worst = std::max(worst, std::abs(double(start[i]) - want));
             worst = std::max(worst, std::abs(double(solo_momentum[i]) - next));
         }

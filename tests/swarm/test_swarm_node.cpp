@@ -109,6 +109,39 @@ std::vector<std::unique_ptr<ReferenceReplica>> references_of(
     return refs;
 }
 
+// NoLoCo's fused step on a reference replica, with both nodes' thetas as sent and each side
+// weighed by its weight (the tokens it trained; equal weights: the plain mean).
+void reference_noloco_step(const SwarmConfig& config, ReferenceReplica& ref,
+                           const ReferenceReplica& partner, std::span<const float> own_sent,
+                           std::span<const float> partner_sent, double own_weight = 1.0,
+                           double partner_weight = 1.0) {
+    const size_t n = ref.replica->size();
+    std::vector<float> scratch_a(n), scratch_b(n);
+    PartnerChecks checks;
+    MemberValues own{ref.replica->node_id(), own_sent, {}};
+    MemberValues theirs{partner.replica->node_id(), partner_sent, {}};
+    own.weight = own_weight;
+    theirs.weight = partner_weight;
+    REQUIRE(noloco_outer_step(config.outer, MessageMode::Fused, own, {&theirs, 1}, checks,
+                              ref.replica->phi(), ref.replica->momentum(), scratch_a, scratch_b)
+                .members == 2);
+}
+
+// Each reference replica's inner phase, alone: theta, phi and the outer momentum at its end.
+struct PhaseEnds {
+    std::vector<std::vector<float>> thetas, phis, momenta;
+};
+PhaseEnds inner_phases_alone(std::vector<std::unique_ptr<ReferenceReplica>>& refs, int steps) {
+    PhaseEnds ends;
+    for (auto& ref : refs) {
+        ref->replica->inner_phase(steps, ref->schedule);
+        ends.thetas.push_back(copy_of(ref->replica->theta()));
+        ends.phis.push_back(copy_of(ref->replica->phi()));
+        ends.momenta.push_back(copy_of(ref->replica->momentum()));
+    }
+    return ends;
+}
+
 // One round on both nodes of a pair, which must have paired with each other.
 std::vector<std::vector<SwarmRound>> run_paired_round(
     std::vector<std::unique_ptr<SwarmNode>>& nodes) {
@@ -176,26 +209,13 @@ TEST_CASE(
         INFO("round " << round);
         run_paired_round(nodes);
         // The same inner phases, alone: theta of each node.
-        std::vector<std::vector<float>> thetas, phis, momenta;
-        for (auto& ref : refs) {
-            ref->replica->inner_phase(config.inner_steps, ref->schedule);
-            thetas.push_back(copy_of(ref->replica->theta()));
-            phis.push_back(copy_of(ref->replica->phi()));
-            momenta.push_back(copy_of(ref->replica->momentum()));
-        }
+        const auto [thetas, phis, momenta] = inner_phases_alone(refs, config.inner_steps);
         for (size_t i = 0; i < 2; i++) {
             Replica& node = nodes[i]->replica();
             // Bit for bit, by the optimizer's NoLoCo step on copies, as the experiment steps.
             Replica& ref = *refs[i]->replica;
             const size_t n = ref.size();
-            std::vector<float> scratch_a(n), scratch_b(n);
-            PartnerChecks checks;
-            const MemberValues own{ref.node_id(), thetas[i], {}};
-            const MemberValues partner{refs[1 - i]->replica->node_id(), thetas[1 - i], {}};
-            const NoLoCoStep step =
-                noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
-                                  ref.phi(), ref.momentum(), scratch_a, scratch_b);
-            REQUIRE(step.members == 2);
+            reference_noloco_step(config, *refs[i], *refs[1 - i], thetas[i], thetas[1 - i]);
             ref.restart_from_phi();
             CHECK(same_bits(node.phi(), ref.phi()));
             CHECK(same_bits(node.momentum(), ref.momentum()));
@@ -521,24 +541,6 @@ TEST_CASE(
                      held_bytes.end()));
 }
 
-namespace {
-
-// NoLoCo's fused step on a reference replica with both nodes' thetas as sent.
-void reference_noloco_step(const SwarmConfig& config, ReferenceReplica& ref,
-                           const ReferenceReplica& partner, std::span<const float> own_sent,
-                           std::span<const float> partner_sent) {
-    const size_t n = ref.replica->size();
-    std::vector<float> scratch_a(n), scratch_b(n);
-    PartnerChecks checks;
-    const MemberValues own{ref.replica->node_id(), own_sent, {}};
-    const MemberValues theirs{partner.replica->node_id(), partner_sent, {}};
-    REQUIRE(noloco_outer_step(config.outer, MessageMode::Fused, own, {&theirs, 1}, checks,
-                              ref.replica->phi(), ref.replica->momentum(), scratch_a, scratch_b)
-                .members == 2);
-}
-
-}  // namespace
-
 TEST_CASE(
     "swarm: overlapped rounds train from the solo step, land the outer step of the thetas sent and "
     "rebase the steps since, as a replica computes alone") {
@@ -624,10 +626,10 @@ TEST_CASE(
         // Nothing trained since round 1's exchange started: theta is phi_2 bit for bit.
         CHECK(same_bits(nodes[i]->replica().theta(), ref.phi()));
         // The round start a checkpoint holds: round 2 with the position at its start.
-        const RoundStart& start = nodes[i]->round_start();
-        CHECK(start.snapshot->round() == 2);
-        CHECK(start.data == nodes[i]->replica().data().state());
-        CHECK_FALSE(start.data == round1_start[i]);
+        const RoundStart& saved = nodes[i]->round_start();
+        CHECK(saved.snapshot->round() == 2);
+        CHECK(saved.data == nodes[i]->replica().data().state());
+        CHECK_FALSE(saved.data == round1_start[i]);
     }
     CHECK_FALSE(nodes[0]->land_exchange());  // none in flight
 }
@@ -696,25 +698,12 @@ TEST_CASE(
     std::vector<std::unique_ptr<ReferenceReplica>> refs;
     refs.push_back(std::make_unique<ReferenceReplica>(config, nodes[0]->node_id()));
     refs.push_back(std::make_unique<ReferenceReplica>(small, nodes[1]->node_id()));
-    std::vector<std::vector<float>> thetas, phis, momenta;
-    for (auto& ref : refs) {
-        ref->replica->inner_phase(config.inner_steps, ref->schedule);
-        thetas.push_back(copy_of(ref->replica->theta()));
-        phis.push_back(copy_of(ref->replica->phi()));
-        momenta.push_back(copy_of(ref->replica->momentum()));
-    }
+    const auto [thetas, phis, momenta] = inner_phases_alone(refs, config.inner_steps);
     for (size_t i = 0; i < 2; i++) {
         Replica& ref = *refs[i]->replica;
         const size_t n = ref.size();
-        std::vector<float> scratch_a(n), scratch_b(n);
-        PartnerChecks checks;
-        MemberValues own{ref.node_id(), thetas[i], {}};
-        MemberValues partner{refs[1 - i]->replica->node_id(), thetas[1 - i], {}};
-        own.weight = static_cast<double>(tokens[i]);
-        partner.weight = static_cast<double>(tokens[1 - i]);
-        REQUIRE(noloco_outer_step(config.outer, MessageMode::Fused, own, {&partner, 1}, checks,
-                                  ref.phi(), ref.momentum(), scratch_a, scratch_b)
-                    .members == 2);
+        reference_noloco_step(config, *refs[i], *refs[1 - i], thetas[i], thetas[1 - i],
+                              static_cast<double>(tokens[i]), static_cast<double>(tokens[1 - i]));
         CHECK(same_bits(nodes[i]->replica().phi(), ref.phi()));
         // In double: delta = alpha delta + beta (2/3 theta_0 + 1/3 theta_1 - phi).
         double worst = 0.0;
