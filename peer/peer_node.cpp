@@ -248,7 +248,8 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
                                                                     : config_.data_dir / "tls")
                : nullptr),
       channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
-      snapshots_(config_.snapshots_kept),
+      // A chunk call may take up to state_sync_timeout_max: the lease outlasts the slowest one.
+      snapshots_(config_.snapshots_kept, config_.state_sync_timeout_max),
       rng_(random_u64()) {}
 
 PeerNode::~PeerNode() { stop(false); }

@@ -70,7 +70,8 @@ struct PeerConfig {
     uint64_t max_round_gap = 1;  // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
-    size_t snapshots_kept = 2;               // so a joiner's fetch survives the next publish
+    size_t snapshots_kept =
+        2;  // so a joiner's fetch survives the next publish (and see SnapshotStore)
     RateLimit rate_limit;
 };
 

@@ -102,21 +102,57 @@ std::span<const std::byte> Snapshot::chunk(uint32_t index) const {
 
 void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
     std::lock_guard lock(mutex_);
-    snapshots_.push_back(std::move(snapshot));
-    while (snapshots_.size() > keep_) snapshots_.pop_front();
+    snapshots_.push_back({std::move(snapshot), {}});
+    if (snapshots_.size() <= keep_) return;
+    // Past the newest `keep`: the leased ones stay, newest first, up to max_leased.
+    const auto now = Clock::now();
+    size_t leased = 0;
+    for (size_t i = snapshots_.size() - keep_; i-- > 0;) {
+        if (snapshots_[i].leased_until > now && leased < max_leased_) {
+            leased++;
+            continue;
+        }
+        snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
     std::lock_guard lock(mutex_);
-    return snapshots_.empty() ? nullptr : snapshots_.back();
+    return snapshots_.empty() ? nullptr : snapshots_.back().snapshot;
+}
+
+const SnapshotStore::Held* SnapshotStore::find_locked(std::span<const unsigned char> id) const {
+    for (const Held& held : snapshots_) {
+        const Hash256& own = held.snapshot->manifest().id;
+        if (std::equal(id.begin(), id.end(), own.begin(), own.end())) return &held;
+    }
+    return nullptr;
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned char> id) const {
     std::lock_guard lock(mutex_);
-    for (const auto& s : snapshots_)
-        if (std::equal(id.begin(), id.end(), s->manifest().id.begin(), s->manifest().id.end()))
-            return s;
-    return nullptr;
+    const Held* held = find_locked(id);
+    return held ? held->snapshot : nullptr;
+}
+
+std::shared_ptr<const Snapshot> SnapshotStore::lease_latest() {
+    std::lock_guard lock(mutex_);
+    if (snapshots_.empty()) return nullptr;
+    snapshots_.back().leased_until = Clock::now() + lease_;
+    return snapshots_.back().snapshot;
+}
+
+std::shared_ptr<const Snapshot> SnapshotStore::lease(std::span<const unsigned char> id) {
+    std::lock_guard lock(mutex_);
+    const Held* held = find_locked(id);
+    if (!held) return nullptr;
+    held->leased_until = Clock::now() + lease_;
+    return held->snapshot;
+}
+
+size_t SnapshotStore::size() const {
+    std::lock_guard lock(mutex_);
+    return snapshots_.size();
 }
 
 void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out) {
@@ -129,8 +165,7 @@ void to_proto(const SnapshotManifestInfo& manifest, v1::SnapshotManifest* out) {
     out->set_metadata(manifest.metadata);
 }
 
-StateSyncService::StateSyncService(const SnapshotStore& store, SwarmAuth& auth,
-                                   int max_concurrent_chunks)
+StateSyncService::StateSyncService(SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks)
     : store_(store), auth_(auth), max_concurrent_chunks_(max_concurrent_chunks) {}
 
 grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context,
@@ -138,7 +173,7 @@ grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context,
                                            v1::SnapshotManifest* response) {
     uint64_t caller = 0;
     if (auto status = auth_.verify(*context, "GetManifest", &caller); !status.ok()) return status;
-    const auto snapshot = store_.latest();
+    const auto snapshot = store_.lease_latest();
     if (!snapshot) return {grpc::StatusCode::UNAVAILABLE, "this node has no snapshot to offer yet"};
     to_proto(snapshot->manifest(), response);
     return grpc::Status::OK;
@@ -150,8 +185,8 @@ grpc::Status StateSyncService::FetchChunk(grpc::ServerContext* context,
     uint64_t caller = 0;
     if (auto status = auth_.verify(*context, "FetchChunk", &caller); !status.ok()) return status;
     const auto snapshot =
-        store_.find({reinterpret_cast<const unsigned char*>(request->snapshot_id().data()),
-                     request->snapshot_id().size()});
+        store_.lease({reinterpret_cast<const unsigned char*>(request->snapshot_id().data()),
+                      request->snapshot_id().size()});
     if (!snapshot)
         return {grpc::StatusCode::NOT_FOUND, "snapshot no longer held; ask for the manifest again"};
     if (request->index() >= snapshot->manifest().chunk_count())

@@ -76,25 +76,44 @@ private:
 };
 
 // The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next
-// publish.
+// publish. A snapshot a fetch is still reading (a manifest or chunk served within `lease`) outlives
+// those: a copy over a slow link takes many rounds, and losing its snapshot midway would start it
+// over. At most `max_leased` such older snapshots are held (each is a full copy of the state); the
+// most recently leased go first.
 class SnapshotStore {
 public:
-    explicit SnapshotStore(size_t keep = 2) : keep_(keep) {}
+    using Clock = std::chrono::steady_clock;
+    explicit SnapshotStore(size_t keep = 2, Clock::duration lease = std::chrono::seconds(120),
+                           size_t max_leased = 1)
+        : keep_(keep), lease_(lease), max_leased_(max_leased) {}
     void publish(std::shared_ptr<const Snapshot> snapshot);
     std::shared_ptr<const Snapshot> latest() const;
     std::shared_ptr<const Snapshot> find(std::span<const unsigned char> id) const;
+    // latest() and find() for a fetch: the snapshot found is leased from now.
+    std::shared_ptr<const Snapshot> lease_latest();
+    std::shared_ptr<const Snapshot> lease(std::span<const unsigned char> id);
+    size_t size() const;
 
 private:
+    struct Held {
+        std::shared_ptr<const Snapshot> snapshot;
+        // Bookkeeping under mutex_, which lease() renews through find_locked().
+        mutable Clock::time_point leased_until{};
+    };
+    const Held* find_locked(std::span<const unsigned char> id) const;
+
     size_t keep_;
+    Clock::duration lease_;
+    size_t max_leased_;
     mutable std::mutex mutex_;
-    std::deque<std::shared_ptr<const Snapshot>> snapshots_;  // newest last
+    std::deque<Held> snapshots_;  // newest last
 };
 
 class StateSyncService final : public v1::StateSync::Service {
 public:
     // max_concurrent_chunks: chunks served at once; more get RESOURCE_EXHAUSTED so one joiner
     // (or many) cannot starve the donor's training.
-    StateSyncService(const SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks = 4);
+    StateSyncService(SnapshotStore& store, SwarmAuth& auth, int max_concurrent_chunks = 4);
 
     grpc::Status GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest* request,
                              v1::SnapshotManifest* response) override;
@@ -102,7 +121,7 @@ public:
                             v1::SnapshotChunk* response) override;
 
 private:
-    const SnapshotStore& store_;
+    SnapshotStore& store_;
     SwarmAuth& auth_;
     int max_concurrent_chunks_;
     std::atomic<int> serving_{0};

@@ -42,7 +42,9 @@ struct Donor {
     std::unique_ptr<grpc::Server> server;
     std::string address;
 
-    explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr) : store(keep) {
+    explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr,
+                   SnapshotStore::Clock::duration lease = 120s)
+        : store(keep, lease) {
         service = custom ? std::move(custom) : std::make_unique<StateSyncService>(store, auth);
         int port = 0;
         grpc::ServerBuilder builder;
@@ -214,11 +216,12 @@ TEST_CASE(
     REQUIRE(result.chunks_per_donor.at(older.address) <= 41 - std::min<uint32_t>(from_newest, 30));
 }
 
-TEST_CASE("a donor that moves on to a newer snapshot mid-fetch is asked again, not dropped") {
+TEST_CASE("a donor that no longer holds the snapshot mid-fetch is asked again, not dropped") {
     const auto first = random_bytes(kTotal, 5);
     auto second = first;
     second[kTotal - 1] ^= std::byte{1};  // only the last chunk changes
-    Donor a(1), b(1);
+    // Leases of 0: the donors keep their newest snapshot only, as when a lease has run out.
+    Donor a(1, nullptr, 0s), b(1, nullptr, 0s);
     a.store.publish(snapshot_of(first, 1));
     b.store.publish(snapshot_of(first, 1));
     Joiner joiner;
@@ -232,6 +235,61 @@ TEST_CASE("a donor that moves on to a newer snapshot mid-fetch is asked again, n
     const FetchResult result = joiner.fetch({a.address, b.address}, options);
     REQUIRE(joiner.state == second);
     REQUIRE(result.manifest.round == 2);
+}
+
+TEST_CASE(
+    "a snapshot a fetch is reading outlives the newest ones it kept, one at most, while leased") {
+    std::vector<std::shared_ptr<const Snapshot>> published;
+    for (uint64_t round = 1; round <= 5; round++)
+        published.push_back(snapshot_of(random_bytes(kTotal, 100 + round), round));
+    auto id = [&](int i) { return std::span<const unsigned char>(published[i]->manifest().id); };
+
+    SnapshotStore store(2, 60s, 1);
+    store.publish(published[0]);
+    store.publish(published[1]);
+    REQUIRE(store.lease(id(0)) == published[0]);
+    REQUIRE(store.lease_latest() == published[1]);
+    store.publish(published[2]);
+    store.publish(published[3]);
+    store.publish(published[4]);
+    // The newest two, and of the leased older ones the most recent: round 2.
+    CHECK(store.size() == 3);
+    CHECK(store.find(id(1)) == published[1]);
+    CHECK(store.find(id(0)) == nullptr);
+    CHECK(store.find(id(2)) == nullptr);
+    CHECK(store.latest() == published[4]);
+
+    SnapshotStore expiring(2, 0s, 1);  // a lease of 0 has run out by the next publish
+    expiring.publish(published[0]);
+    REQUIRE(expiring.lease(id(0)) == published[0]);
+    expiring.publish(published[1]);
+    expiring.publish(published[2]);
+    CHECK(expiring.size() == 2);
+    CHECK(expiring.find(id(0)) == nullptr);
+    CHECK(expiring.lease(id(0)) == nullptr);  // nothing to lease once gone
+}
+
+TEST_CASE("a slow copy finishes from its one donor though the donor publishes past its keep") {
+    const auto first = random_bytes(kTotal, 12);
+    Donor donor(2);
+    donor.store.publish(snapshot_of(first, 1));
+    Joiner joiner;
+    FetchOptions options;
+    std::mutex mutex;  // progress comes from the fetching threads
+    uint64_t round = 1;
+    // Three rounds pass during the copy: without the lease the snapshot is gone after the second.
+    options.progress = [&](uint32_t done, uint32_t) {
+        std::lock_guard lock(mutex);
+        if (round < 4 && done >= 8 * round) {
+            round++;
+            donor.store.publish(snapshot_of(random_bytes(kTotal, 20 + round), round));
+        }
+    };
+    const FetchResult result = joiner.fetch({donor.address}, options);
+    CHECK(round == 4);
+    CHECK(result.manifest.round == 1);
+    CHECK(joiner.state == first);
+    CHECK(result.chunks_per_donor.at(donor.address) == result.manifest.chunk_count());
 }
 
 TEST_CASE("a donor serving corrupt chunks is dropped and the honest one finishes") {
