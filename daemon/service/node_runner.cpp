@@ -143,16 +143,19 @@ void NodeRunner::join_at_start() {
         copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
 }
 
-void NodeRunner::catch_up_if_behind() {
-    std::vector<Member> others = compatible_others();
-    if (others.empty()) return;
+std::optional<uint64_t> NodeRunner::swarm_median_round() const {
     std::vector<uint64_t> rounds;
-    for (const Member& m : others) rounds.push_back(m.round);
+    for (const Member& m : compatible_others()) rounds.push_back(m.round);
+    if (rounds.empty()) return std::nullopt;
     std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
-    const uint64_t median = rounds[rounds.size() / 2];
-    if (median <= node_->round() + config_.swarm.peer.max_round_gap) return;
+    return rounds[rounds.size() / 2];
+}
+
+void NodeRunner::catch_up_if_behind() {
+    const std::optional<uint64_t> median = swarm_median_round();
+    if (!median || *median <= node_->round() + config_.swarm.peer.max_round_gap) return;
     copy_state_from_swarm(
-        fmt::format("round {} is behind the swarm's median round {}", node_->round(), median));
+        fmt::format("round {} is behind the swarm's median round {}", node_->round(), *median));
 }
 
 void NodeRunner::copy_state_from_swarm(const std::string& why) {
@@ -165,12 +168,22 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
             config_.swarm.peer.state_sync_timeout_max + std::chrono::seconds(10);
         watch_.mark(chunk_allowance);
         node_->join_from_swarm([this, chunk_allowance] { watch_.mark(chunk_allowance); });
-        state_->set_position(node_->round(), node_->inner_step());
     } catch (const Error& e) {
         node_->peer().count_failure(FailureReason::StateSync);
         spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(),
                      e.what());
+        return;
     }
+    const uint64_t gap = config_.swarm.peer.max_round_gap;
+    if (const auto median = swarm_median_round(); median && *median > node_->round() + gap) {
+        spdlog::info(
+            "the copy landed at round {}, behind the swarm's median round {} by more than "
+            "max_round_gap {}: the link is too slow to copy the state within {} round(s), so the "
+            "node goes on from round {} with the state it copied",
+            node_->round(), *median, gap, gap, *median);
+        node_->skip_to_round(*median);
+    }
+    state_->set_position(node_->round(), node_->inner_step());
 }
 
 void NodeRunner::pace() {

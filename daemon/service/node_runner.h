@@ -4,7 +4,9 @@
 //   (a snapshot: phi, outer momentum, AdamW state, counters) unless the swarm is at round 0.
 // - catch up: when the median round of the compatible members is more than max_round_gap ahead,
 //   the node can never pair again, so it adopts a snapshot from the swarm (a late joiner, a node
-//   restarted from an old checkpoint, one added with `starling join`).
+//   restarted from an old checkpoint, one added with `starling join`). A copy that lands still
+//   more than max_round_gap behind (a link too slow to copy the state within that many rounds)
+//   takes the swarm's median round for the state it copied, rather than copying forever.
 // - pace: when this node is ahead of every compatible member by more than max_round_gap, it waits
 //   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone.
 // - checkpoint once checkpoint_every rounds have passed since the last checkpoint (a failed one is
@@ -68,6 +70,8 @@ private:
     // swarm is still at round 0 (whose weights this node has too).
     void join_at_start();
     void catch_up_if_behind();
+    // The median round of the compatible members other than this node; none when there are none.
+    std::optional<uint64_t> swarm_median_round() const;
     void copy_state_from_swarm(const std::string& why);
     void pace();
     void after_round(const SwarmRound& round);

@@ -121,6 +121,16 @@ FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
     return fetched;
 }
 
+void SwarmNode::skip_to_round(uint64_t round) {
+    land_exchange();
+    if (round <= round_) return;
+    const int64_t skipped = static_cast<int64_t>(round - round_) * config_.inner_steps;
+    replica_->set_inner_step(std::min(replica_->inner_step() + skipped, config_.train.steps));
+    round_ = round;
+    peer_->set_round(round_);
+    publish_snapshot();
+}
+
 void SwarmNode::resume(std::span<const std::byte> snapshot, const LoaderState& data) {
     const LoaderState before = replica_->data().state();
     replica_->data().restore(data);
@@ -274,6 +284,7 @@ void SwarmNode::log_round(const SwarmRound& r) const {
             : "";
     switch (config_.method) {
         case OuterMethod::Local: spdlog::info("{} | local", head); return;
+        case OuterMethod::Ddp: return;  // SwarmConfig::validate refuses it
         case OuterMethod::DiLoCo:
             spdlog::info("{} | quorum {} | sent {} B, received {} B | gather {:.3f} s{}{}", head,
                          r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds, landed,

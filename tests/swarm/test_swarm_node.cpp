@@ -525,6 +525,39 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "swarm: skipping to the swarm's round keeps the state, moves the schedule on and publishes it") {
+    SwarmNode node(pico_swarm(6));
+    node.run_round();
+    REQUIRE(node.round() == 1);
+    const std::vector<float> phi(node.replica().phi().begin(), node.replica().phi().end());
+    const uint64_t adamw_steps = static_cast<uint64_t>(node.replica().adamw_steps());
+
+    node.skip_to_round(4);
+    CHECK(node.round() == 4);
+    CHECK(node.inner_step() == 4 * kInnerSteps);
+    CHECK(same_bits(node.replica().phi(), phi));
+    CHECK(same_bits(node.replica().theta(), phi));
+    // What a joiner or a checkpoint now gets: the same state, under round 4's counters.
+    const auto published = node.peer().snapshots().latest();
+    CHECK(published == node.round_start().snapshot);
+    std::vector<float> got_phi(phi.size()), momentum(phi.size()), m(phi.size()), v(phi.size());
+    const SwarmCounters counters =
+        unpack_swarm_snapshot(published->bytes(), {got_phi, momentum, m, v});
+    CHECK(counters.round == 4);
+    CHECK(counters.inner_step == 4 * kInnerSteps);
+    CHECK(counters.adamw_steps == adamw_steps);
+    CHECK(same_bits(got_phi, phi));
+
+    node.skip_to_round(3);  // behind: nothing changes
+    CHECK(node.round() == 4);
+    CHECK(node.peer().snapshots().latest() == published);
+    node.skip_to_round(40);  // past the schedule: its end, no further
+    CHECK(node.round() == 40);
+    CHECK(node.inner_step() == 6 * kInnerSteps);
+    CHECK(node.schedule_done());
+}
+
+TEST_CASE(
     "swarm: a published snapshot a joiner still holds is never refilled, and each round's matches the state") {
     SwarmNode node(pico_swarm(20));
     // A joiner in the middle of a fetch holds the round's snapshot.
