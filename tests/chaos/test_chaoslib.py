@@ -41,6 +41,27 @@ class LogTest(unittest.TestCase):
         self.assertEqual(len(lg.errors), 1)
         self.assertAlmostEqual(lg.rounds[1].wall - lg.rounds[0].wall, 7.391, places=3)
 
+    def test_round_shares_away_from_churn(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "n.log"
+            path.write_text(LOG)
+            lg = logs.parse(path)
+
+        class Inst:
+            label = "n0#0"
+            stops = []
+        swarm_rounds = lg.rounds[:3]  # ended at +0, +7.4 and +17.7 s; the local round is no swarm's
+        first = swarm_rounds[0].wall
+        # Churn 1 s before the second round ended: with a 5 s window only the first and third are calm.
+        shares = report.round_shares([(Inst(), lg)], [first + 6.4], 5.0)
+        self.assertEqual((shares["rounds"], shares["paired"], shares["solo_no_partner"]), (3, 1, 1))
+        calm = shares["away_from_churn"]
+        self.assertEqual((calm["rounds"], calm["paired"], calm["solo_no_partner"], calm["solo_exchange_failed"]),
+                         (2, 0, 1, 1))
+        self.assertEqual(calm["paired_pct"], 0.0)
+        # A window of 0: no round is counted calm.
+        self.assertEqual(report.round_shares([(Inst(), lg)], [], 0.0)["away_from_churn"]["rounds"], 0)
+
     def test_solo_reason_kind(self):
         a = report.solo_reason_kind("exchange with node b0b3b833f7507179 for round 46: the partner did not open")
         b = report.solo_reason_kind("exchange with node a9889d0dcb6b3198 for round 5: the partner did not open")
@@ -109,6 +130,12 @@ class RssTest(unittest.TestCase):
             rss = [(1, 50000), (59, 80000), (61, 100000), (120, 110000)]
         rows = report.rss_growth([Inst()])
         self.assertEqual(rows[0]["growth_pct"], 10.0)
+        self.assertEqual(rows[0]["second_half_growth_pct"], 10.0)  # from the last sample by the middle: 61 s
+        Inst.rss = [(61, 100000), (70, 110000), (100, 110000), (130, 121000)]
+        self.assertEqual(report.rss_growth([Inst()])[0]["second_half_growth_pct"], 10.0)  # from 110000 at 70 s
+        Inst.rss = [(61, 100000), (70, 120000), (100, 120000), (130, 120000)]  # a plateau
+        self.assertEqual(report.rss_growth([Inst()])[0]["growth_pct"], 20.0)
+        self.assertEqual(report.rss_growth([Inst()])[0]["second_half_growth_pct"], 0.0)
         Inst.rss = [(1, 50000), (61, 100000), (80, 200000)]  # under 30 s after the 60 s sample
         self.assertEqual(report.rss_growth([Inst()]), [])
 

@@ -1,6 +1,7 @@
 """The figures of a chaos run, computed from what the run recorded and the daemons' logs, the
 pass/fail checks over them, and the table and JSON they are printed as."""
 
+import bisect
 import json
 import re
 import statistics
@@ -14,7 +15,9 @@ def pct(a, b):
 
 def rss_growth(instances, after_s=60.0, min_span_s=30.0):
     """Per process that lived long enough: last VmRSS sample against the first one taken at least
-    `after_s` after its start (the start-up allocations are done by then), in %."""
+    `after_s` after its start (the start-up allocations are done by then), in %; and over the
+    second half of that span alone, which tells a creep (as much again) from a high-water mark
+    reached early (about 0)."""
     rows = []
     for inst in instances:
         samples = list(inst.rss)
@@ -24,9 +27,11 @@ def rss_growth(instances, after_s=60.0, min_span_s=30.0):
         last = samples[-1]
         if last[0] - base[0] < min_span_s:
             continue
+        middle = [(t, kb) for t, kb in samples if base[0] <= t <= (base[0] + last[0]) / 2][-1]
         rows.append({"instance": inst.label, "from_s": round(base[0], 1), "to_s": round(last[0], 1),
                      "rss_from_kb": base[1], "rss_to_kb": last[1],
-                     "growth_pct": round(pct(last[1] - base[1], base[1]), 2)})
+                     "growth_pct": round(pct(last[1] - base[1], base[1]), 2),
+                     "second_half_growth_pct": round(pct(last[1] - middle[1], middle[1]), 2)})
     return rows
 
 
@@ -45,10 +50,20 @@ def stopped_during(inst, start, end):
     return any(a < end and (b is None or b > start) for a, b in inst.stops)
 
 
-def round_shares(parsed):
+def churn_within(churn, start, end):
+    """Whether the sorted times `churn` hold one within [start, end]."""
+    i = bisect.bisect_left(churn, start)
+    return i < len(churn) and churn[i] <= end
+
+
+def round_shares(parsed, churn_walls=(), calm_window_s=0.0):
     """Paired and solo rounds over every chaos process's log. The longest network wait of a round
-    (pair + exchange) leaves out rounds during which the script had the node SIGSTOPped."""
+    (pair + exchange) leaves out rounds during which the script had the node SIGSTOPped. Rounds
+    away from churn: those that ended with no action, restart or SIGCONT in the calm_window_s
+    before (a round's pairing, exchange and inner phase)."""
+    churn = sorted(churn_walls)
     paired = solo_none = solo_failed = 0
+    calm = {"rounds": 0, "paired": 0, "solo_no_partner": 0, "solo_exchange_failed": 0}
     reasons = {}
     worst_wait = None
     for inst, lg in parsed:
@@ -61,19 +76,27 @@ def round_shares(parsed):
             elif worst_wait is None or wait > worst_wait["seconds"]:
                 worst_wait = {"instance": inst.label, "round": r.round, "seconds": round(wait, 3),
                               "pair_s": r.pair_s, "exchange_s": r.exchange_s, "solo": r.solo_reason}
+            is_calm = calm_window_s > 0 and not churn_within(churn, r.wall - calm_window_s, r.wall)
+            calm["rounds"] += is_calm
             if r.paired:
                 paired += 1
+                calm["paired"] += is_calm
             elif r.partner == "none":
                 solo_none += 1
+                calm["solo_no_partner"] += is_calm
             else:
                 solo_failed += 1
+                calm["solo_exchange_failed"] += is_calm
                 key = solo_reason_kind(r.solo_reason)
                 reasons[key] = reasons.get(key, 0) + 1
     total = paired + solo_none + solo_failed
+    calm["paired_pct"] = round(pct(calm["paired"], calm["rounds"]), 1)
+    calm["window_s"] = round(calm_window_s, 1)
     return {"rounds": total, "paired": paired, "solo": solo_none + solo_failed, "solo_no_partner": solo_none,
             "solo_exchange_failed": solo_failed, "paired_pct": round(pct(paired, total), 1),
             "solo_pct": round(pct(solo_none + solo_failed, total), 1),
-            "solo_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:8]), "worst_wait": worst_wait}
+            "solo_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:8]), "worst_wait": worst_wait,
+            "away_from_churn": calm}
 
 
 def state_copies(parsed):
@@ -181,7 +204,8 @@ def table(rep):
     if g["max"]:
         m = g["max"]
         rows.append(("max RSS growth", f"{m['growth_pct']:+.1f}% ({m['instance']}, {m['rss_from_kb'] // 1024} -> "
-                     f"{m['rss_to_kb'] // 1024} MiB, {m['from_s']:.0f}-{m['to_s']:.0f} s; {len(g['per_instance'])} "
+                     f"{m['rss_to_kb'] // 1024} MiB, {m['from_s']:.0f}-{m['to_s']:.0f} s, second half "
+                     f"{m['second_half_growth_pct']:+.1f}%; {len(g['per_instance'])} "
                      f"process(es) measured)", "info"))
     else:
         rows.append(("max RSS growth", "n/a: no process lived 90 s", "info"))
@@ -190,6 +214,11 @@ def table(rep):
                  f"{p['solo_no_partner']} no partner, {p['solo_exchange_failed']} exchange failed", "info"))
     for reason, n in list(p["solo_reasons"].items())[:3]:
         rows.append(("  solo because", f"{n} x {reason}", ""))
+    c = p.get("away_from_churn")
+    if c and c["rounds"]:
+        rows.append(("  away from churn", f"{c['paired']} / {c['rounds']} paired ({c['paired_pct']}%; no action, restart "
+                     f"or SIGCONT in the {c['window_s']:.1f} s before); solo: {c['solo_no_partner']} no partner, "
+                     f"{c['solo_exchange_failed']} exchange failed", "info"))
     if p["worst_wait"]:
         w = p["worst_wait"]
         rows.append(("  longest pair+exchange", f"{w['seconds']:.2f} s ({w['instance']} round {w['round']}) / "

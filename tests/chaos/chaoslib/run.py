@@ -56,6 +56,10 @@ def parse_args(argv):
                          "loss (default: on for --duration >= 600)")
     sc.add_argument("--no-compare-single", dest="compare_single", action="store_false")
     p.add_argument("--interval", type=float, default=8.0, help="mean seconds between actions (default 8)")
+    p.add_argument("--calm", type=float,
+                   help="seconds without actions at the end of every --calm-every seconds, for the paired share "
+                        "away from churn (default 60 for --duration >= 600, else 0)")
+    p.add_argument("--calm-every", type=float, default=300.0, help="see --calm (default 300)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between status polls of a node (default 1)")
     p.add_argument("--flood-connections", type=int, default=400)
     p.add_argument("--flood-hold", type=float, help="seconds the flood's connections stay open (default: 15%% of "
@@ -75,6 +79,10 @@ def parse_args(argv):
         args.nodes = 3 if args.short else 5
     if args.compare_single is None:
         args.compare_single = args.duration >= 600 and not args.short
+    if args.calm is None:
+        args.calm = 60.0 if args.duration >= 600 else 0.0
+    if args.calm < 0 or (args.calm > 0 and args.calm >= args.calm_every):
+        p.error("--calm must be >= 0 and shorter than --calm-every")
     if args.flood_hold is None:
         args.flood_hold = min(60.0, max(15.0, 0.15 * args.duration))
     if args.duration < 60:
@@ -103,7 +111,7 @@ class Chaos:
         self.ports = set()
         self.actions = {k: 0 for k in ["kill9", "term", "leave", "join", "retire", "stop"]}
         self.skipped = 0
-        self.action_log = []
+        self.churn_walls = []  # Unix times of every action, restart and SIGCONT
         self.crashes = []
         self.drains_ok = []
         self.drains_hung = []
@@ -373,6 +381,7 @@ class Chaos:
             if p is None or p.get("at") is None or t < p["at"] or (node.current and node.current.alive):
                 continue
             node.pending = None
+            self.churn_walls.append(time.time())
             ckpt = node.newest_checkpoint_round()
             seeds = self.seeds_for(node)
             if ckpt is not None:
@@ -392,6 +401,7 @@ class Chaos:
         for inst, at in list(self.cont_at.items()):
             if t >= at:
                 del self.cont_at[inst]
+                self.churn_walls.append(time.time())
                 with inst.lock:
                     inst.epoch += 1
                     inst.stopped = False
@@ -477,6 +487,7 @@ class Chaos:
         return self.stall_bound() + 10.0
 
     def act(self):
+        self.churn_walls.append(time.time())
         kind = self.rng.choices(ACTIONS, WEIGHTS)[0]
         running = self.running()
         eligible = self.eligible()
@@ -638,7 +649,8 @@ class Chaos:
         if a.no_flood:
             self.flood = {"skipped": "--no-flood"}
         self.double_thread = self.flood_thread = None
-        self.note(f"chaos for {a.duration:.0f} s: actions every ~{a.interval:.0f} s until {action_end - self.t0:.0f} s")
+        self.note(f"chaos for {a.duration:.0f} s: actions every ~{a.interval:.0f} s until {action_end - self.t0:.0f} s"
+                  + (f", none in the last {a.calm:.0f} s of every {a.calm_every:.0f} s" if a.calm else ""))
         while True:
             t = now()
             self.check_exits()
@@ -669,11 +681,16 @@ class Chaos:
                         self.note("slow link: 10 -> 1 Mbit/s each way")
                     except RuntimeError as e:
                         self.note(f"slow link: rate change failed: {e}")
-                if t >= next_action:
+                if t >= next_action and not self.calm_at(t - start):
                     self.act()
                     next_action = t + a.interval * self.rng.uniform(0.5, 1.5)
             time.sleep(0.2)
         self.check_verifications(final=True)
+
+    def calm_at(self, elapsed):
+        """Whether `elapsed` seconds into the chaos fall in a calm window (no actions)."""
+        a = self.args
+        return a.calm > 0 and elapsed % a.calm_every >= a.calm_every - a.calm
 
     def teardown(self):
         """Every node still running drains on SIGTERM, which must end in exit 0 within the drain bound."""
@@ -764,6 +781,12 @@ class Chaos:
                           default=0)
         return largest * 8 / 1e6 * 1.5
 
+    def calm_window(self):
+        """How long before a round's end churn can still shape it: its pairing, exchange and
+        inner phase at the worst contention."""
+        s = self.settings
+        return s.pair_timeout_s + s.exchange_timeout_s + self.solo_round_max * self.contention()
+
     def join_bound(self):
         return self.args.join_bound + self.slow_copy_s()
 
@@ -841,7 +864,7 @@ class Chaos:
             "flood": self.flood,
             "double_start": {k: v for k, v in self.double.items() if k != "starling"},
             "rss": {"per_instance": rss_rows, "max": rss_max},
-            "rounds": report.round_shares(parsed),
+            "rounds": report.round_shares(parsed, self.churn_walls, self.calm_window()),
             "state_copies": report.state_copies(parsed),
             "val_loss": val,
             "slow_link": slow,
