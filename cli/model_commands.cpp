@@ -76,7 +76,7 @@ LoadedModel load_swarm_checkpoint(const ModelSource& source) {
                                              all.subspan(2 * n, n), all.subspan(3 * n, n)});
     arenas.resize(n);  // phi, the model the swarm agrees on; theta equals it at a round's start
     return {model, std::move(arenas),
-            "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string()};
+            "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string(), ""};
 }
 
 LoadedModel load_live_model(const std::string& address) {
@@ -145,7 +145,7 @@ LoadedModel load_model(const ModelSource& source) {
             "give either --model (a Hugging Face directory) or --config with its checkpoint, not both");
     if (source.hf_dir) {
         HfModel hf = read_hf_model_dir(*source.hf_dir);
-        return {hf.config, std::move(hf.params), source.hf_dir->string()};
+        return {hf.config, std::move(hf.params), source.hf_dir->string(), ""};
     }
     if (source.config_path) return load_swarm_checkpoint(source);
     if (source.checkpoint || source.data_dir)
