@@ -1,6 +1,7 @@
 #include "peer/pairing.h"
 
 #include <algorithm>
+#include <random>
 #include <tuple>
 
 #include "peer/partners.h"
@@ -30,15 +31,20 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
-                                        std::span<const uint64_t> recent) {
-    std::vector<uint64_t> ids;
+                                        std::span<const uint64_t> recent, uint64_t seed) {
+    std::vector<uint64_t> fresh, again;
     for (const Member& m : pairable) {
         if (m.node_id == self || distance(m.round, round) > max_round_gap) continue;
-        if (std::find(recent.begin(), recent.end(), m.node_id) != recent.end()) continue;
-        ids.push_back(m.node_id);
+        const bool was_partner = std::find(recent.begin(), recent.end(), m.node_id) != recent.end();
+        (was_partner ? again : fresh).push_back(m.node_id);
     }
-    std::sort(ids.begin(), ids.end());
-    return ids;
+    std::mt19937_64 rng(seed);
+    for (auto* ids : {&fresh, &again}) {
+        std::sort(ids->begin(), ids->end());  // the member table's order must not matter
+        std::shuffle(ids->begin(), ids->end(), rng);
+    }
+    fresh.insert(fresh.end(), again.begin(), again.end());
+    return fresh;
 }
 
 PairingBook::PairingBook(uint64_t self, uint64_t max_round_gap)

@@ -35,7 +35,7 @@ enum class PairMode { Deterministic, Random };
 
 // How long a node choosing its partner listens for proposals between two rounds of asking.
 inline constexpr std::chrono::milliseconds kPairRetry{100};
-// Random requests skip the partners of this many previous rounds, for better mixing.
+// Random requests ask the partners of this many previous rounds last, for better mixing.
 inline constexpr uint64_t kRecentPartnerRounds = 4;
 
 struct PairProposal {
@@ -65,11 +65,13 @@ struct PairAnswer {
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self);
 
-// Members a random request may go to: pairable (the caller filters), not self, advertising a round
-// within max_round_gap of ours, and not among `recent` partners.
+// Members a random request may go to, in the order to ask them: pairable (the caller filters),
+// not self, advertising a round within max_round_gap of ours; shuffled by `seed`, the `recent`
+// partners after all the others. Asking them last rather than never favours new partners for
+// mixing without leaving a small swarm, where the recent partners are most members, short of any.
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
-                                        std::span<const uint64_t> recent);
+                                        std::span<const uint64_t> recent, uint64_t seed);
 
 // One node's pairings, per round, for the last few rounds.
 class PairingBook {

@@ -718,9 +718,9 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     std::vector<Member> pairable;
     for (uint64_t id : view)
         if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
-    auto candidates = random_candidates(pairable, node_id(), round, config_.max_round_gap,
-                                        pairing_->recent_partners(round, kRecentPartnerRounds));
-    std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(random_u64()));
+    const auto candidates =
+        random_candidates(pairable, node_id(), round, config_.max_round_gap,
+                          pairing_->recent_partners(round, kRecentPartnerRounds), random_u64());
     pairing_->open(round);
     // A member accepts only while it is choosing for this round too, and members end their inner
     // phases at different times: those that say "not yet" are asked again until the deadline, with

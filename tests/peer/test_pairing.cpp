@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -211,17 +212,34 @@ TEST_CASE("a pairing book keeps a few rounds however long it runs, and knows the
     CHECK(recent == std::vector<uint64_t>{1097, 1098, 1099, 1100});
 }
 
-TEST_CASE("random candidates: other pairable members within the round gap, not recent partners") {
+TEST_CASE("random candidates: other pairable members within the round gap, recent partners last") {
     std::vector<Member> pairable;
-    for (uint64_t id : {11, 22, 33, 44, 55}) {
+    for (uint64_t id : {11, 22, 33, 44, 55, 66}) {
         Member m;
         m.node_id = id;
         m.round = id == 33 ? 7 : 10;  // 33 lags three rounds
         pairable.push_back(m);
     }
-    const std::vector<uint64_t> recent{44};
-    CHECK(random_candidates(pairable, 11, 10, 1, recent) == std::vector<uint64_t>{22, 55});
-    CHECK(random_candidates(pairable, 11, 10, 3, {}) == std::vector<uint64_t>{22, 33, 44, 55});
+    const std::vector<uint64_t> recent{44, 66};
+    std::set<std::vector<uint64_t>> orders;
+    for (uint64_t seed = 0; seed < 32; seed++) {
+        const auto order = random_candidates(pairable, 11, 10, 1, recent, seed);
+        REQUIRE(order.size() == 4);
+        CHECK(std::set<uint64_t>(order.begin(), order.begin() + 2) == std::set<uint64_t>{22, 55});
+        CHECK(std::set<uint64_t>(order.begin() + 2, order.end()) == std::set<uint64_t>{44, 66});
+        orders.insert(order);
+        // The member table's order does not change the draw.
+        auto reversed = pairable;
+        std::reverse(reversed.begin(), reversed.end());
+        CHECK(random_candidates(reversed, 11, 10, 1, recent, seed) == order);
+    }
+    CHECK(orders.size() == 4);  // both halves shuffled: 2 x 2 orders
+    auto wide = random_candidates(pairable, 11, 10, 3, {}, 7);
+    std::sort(wide.begin(), wide.end());
+    CHECK(wide == std::vector<uint64_t>{22, 33, 44, 55, 66});
+    // Only recent partners within reach: they are still candidates.
+    CHECK(random_candidates(pairable, 11, 10, 0, std::vector<uint64_t>{22, 44, 55, 66}, 3).size() ==
+          4);
 }
 
 // ---------------------------------------------------------------------------------------------
