@@ -154,6 +154,16 @@ std::optional<uint64_t> NodeRunner::swarm_median_round() const {
 void NodeRunner::catch_up_if_behind() {
     const std::optional<uint64_t> median = swarm_median_round();
     if (!median || *median <= node_->round() + config_.swarm.peer.max_round_gap) return;
+    const uint64_t behind = *median - node_->round();
+    if (copy_cost_rounds_ && behind <= *copy_cost_rounds_) {
+        spdlog::info(
+            "round {} is {} behind the swarm's median round {}, and a state copy cost {} rounds "
+            "last time: the node goes on from round {} with its own state",
+            node_->round(), behind, *median, *copy_cost_rounds_, *median);
+        node_->skip_to_round(*median);
+        state_->set_position(node_->round(), node_->inner_step());
+        return;
+    }
     copy_state_from_swarm(
         fmt::format("round {} is behind the swarm's median round {}", node_->round(), *median));
 }
@@ -161,6 +171,7 @@ void NodeRunner::catch_up_if_behind() {
 void NodeRunner::copy_state_from_swarm(const std::string& why) {
     set_phase(v1::NODE_PHASE_JOINING);
     spdlog::info("{}: copying the state from the swarm", why);
+    const std::optional<uint64_t> median_before = swarm_median_round();
     try {
         // Each chunk is a call within state_sync_timeout_max; a fetch that stops delivering them
         // (every donor gone) gives up after a few.
@@ -174,8 +185,11 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
                      e.what());
         return;
     }
+    const std::optional<uint64_t> median = swarm_median_round();
+    if (median && median_before)
+        copy_cost_rounds_ = *median > *median_before ? *median - *median_before : 0;
     const uint64_t gap = config_.swarm.peer.max_round_gap;
-    if (const auto median = swarm_median_round(); median && *median > node_->round() + gap) {
+    if (median && *median > node_->round() + gap) {
         spdlog::info(
             "the copy landed at round {}, behind the swarm's median round {} by more than "
             "max_round_gap {}: the link is too slow to copy the state within {} round(s), so the "

@@ -6,7 +6,10 @@
 //   the node can never pair again, so it adopts a snapshot from the swarm (a late joiner, a node
 //   restarted from an old checkpoint, one added with `starling join`). A copy that lands still
 //   more than max_round_gap behind (a link too slow to copy the state within that many rounds)
-//   takes the swarm's median round for the state it copied, rather than copying forever.
+//   takes the swarm's median round for the state it copied, rather than copying forever; and once
+//   a copy has shown what it costs (the rounds the swarm moved on meanwhile), a node no further
+//   behind than that goes on from the median round with its own state, which is no older than a
+//   copy's would be by the time it landed.
 // - pace: when this node is ahead of every compatible member by more than max_round_gap, it waits
 //   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone.
 // - checkpoint once checkpoint_every rounds have passed since the last checkpoint (a failed one is
@@ -85,6 +88,8 @@ private:
     std::unique_ptr<NodeState> state_;
     bool resumed_ = false;
     std::optional<uint64_t> checkpointed_round_;
+    // Rounds the swarm's median moved on during the last state copy: what a copy costs here.
+    std::optional<uint64_t> copy_cost_rounds_;
     std::vector<std::string>
         seeds_;  // the config's, as of the last reload (the reloading thread's)
     std::atomic<int> checkpoint_every_, keep_checkpoints_;

@@ -113,11 +113,11 @@ public:
     // so its own data order. Throws starling::Error when no member delivers a valid snapshot.
     // on_chunk, if given, is called after every verified chunk (from the fetching threads).
     FetchResult join_from_swarm(std::function<void()> on_chunk = {});
-    // Right after a state copy (theta = phi): moves the round on to `round` with the state as it
-    // is, the rounds between counted as trained (the inner step, and with it the learning rate,
-    // advances H a round, up to the schedule's end), and publishes the new round's snapshot. For a
-    // copy that landed further behind the swarm than max_round_gap: over a link that slow a
-    // second copy would land behind again. No-op unless `round` is ahead of this node's.
+    // Between rounds: lands an exchange in flight, then moves the round on to `round` with the
+    // state as it is (theta = phi), the rounds between counted as trained (the inner step, and
+    // with it the learning rate, advances H a round, up to the schedule's end), and publishes the
+    // new round's snapshot. For a node behind the swarm by no more than a state copy would leave
+    // it (service/node_runner.h). No-op unless `round` is ahead of this node's.
     void skip_to_round(uint64_t round);
     // A restart: the state a checkpoint saved (snapshot bytes as published, data position).
     // Throws starling::Error when the bytes do not fit this model; the node is then unchanged.

@@ -555,6 +555,19 @@ TEST_CASE(
     CHECK(node.round() == 40);
     CHECK(node.inner_step() == 6 * kInnerSteps);
     CHECK(node.schedule_done());
+
+    // Overlapped, between two rounds: the exchange in flight lands first, then the round moves.
+    SwarmConfig overlapped = pico_swarm(6);
+    overlapped.overlap = true;
+    SwarmNode ahead(overlapped);
+    ahead.run_round();
+    REQUIRE(ahead.exchange_in_flight());
+    ahead.skip_to_round(3);
+    CHECK_FALSE(ahead.exchange_in_flight());
+    CHECK(ahead.round() == 3);
+    CHECK(ahead.inner_step() == 3 * kInnerSteps);
+    CHECK(same_bits(ahead.replica().theta(), ahead.replica().phi()));
+    CHECK(ahead.round_start().snapshot->round() == 3);
 }
 
 TEST_CASE(
