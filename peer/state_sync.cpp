@@ -291,12 +291,15 @@ constexpr const char* kDonorGone =
     "the donor is gone (the failure detector declared it dead, or it left)";
 
 // One fetch of one snapshot from the donors that hold it: a shared queue of chunk indices that
-// per-donor workers drain. A donor that fails gives its chunk back and stops.
+// per-donor workers drain. A donor that fails gives its chunk back and stops. Quiet: no log lines,
+// for a race whose losers are cancelled rather than failing.
 class ChunkFetch {
 public:
     ChunkFetch(const SnapshotManifestInfo& manifest, std::vector<char>& done,
-               std::span<std::byte> destination, SwarmAuth& auth, const FetchOptions& options)
-        : manifest_(manifest),
+               std::span<std::byte> destination, SwarmAuth& auth, const FetchOptions& options,
+               bool quiet = false)
+        : quiet_(quiet),
+          manifest_(manifest),
           done_(done),
           destination_(destination),
           auth_(auth),
@@ -370,7 +373,7 @@ private:
                 if (options_.progress) options_.progress(++finished_, manifest_.chunk_count());
             } else {
                 pending_.push_back(index);
-                if (slow) {
+                if (slow && !quiet_) {
                     spdlog::info(
                         "state sync: chunk {} from {} ran out of its {:.0f} s; asking again with more time",
                         index, address, std::chrono::duration<double>(timeout).count());
@@ -381,7 +384,7 @@ private:
                 }
                 if (!busy && !stale) {
                     dropped_.insert(address);
-                    spdlog::warn("state sync: dropping {}", last_error_);
+                    if (!quiet_) spdlog::warn("state sync: dropping {}", last_error_);
                 }
             }
             wake_.notify_all();
@@ -437,6 +440,7 @@ private:
         return true;
     }
 
+    bool quiet_;
     const SnapshotManifestInfo& manifest_;
     std::vector<char>& done_;
     std::span<std::byte> destination_;
@@ -458,6 +462,64 @@ private:
     std::map<std::string, DonorPace> pace_;
     std::string last_error_;
 };
+
+// A snapshot on offer and the donors holding it.
+using Offer = std::pair<SnapshotManifestInfo, std::vector<std::string>>;
+
+struct RaceWinner {
+    const Offer* offer = nullptr;
+    std::vector<std::byte> chunk;  // its first chunk, verified
+};
+
+// In a NoLoCo swarm every node's snapshot is its own, so the best offers have one holder each, and
+// a holder may sit behind a link of any speed: the first to deliver a verified first chunk, among
+// the newest kRacedOffers with the most holders, is the one fetched. Losers' calls are cancelled
+// at once. None when there is nothing to race (one such offer) or no racer delivered.
+constexpr size_t kRacedOffers = 3;
+std::optional<RaceWinner> race_first_chunk(
+    const std::vector<const Offer*>& ranked,
+    const std::map<std::string, std::shared_ptr<grpc::Channel>>& channels, SwarmAuth& auth,
+    const FetchOptions& options) {
+    std::vector<const Offer*> racers;
+    for (const Offer* offer : ranked)
+        if (offer->second.size() == ranked.front()->second.size() && racers.size() < kRacedOffers)
+            racers.push_back(offer);
+    if (racers.size() < 2 || ranked.front()->second.size() > 1) return std::nullopt;
+    std::atomic<bool> decided{false};
+    FetchOptions race = options;
+    race.progress = nullptr;
+    race.timeouts_per_donor = 1;
+    race.donor_gone = [&](const std::string& donor) {
+        return decided.load() || (options.donor_gone && options.donor_gone(donor));
+    };
+    std::mutex mutex;
+    std::optional<RaceWinner> winner;
+    std::vector<std::thread> threads;
+    for (const Offer* offer : racers) {
+        threads.emplace_back([&, offer] {
+            const SnapshotManifestInfo& manifest = offer->first;
+            // Every chunk but the first marked done: the fetch writes that one alone, at offset 0.
+            std::vector<char> done(manifest.chunk_count(), 1);
+            done[0] = 0;
+            std::vector<std::byte> chunk(manifest.chunk_size(0));
+            const std::string& donor = offer->second.front();
+            ChunkFetch fetch(manifest, done, chunk, auth, race, /*quiet=*/true);
+            std::map<std::string, uint32_t> delivered;
+            std::string error;
+            fetch.run({{donor, channels.at(donor)}}, delivered, error);
+            std::lock_guard lock(mutex);
+            if (done[0] && !winner) {
+                winner = RaceWinner{offer, std::move(chunk)};
+                decided = true;
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    if (winner)
+        spdlog::info("state sync: {} offers of one donor each raced for their first chunk; {} won",
+                     racers.size(), winner->offer->second.front());
+    return winner;
+}
 
 }  // namespace
 
@@ -497,7 +559,7 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
                     return std::make_pair(status, manifest);
                 });
         }
-        std::map<Hash256, std::pair<SnapshotManifestInfo, std::vector<std::string>>> offers;
+        std::map<Hash256, Offer> offers;
         for (auto& [address, answer] : asked) {
             auto [status, manifest] = answer.get();
             try {
@@ -513,21 +575,29 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         }
         if (offers.empty()) break;
         // The snapshot most donors hold, the newest among equals: the most bandwidth to fetch from.
-        const auto best =
-            std::max_element(offers.begin(), offers.end(), [](const auto& a, const auto& b) {
-                return std::make_pair(a.second.second.size(), a.second.first.round) <
-                       std::make_pair(b.second.second.size(), b.second.first.round);
-            });
-        const SnapshotManifestInfo& manifest = best->second.first;
+        std::vector<const Offer*> ranked;
+        for (const auto& [id, offer] : offers) ranked.push_back(&offer);
+        std::sort(ranked.begin(), ranked.end(), [](const Offer* a, const Offer* b) {
+            return std::make_pair(a->second.size(), a->first.round) >
+                   std::make_pair(b->second.size(), b->first.round);
+        });
+        std::optional<RaceWinner> raced = race_first_chunk(ranked, channels, auth, options);
+        const Offer& best = raced ? *raced->offer : *ranked.front();
+        const SnapshotManifestInfo& manifest = best.first;
         // Chunks already fetched for an earlier snapshot stay where their hash is unchanged.
         std::vector<char> keep(manifest.chunk_count(), 0);
         if (!done.empty() && result.manifest.chunk_bytes == manifest.chunk_bytes)
             for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
                 keep[i] = done[i] && result.manifest.chunk_hashes[i] == manifest.chunk_hashes[i];
         done = std::move(keep);
+        if (raced) {
+            std::copy(raced->chunk.begin(), raced->chunk.end(), destination.begin());
+            done[0] = 1;
+            ++result.chunks_per_donor[best.second.front()];
+        }
         result.manifest = manifest;
         std::map<std::string, std::shared_ptr<grpc::Channel>> holders;
-        for (const auto& address : best->second.second) holders[address] = channels[address];
+        for (const auto& address : best.second) holders[address] = channels[address];
         spdlog::info("state sync: snapshot {} of round {} ({} bytes, {} chunks) from {} donor(s)",
                      hex_prefix(manifest.id), manifest.round, manifest.total_bytes,
                      manifest.chunk_count(), holders.size());

@@ -3,9 +3,12 @@
 // SnapshotStore, and serves them chunk by chunk through the StateSync service. A joiner asks
 // every candidate donor for its manifest, picks the snapshot most donors hold, and fetches its
 // chunks from all of them at once, a few in flight per donor, checking every chunk against the
-// manifest's hash. A donor that dies or lies is dropped and its chunks go to the others; when no
-// holder of that snapshot is left, the joiner starts over from another snapshot and keeps every
-// chunk whose hash is unchanged.
+// manifest's hash. When the best offers have one holder each (NoLoCo: every node's state is its
+// own), the newest few race for their first chunk and the first donor to deliver is the one
+// fetched from, so a joiner does not copy from a member behind a slow link when others are near. A
+// donor that dies or lies is dropped and its chunks go to the others; when no holder of that
+// snapshot is left, the joiner starts over from another snapshot and keeps every chunk whose hash
+// is unchanged.
 #pragma once
 
 #include <grpcpp/security/credentials.h>

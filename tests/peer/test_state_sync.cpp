@@ -193,10 +193,11 @@ TEST_CASE(
     auto new_bytes = old_bytes;
     for (uint64_t i = 30 * kChunk; i < kTotal; ++i)
         new_bytes[i] ^= std::byte{0x5a};  // chunks 30-40 differ
-    Donor newest, older;
+    Donor newest;
     newest.store.publish(snapshot_of(new_bytes, 9));
-    older.store.publish(snapshot_of(old_bytes, 8));
-    // Two offers held by one donor each: the newer is fetched first.
+    // Two offers held by one donor each race for their first chunk; the older one's donor is
+    // slower, so the newer is fetched first.
+    Donor older(2, std::make_unique<SlowDonor>(snapshot_of(old_bytes, 8), 100ms));
     Joiner joiner;
     std::future<void> killing;
     std::atomic<uint32_t> reached{0};
@@ -290,6 +291,24 @@ TEST_CASE("a slow copy finishes from its one donor though the donor publishes pa
     CHECK(result.manifest.round == 1);
     CHECK(joiner.state == first);
     CHECK(result.chunks_per_donor.at(donor.address) == result.manifest.chunk_count());
+}
+
+TEST_CASE(
+    "offers of one donor each race for their first chunk, and the fastest donor's is fetched") {
+    const auto fast_bytes = random_bytes(kTotal, 30);
+    Donor fast;
+    fast.store.publish(snapshot_of(fast_bytes, 4));
+    // A newer snapshot, but each chunk takes a second: a donor behind a slow link. Before the race
+    // the newest was fetched, 41 s of it.
+    Donor slow(2, std::make_unique<SlowDonor>(snapshot_of(random_bytes(kTotal, 31), 5), 1000ms));
+    Joiner joiner;
+    const auto started = std::chrono::steady_clock::now();
+    const FetchResult result = joiner.fetch({slow.address, fast.address});
+    CHECK(std::chrono::steady_clock::now() - started < 10s);
+    CHECK(result.manifest.round == 4);
+    CHECK(joiner.state == fast_bytes);
+    CHECK(result.chunks_per_donor.at(fast.address) == result.manifest.chunk_count());
+    CHECK_FALSE(result.chunks_per_donor.contains(slow.address));
 }
 
 TEST_CASE("a donor serving corrupt chunks is dropped and the honest one finishes") {
