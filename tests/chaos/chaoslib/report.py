@@ -201,12 +201,14 @@ def table(rep):
                      f"{'answers' if ds.get('target_answers') and ds.get('alive') else 'DOWN'}",
                      rep["verdict"]["double_start"]))
     g = rep["rss"]
+
+    def rss_text(m):
+        return (f"{m['growth_pct']:+.1f}% ({m['instance']}, {m['rss_from_kb'] // 1024} -> {m['rss_to_kb'] // 1024} MiB, "
+                f"{m['from_s']:.0f}-{m['to_s']:.0f} s, second half {m['second_half_growth_pct']:+.1f}%)")
     if g["max"]:
-        m = g["max"]
-        rows.append(("max RSS growth", f"{m['growth_pct']:+.1f}% ({m['instance']}, {m['rss_from_kb'] // 1024} -> "
-                     f"{m['rss_to_kb'] // 1024} MiB, {m['from_s']:.0f}-{m['to_s']:.0f} s, second half "
-                     f"{m['second_half_growth_pct']:+.1f}%; {len(g['per_instance'])} "
-                     f"process(es) measured)", "info"))
+        rows.append(("max RSS growth", f"{rss_text(g['max'])}; {len(g['per_instance'])} process(es) measured", "info"))
+        longest = max(g["per_instance"], key=lambda r: r["to_s"] - r["from_s"])
+        rows.append(("  longest-lived process", rss_text(longest), "info"))
     else:
         rows.append(("max RSS growth", "n/a: no process lived 90 s", "info"))
     p = rep["rounds"]
