@@ -42,6 +42,15 @@ std::vector<std::unique_ptr<SwarmNode>> start_swarm(int n, const SwarmConfig& co
     return nodes;
 }
 
+// DiLoCo with D sent as F32 and no error feedback: every node decodes exactly what was sent.
+SwarmConfig exact_diloco_swarm() {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::DiLoCo;
+    config.exchange.delta_codec = codec::Codec::F32;
+    config.exchange.error_feedback = false;
+    return config;
+}
+
 // Runs `body(i)` for every index on its own thread; an exception on any thread is rethrown here.
 template <typename Body>
 void on_threads(size_t count, Body body) {
@@ -297,10 +306,7 @@ TEST_CASE(
 
 TEST_CASE(
     "swarm: DiLoCo's all-gather: three nodes take the same step, the optimizer's on all three D") {
-    SwarmConfig config = pico_swarm(2);
-    config.method = OuterMethod::DiLoCo;
-    config.exchange.delta_codec = codec::Codec::F32;
-    config.exchange.error_feedback = false;
+    const SwarmConfig config = exact_diloco_swarm();
     auto nodes = start_swarm(3, config);
     auto refs = references_of(nodes, config);
     std::sort(refs.begin(), refs.end(), [](const auto& a, const auto& b) {
@@ -792,10 +798,7 @@ TEST_CASE(
 
 TEST_CASE(
     "swarm: DiLoCo weighs each member's D by the tokens it said it trained (batches 8, 8, 4)") {
-    SwarmConfig config = pico_swarm(2);
-    config.method = OuterMethod::DiLoCo;
-    config.exchange.delta_codec = codec::Codec::F32;
-    config.exchange.error_feedback = false;
+    const SwarmConfig config = exact_diloco_swarm();
     std::vector<SwarmConfig> configs(3, config);
     configs[2].train.batch_size = 4;
     std::vector<std::unique_ptr<SwarmNode>> nodes;
