@@ -104,19 +104,16 @@ void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
     std::lock_guard lock(mutex_);
     snapshots_.push_back({std::move(snapshot), {}});
     if (snapshots_.size() <= keep_) return;
-    // Past the newest `keep`: the max_leased most recently leased stay.
+    // Past the newest `keep`: the leased ones stay, newest first, up to max_leased.
     const auto now = Clock::now();
-    const size_t older = snapshots_.size() - keep_;
-    std::vector<size_t> leased;
-    for (size_t i = 0; i < older; i++)
-        if (snapshots_[i].leased_until > now) leased.push_back(i);
-    std::sort(leased.begin(), leased.end(), [&](size_t a, size_t b) {
-        return snapshots_[a].leased_until > snapshots_[b].leased_until;
-    });
-    leased.resize(std::min(leased.size(), max_leased_));
-    for (size_t i = older; i-- > 0;)  // from the back, so the indices before stay valid
-        if (std::find(leased.begin(), leased.end(), i) == leased.end())
-            snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+    size_t leased = 0;
+    for (size_t i = snapshots_.size() - keep_; i-- > 0;) {
+        if (snapshots_[i].leased_until > now && leased < max_leased_) {
+            leased++;
+            continue;
+        }
+        snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
@@ -136,6 +133,13 @@ std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned cha
     std::lock_guard lock(mutex_);
     const Held* held = find_locked(id);
     return held ? held->snapshot : nullptr;
+}
+
+std::shared_ptr<const Snapshot> SnapshotStore::lease_latest() {
+    std::lock_guard lock(mutex_);
+    if (snapshots_.empty()) return nullptr;
+    snapshots_.back().leased_until = Clock::now() + lease_;
+    return snapshots_.back().snapshot;
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::lease(std::span<const unsigned char> id) {
@@ -169,7 +173,7 @@ grpc::Status StateSyncService::GetManifest(grpc::ServerContext* context,
                                            v1::SnapshotManifest* response) {
     uint64_t caller = 0;
     if (auto status = auth_.verify(*context, "GetManifest", &caller); !status.ok()) return status;
-    const auto snapshot = store_.latest();
+    const auto snapshot = store_.lease_latest();
     if (!snapshot) return {grpc::StatusCode::UNAVAILABLE, "this node has no snapshot to offer yet"};
     to_proto(snapshot->manifest(), response);
     return grpc::Status::OK;

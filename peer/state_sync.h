@@ -79,11 +79,10 @@ private:
 };
 
 // The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next
-// publish. A snapshot a fetch is still reading (a chunk served within `lease`) outlives those: a
-// copy over a slow link takes many rounds, and losing its snapshot midway would start it over. At
-// most `max_leased` such older snapshots are held (each is a full copy of the state), the most
-// recently leased. Manifests lease nothing: every joiner asks every member for one and fetches
-// from few.
+// publish. A snapshot a fetch is still reading (a manifest or chunk served within `lease`) outlives
+// those: a copy over a slow link takes many rounds, and losing its snapshot midway would start it
+// over. At most `max_leased` such older snapshots are held (each is a full copy of the state); the
+// most recently leased go first.
 class SnapshotStore {
 public:
     using Clock = std::chrono::steady_clock;
@@ -93,7 +92,8 @@ public:
     void publish(std::shared_ptr<const Snapshot> snapshot);
     std::shared_ptr<const Snapshot> latest() const;
     std::shared_ptr<const Snapshot> find(std::span<const unsigned char> id) const;
-    // find() for a chunk call: the snapshot found is leased from now.
+    // latest() and find() for a fetch: the snapshot found is leased from now.
+    std::shared_ptr<const Snapshot> lease_latest();
     std::shared_ptr<const Snapshot> lease(std::span<const unsigned char> id);
     size_t size() const;
 
