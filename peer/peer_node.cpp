@@ -248,8 +248,10 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
                                                                     : config_.data_dir / "tls")
                : nullptr),
       channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
-      // A chunk call may take up to state_sync_timeout_max: the lease outlasts the slowest one.
-      snapshots_(config_.snapshots_kept, config_.state_sync_timeout_max),
+      // A chunk call may take up to state_sync_timeout_max: the lease outlasts the slowest one. A
+      // joiner's first chunk call follows its manifests within a call timeout.
+      snapshots_(config_.snapshots_kept, config_.state_sync_timeout_max, 1,
+                 config_.state_sync_timeout),
       rng_(random_u64()) {}
 
 PeerNode::~PeerNode() { stop(false); }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <future>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -104,16 +105,18 @@ void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
     std::lock_guard lock(mutex_);
     snapshots_.push_back({std::move(snapshot), {}});
     if (snapshots_.size() <= keep_) return;
-    // Past the newest `keep`: the leased ones stay, newest first, up to max_leased.
+    // Past the newest `keep`: the max_leased unexpired ones whose leases run longest stay.
     const auto now = Clock::now();
-    size_t leased = 0;
-    for (size_t i = snapshots_.size() - keep_; i-- > 0;) {
-        if (snapshots_[i].leased_until > now && leased < max_leased_) {
-            leased++;
-            continue;
-        }
-        snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+    std::vector<size_t> older(snapshots_.size() - keep_);
+    std::iota(older.begin(), older.end(), size_t{0});
+    std::stable_sort(older.begin(), older.end(), [&](size_t a, size_t b) {
+        return snapshots_[a].leased_until > snapshots_[b].leased_until;
+    });
+    std::vector<bool> stays(older.size(), false);
+    for (size_t rank = 0; rank < std::min(max_leased_, older.size()); rank++)
+        if (snapshots_[older[rank]].leased_until > now) stays[older[rank]] = true;
+    for (size_t i = older.size(); i-- > 0;)
+        if (!stays[i]) snapshots_.erase(snapshots_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
@@ -138,15 +141,16 @@ std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned cha
 std::shared_ptr<const Snapshot> SnapshotStore::lease_latest() {
     std::lock_guard lock(mutex_);
     if (snapshots_.empty()) return nullptr;
-    snapshots_.back().leased_until = Clock::now() + lease_;
-    return snapshots_.back().snapshot;
+    const Held& held = snapshots_.back();
+    held.leased_until = std::max(held.leased_until, Clock::now() + manifest_lease_);
+    return held.snapshot;
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::lease(std::span<const unsigned char> id) {
     std::lock_guard lock(mutex_);
     const Held* held = find_locked(id);
     if (!held) return nullptr;
-    held->leased_until = Clock::now() + lease_;
+    held->leased_until = std::max(held->leased_until, Clock::now() + lease_);
     return held->snapshot;
 }
 

@@ -79,20 +79,24 @@ private:
 };
 
 // The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next
-// publish. A snapshot a fetch is still reading (a manifest or chunk served within `lease`) outlives
-// those: a copy over a slow link takes many rounds, and losing its snapshot midway would start it
-// over. At most `max_leased` such older snapshots are held (each is a full copy of the state); the
-// most recently leased go first.
+// publish. A snapshot a fetch is reading (a chunk served within `lease`) outlives those: a copy
+// over a slow link takes many rounds, and losing its snapshot midway would start it over. A
+// manifest leases the latest for `manifest_lease` only, long enough for the joiner's first chunk
+// call: every joiner asks every member for one and fetches from few, so a long manifest lease
+// would crowd out the copies under way. At most `max_leased` older snapshots are held (each is a
+// full copy of the state): those whose lease runs longest.
 class SnapshotStore {
 public:
     using Clock = std::chrono::steady_clock;
     explicit SnapshotStore(size_t keep = 2, Clock::duration lease = std::chrono::seconds(120),
-                           size_t max_leased = 1)
-        : keep_(keep), lease_(lease), max_leased_(max_leased) {}
+                           size_t max_leased = 1,
+                           Clock::duration manifest_lease = std::chrono::seconds(10))
+        : keep_(keep), lease_(lease), manifest_lease_(manifest_lease), max_leased_(max_leased) {}
     void publish(std::shared_ptr<const Snapshot> snapshot);
     std::shared_ptr<const Snapshot> latest() const;
     std::shared_ptr<const Snapshot> find(std::span<const unsigned char> id) const;
-    // latest() and find() for a fetch: the snapshot found is leased from now.
+    // latest() for a manifest call, leased for manifest_lease; find() for a chunk call, leased for
+    // `lease`. A lease never shortens one that runs longer.
     std::shared_ptr<const Snapshot> lease_latest();
     std::shared_ptr<const Snapshot> lease(std::span<const unsigned char> id);
     size_t size() const;
@@ -106,7 +110,7 @@ private:
     const Held* find_locked(std::span<const unsigned char> id) const;
 
     size_t keep_;
-    Clock::duration lease_;
+    Clock::duration lease_, manifest_lease_;
     size_t max_leased_;
     mutable std::mutex mutex_;
     std::deque<Held> snapshots_;  // newest last

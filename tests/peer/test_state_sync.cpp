@@ -44,7 +44,7 @@ struct Donor {
 
     explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr,
                    SnapshotStore::Clock::duration lease = 120s)
-        : store(keep, lease) {
+        : store(keep, lease, 1, lease) {  // manifests leased as long as chunks
         service = custom ? std::move(custom) : std::make_unique<StateSyncService>(store, auth);
         int port = 0;
         grpc::ServerBuilder builder;
@@ -245,22 +245,49 @@ TEST_CASE(
         published.push_back(snapshot_of(random_bytes(kTotal, 100 + round), round));
     auto id = [&](int i) { return std::span<const unsigned char>(published[i]->manifest().id); };
 
-    SnapshotStore store(2, 60s, 1);
+    // Two chunk leases: the one that runs longest (taken last) stays.
+    SnapshotStore store(2, 60s, 1, 5s);
     store.publish(published[0]);
     store.publish(published[1]);
     REQUIRE(store.lease(id(0)) == published[0]);
-    REQUIRE(store.lease_latest() == published[1]);
+    std::this_thread::sleep_for(2ms);
+    REQUIRE(store.lease(id(1)) == published[1]);
     store.publish(published[2]);
     store.publish(published[3]);
     store.publish(published[4]);
-    // The newest two, and of the leased older ones the most recent: round 2.
     CHECK(store.size() == 3);
     CHECK(store.find(id(1)) == published[1]);
     CHECK(store.find(id(0)) == nullptr);
     CHECK(store.find(id(2)) == nullptr);
     CHECK(store.latest() == published[4]);
 
-    SnapshotStore expiring(2, 0s, 1);  // a lease of 0 has run out by the next publish
+    // A manifest's short lease of the latest, though taken last, does not outrank a copy's chunk
+    // lease: other joiners' manifests must not take the snapshot a slow copy is reading.
+    SnapshotStore mixed(2, 60s, 1, 5s);
+    mixed.publish(published[0]);
+    REQUIRE(mixed.lease(id(0)) == published[0]);
+    mixed.publish(published[1]);
+    std::this_thread::sleep_for(2ms);
+    REQUIRE(mixed.lease_latest() == published[1]);
+    mixed.publish(published[2]);
+    mixed.publish(published[3]);
+    CHECK(mixed.find(id(0)) == published[0]);
+    CHECK(mixed.find(id(1)) == nullptr);
+
+    // Nor does it shorten a chunk lease on the same snapshot.
+    SnapshotStore renewed(2, 60s, 1, 5s);
+    renewed.publish(published[0]);
+    renewed.publish(published[1]);
+    REQUIRE(renewed.lease(id(0)) == published[0]);
+    std::this_thread::sleep_for(2ms);
+    REQUIRE(renewed.lease(id(1)) == published[1]);
+    REQUIRE(renewed.lease_latest() == published[1]);
+    renewed.publish(published[2]);
+    renewed.publish(published[3]);
+    CHECK(renewed.find(id(1)) == published[1]);
+    CHECK(renewed.find(id(0)) == nullptr);
+
+    SnapshotStore expiring(2, 0s, 1, 0s);  // a lease of 0 has run out by the next publish
     expiring.publish(published[0]);
     REQUIRE(expiring.lease(id(0)) == published[0]);
     expiring.publish(published[1]);
