@@ -139,6 +139,17 @@ class RssTest(unittest.TestCase):
         Inst.rss = [(1, 50000), (61, 100000), (80, 200000)]  # under 30 s after the 60 s sample
         self.assertEqual(report.rss_growth([Inst()]), [])
 
+    def test_anonymous_pages_measured_apart(self):
+        class Inst:
+            label = "n0#0"
+            rss = [(61, 100000), (70, 110000), (100, 110000), (130, 110000)]
+            rss_anon = [(61, 40000), (70, 40000), (100, 41000), (130, 42000)]  # a creep of its own
+        row = report.rss_growth([Inst()])[0]
+        self.assertEqual((row["growth_pct"], row["second_half_growth_pct"]), (10.0, 0.0))
+        self.assertEqual((row["anon_from_kb"], row["anon_to_kb"], row["anon_growth_pct"]), (40000, 42000, 5.0))
+        self.assertEqual(row["anon_second_half_growth_pct"], 5.0)  # from 40000 at 70 s
+        self.assertIn("; anonymous 39 -> 41 MiB, +5.0%, second half +5.0%)", report.rss_text(row))
+
 
 if __name__ == "__main__":
     unittest.main()

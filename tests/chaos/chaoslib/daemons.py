@@ -66,14 +66,18 @@ def phase_name(status):
 
 
 def read_rss_kb(pid):
+    """(VmRSS, RssAnon) in kB: all resident pages, and the heap and stacks alone (a creep shows
+    there; resident library code grows as new code paths run and is not a leak)."""
+    fields = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon"):
+                    fields[key] = int(rest.split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    return (fields["VmRSS"], fields["RssAnon"]) if len(fields) == 2 else None
 
 
 def pid_running(pid):
@@ -181,6 +185,7 @@ class Instance:
         self.last_failure = ""
         self.stall = StallTracker(("starting", "joining", "") if kind in ("initial", "join", "restart-fresh") else ())
         self.rss = []  # (seconds since start, kB)
+        self.rss_anon = []  # the same times, the anonymous pages alone
         self.stops = []  # [Unix time of SIGSTOP, of SIGCONT or None]
         self.verify = None
         self.finished = threading.Event()
@@ -255,7 +260,8 @@ class Instance:
             t0 = now()
             rss = read_rss_kb(self.pid)
             if rss is not None and self.exit_code is None:
-                self.rss.append((t0 - self.started, rss))
+                self.rss.append((t0 - self.started, rss[0]))
+                self.rss_anon.append((t0 - self.started, rss[1]))
             with self.lock:
                 epoch = self.epoch
                 pollable = self.exit_code is None and not self.stopped and self.expected is None

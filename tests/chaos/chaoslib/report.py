@@ -13,25 +13,38 @@ def pct(a, b):
     return 100.0 * a / b if b else 0.0
 
 
+def growth_span(samples, after_s, min_span_s):
+    """(first sample at least `after_s` in, last sample by the middle of the span, last sample), or
+    None when the span is shorter than `min_span_s`."""
+    base = next(((t, kb) for t, kb in samples if t >= after_s), None)
+    if base is None or samples[-1][0] - base[0] < min_span_s:
+        return None
+    last = samples[-1]
+    middle = [(t, kb) for t, kb in samples if base[0] <= t <= (base[0] + last[0]) / 2][-1]
+    return base, middle, last
+
+
 def rss_growth(instances, after_s=60.0, min_span_s=30.0):
     """Per process that lived long enough: last VmRSS sample against the first one taken at least
     `after_s` after its start (the start-up allocations are done by then), in %; and over the
     second half of that span alone, which tells a creep (as much again) from a high-water mark
-    reached early (about 0)."""
+    reached early (about 0). The same for the anonymous pages alone (RssAnon), where sampled."""
     rows = []
     for inst in instances:
-        samples = list(inst.rss)
-        base = next(((t, kb) for t, kb in samples if t >= after_s), None)
-        if base is None or not samples:
+        span = growth_span(list(inst.rss), after_s, min_span_s)
+        if span is None:
             continue
-        last = samples[-1]
-        if last[0] - base[0] < min_span_s:
-            continue
-        middle = [(t, kb) for t, kb in samples if base[0] <= t <= (base[0] + last[0]) / 2][-1]
-        rows.append({"instance": inst.label, "from_s": round(base[0], 1), "to_s": round(last[0], 1),
-                     "rss_from_kb": base[1], "rss_to_kb": last[1],
-                     "growth_pct": round(pct(last[1] - base[1], base[1]), 2),
-                     "second_half_growth_pct": round(pct(last[1] - middle[1], middle[1]), 2)})
+        base, middle, last = span
+        row = {"instance": inst.label, "from_s": round(base[0], 1), "to_s": round(last[0], 1),
+               "rss_from_kb": base[1], "rss_to_kb": last[1],
+               "growth_pct": round(pct(last[1] - base[1], base[1]), 2),
+               "second_half_growth_pct": round(pct(last[1] - middle[1], middle[1]), 2)}
+        anon = growth_span(list(getattr(inst, "rss_anon", [])), after_s, min_span_s)
+        if anon is not None:
+            (_, a0), (_, am), (_, a1) = anon
+            row.update({"anon_from_kb": a0, "anon_to_kb": a1, "anon_growth_pct": round(pct(a1 - a0, a0), 2),
+                        "anon_second_half_growth_pct": round(pct(a1 - am, am), 2)})
+        rows.append(row)
     return rows
 
 
@@ -151,6 +164,14 @@ def fmt_s(x):
     return "-" if x is None else f"{x:.1f} s"
 
 
+def rss_text(m):
+    """One rss_growth() row as the table shows it."""
+    return (f"{m['growth_pct']:+.1f}% ({m['instance']}, {m['rss_from_kb'] // 1024} -> {m['rss_to_kb'] // 1024} MiB, "
+            f"{m['from_s']:.0f}-{m['to_s']:.0f} s, second half {m['second_half_growth_pct']:+.1f}%"
+            + (f"; anonymous {m['anon_from_kb'] // 1024} -> {m['anon_to_kb'] // 1024} MiB, {m['anon_growth_pct']:+.1f}%, "
+               f"second half {m['anon_second_half_growth_pct']:+.1f}%" if "anon_growth_pct" in m else "") + ")")
+
+
 def table(rep):
     """The table printed at the end (one row per figure: name, value, verdict)."""
     rows = []
@@ -202,9 +223,6 @@ def table(rep):
                      rep["verdict"]["double_start"]))
     g = rep["rss"]
 
-    def rss_text(m):
-        return (f"{m['growth_pct']:+.1f}% ({m['instance']}, {m['rss_from_kb'] // 1024} -> {m['rss_to_kb'] // 1024} MiB, "
-                f"{m['from_s']:.0f}-{m['to_s']:.0f} s, second half {m['second_half_growth_pct']:+.1f}%)")
     if g["max"]:
         rows.append(("max RSS growth", f"{rss_text(g['max'])}; {len(g['per_instance'])} process(es) measured", "info"))
         longest = max(g["per_instance"], key=lambda r: r["to_s"] - r["from_s"])
