@@ -16,6 +16,13 @@ void ensure_sodium() {
     if (result < 0) throw Error("libsodium could not be initialised");
 }
 
+uint64_t random_u64() {
+    ensure_sodium();
+    uint64_t value = 0;
+    randombytes_buf(&value, sizeof value);
+    return value;
+}
+
 uint64_t node_id_from_public_key(std::span<const unsigned char> public_key) {
     ensure_sodium();
     unsigned char hash[32];

@@ -47,6 +47,10 @@ bool verify_signature(std::span<const unsigned char> public_key,
                       std::span<const unsigned char> message,
                       std::span<const unsigned char> signature);
 
+// 64 bits from the system's randomness (nonces, incarnations, shuffles that must differ between
+// nodes started at the same instant).
+uint64_t random_u64();
+
 // libsodium must be initialised once before any of the above; every entry point calls this.
 void ensure_sodium();
 

@@ -8,7 +8,6 @@
 #include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/method_handler.h>
-#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,8 +18,8 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "peer/partners.h"
 #include "peer/address.h"
+#include "peer/identity.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -31,12 +30,6 @@ int64_t unix_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-uint64_t random_u64() {
-    uint64_t value = 0;
-    randombytes_buf(&value, sizeof value);
-    return value;
 }
 
 void set_deadline(grpc::ClientContext& context, std::chrono::milliseconds timeout) {
@@ -248,10 +241,9 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
                                                                     : config_.data_dir / "tls")
                : nullptr),
       channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
-      // A chunk call may take up to state_sync_timeout_max: the lease outlasts the slowest one. A
-      // joiner's first chunk call follows its manifests within a call timeout.
-      snapshots_(config_.snapshots_kept, config_.state_sync_timeout_max, 1,
-                 config_.state_sync_timeout),
+      // A joiner's next call (its first chunk after its manifests, the next chunk after one)
+      // follows within a call timeout.
+      snapshots_(config_.snapshots_kept, config_.state_sync_timeout),
       rng_(random_u64()) {}
 
 PeerNode::~PeerNode() { stop(false); }
@@ -707,339 +699,6 @@ void PeerNode::stop(bool announce) {
     }
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
-}
-
-std::optional<Member> PeerNode::choose_partner(uint64_t round) {
-    if (!running_) return std::nullopt;
-    table_->set_round(round);
-    // One budget for the whole choice, so a round never waits on pairing longer than pair_timeout
-    // however many proposals it takes.
-    const auto deadline = SteadyClock::now() + config_.pair_timeout;
-    const auto view = table_->pairable_ids();
-    const auto intended = deterministic_partner(round, view, node_id());
-    std::vector<Member> pairable;
-    for (uint64_t id : view)
-        if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
-    const auto candidates =
-        random_candidates(pairable, node_id(), round, config_.max_round_gap,
-                          pairing_->recent_partners(round, kRecentPartnerRounds), random_u64());
-    pairing_->open(round);
-    // A member accepts only while it is choosing for this round too, and members end their inner
-    // phases at different times: those that say "not yet" are asked again until the deadline, with
-    // proposals taken in between. The deterministic partner gets half of the budget to arrive
-    // before members are asked at random; members that declined for good are not asked again.
-    const auto random_from = SteadyClock::now() + config_.pair_timeout / 2;
-    // One nonce for all of this round's proposals, so crossing proposals settle the same way
-    // however often they are repeated.
-    const uint64_t nonce = random_u64();
-    bool intended_declined = !intended;  // for good: other views, or already paired
-    std::set<uint64_t> declined;         // random requests declined for good
-    std::optional<uint64_t> partner;
-    for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
-        if (!intended_declined) {
-            const Proposal outcome = propose(round, *intended, PairMode::Deterministic,
-                                             membership_digest(view), nonce, deadline);
-            partner = outcome.partner;
-            intended_declined = !partner && !outcome.ask_again;
-        }
-        if (!partner && (intended_declined || SteadyClock::now() >= random_from)) {
-            // The next member, in the shuffled order, that has not declined for good; the
-            // deterministic partner only once it has declined as such (random requests skip the
-            // views check).
-            for (size_t tried = 0; tried < candidates.size(); tried++, next++) {
-                const uint64_t candidate = candidates[next % candidates.size()];
-                if (declined.count(candidate) || (candidate == intended && !intended_declined))
-                    continue;
-                const Proposal outcome =
-                    propose(round, candidate, PairMode::Random, 0, nonce, deadline);
-                partner = outcome.partner;
-                if (!partner && !outcome.ask_again) declined.insert(candidate);
-                next++;
-                break;
-            }
-        }
-        const bool anyone_left =
-            !intended_declined || std::any_of(candidates.begin(), candidates.end(),
-                                              [&](uint64_t c) { return !declined.count(c); });
-        if (partner || !anyone_left) break;
-        partner =
-            pairing_->await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
-    }
-    pairing_->close(round);
-    // A proposal may have been accepted between the last look and close().
-    if (!partner) partner = pairing_->partner(round);
-    if (!partner) return std::nullopt;
-    table_->note_round(*partner, round);
-    return table_->find(*partner);
-}
-
-PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
-                                     uint64_t nonce, SteadyClock::time_point deadline) {
-    const auto target = table_->find(to);
-    if (!target || !pairing_->begin_proposal(round, to, nonce))
-        return {pairing_->partner(round), false};
-    v1::PairRequest request;
-    request.set_round(round);
-    request.set_nonce(nonce);
-    request.set_membership_digest(digest);
-    request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
-                                                     : v1::PAIR_MODE_RANDOM);
-    v1::PairResponse response;
-    grpc::ClientContext context;
-    const auto allowed = deadline - SteadyClock::now();
-    context.set_deadline(std::chrono::system_clock::now() + allowed);
-    auth_.attach(context, "Pair");
-    const auto status =
-        v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
-    count_if_cut_off(status, allowed);
-    const bool accepted = status.ok() && response.accepted();
-    if (status.ok() && response.crossed()) {
-        // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
-        pairing_->await_partner(round, deadline);
-    } else if (!accepted) {
-        spdlog::debug("peer: node {} declined to pair for round {}: {}", format_node_id(to), round,
-                      status.ok() ? response.reason() : status.error_message());
-    }
-    return {pairing_->end_proposal(round, accepted), status.ok() && response.ask_again()};
-}
-
-grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request,
-                                   v1::PairResponse* response) {
-    const auto member = table_->find(caller);
-    if (!member || caller == node_id())
-        return {grpc::StatusCode::PERMISSION_DENIED,
-                "node " + format_node_id(caller) + " is not a member this node knows"};
-    if (!table_->compatible(*member))
-        return {grpc::StatusCode::PERMISSION_DENIED,
-                "node " + format_node_id(caller) +
-                    " runs another model, protocol or swarm and is never paired"};
-    if (request.mode() == v1::PAIR_MODE_CONFIRM) {
-        const bool ours = paired_with(request.round(), caller);
-        response->set_accepted(ours);
-        if (!ours)
-            response->set_reason("node " + format_node_id(node_id()) + " is not paired with node " +
-                                 format_node_id(caller) + " for round " +
-                                 std::to_string(request.round()));
-        return grpc::Status::OK;
-    }
-    if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
-        return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
-    table_->note_round(caller, request.round());  // it is choosing for this round: it is there
-    PairAnswer answer;
-    if (member->state != MemberState::Alive) {
-        answer.reason = "node " + format_node_id(caller) + " is " +
-                        member_state_name(member->state) + " in this node's view";
-    } else {
-        const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC
-                                  ? PairMode::Deterministic
-                                  : PairMode::Random;
-        const auto view = table_->pairable_ids();
-        PairingView ours{table_->self().round, membership_digest(view), std::nullopt};
-        if (mode == PairMode::Deterministic)
-            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id());
-        answer = pairing_->consider(
-            {caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
-    }
-    response->set_accepted(answer.accepted);
-    response->set_crossed(answer.crossed);
-    response->set_ask_again(answer.ask_again);
-    response->set_reason(answer.reason);
-    return grpc::Status::OK;
-}
-
-bool PeerNode::paired_with(uint64_t round, uint64_t caller) {
-    // The caller may be a step ahead: it accepted our proposal and called before our side of the
-    // RPC recorded the answer.
-    if (!pairing_->partner(round) && pairing_->proposing_to(round, caller))
-        pairing_->await_partner(round, SteadyClock::now() + config_.probe_timeout);
-    return pairing_->partner(round) == caller;
-}
-
-bool PeerNode::confirm_pairing(uint64_t round, const Member& partner,
-                               SteadyClock::time_point deadline, std::string* why) {
-    v1::PairRequest request;
-    request.set_round(round);
-    request.set_mode(v1::PAIR_MODE_CONFIRM);
-    v1::PairResponse response;
-    grpc::ClientContext context;
-    const auto allowed =
-        std::min<SteadyClock::duration>(deadline - SteadyClock::now(), config_.probe_timeout * 4);
-    context.set_deadline(std::chrono::system_clock::now() + allowed);
-    auth_.attach(context, "Pair");
-    const auto status =
-        v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
-    count_if_cut_off(status, allowed);
-    if (status.ok() && response.accepted()) return true;
-    *why =
-        status.ok() ? response.reason() : "cannot confirm the pairing: " + status.error_message();
-    return false;
-}
-
-grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
-                                       uint64_t caller) {
-    ExchangeWireFrame first;
-    if (!stream.Read(&first))
-        return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
-    const uint64_t round = first.fields.round();
-    // At once, not after T_xchg: a caller that believes itself paired when this node does not
-    // (an acceptance whose answer was lost, this node restarted) goes solo now.
-    if (!paired_with(round, caller))
-        return {grpc::StatusCode::PERMISSION_DENIED, "node " + format_node_id(caller) +
-                                                         " is not this node's partner for round " +
-                                                         std::to_string(round)};
-    return exchanges_->answer(context, stream, caller, first,
-                              SteadyClock::now() + config_.exchange_timeout);
-}
-
-FailureCounts PeerNode::failures() const {
-    FailureCounts totals = failures_.totals();
-    totals[static_cast<size_t>(FailureReason::Auth)] += auth_.refusals();
-    return totals;
-}
-
-void PeerNode::count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-        allowed >= config_.probe_timeout)
-        failures_.count(FailureReason::Timeout);
-}
-
-std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
-    std::optional<double> measured;
-    {
-        std::lock_guard lock(rtt_mutex_);
-        if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end())
-            measured = it->second;
-    }
-    return exchange_budget(bytes, measured, config_.min_link_bytes_per_s, config_.exchange_timeout,
-                           config_.exchange_timeout_max);
-}
-
-ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
-    const auto started = SteadyClock::now();
-    const auto deadline = slot.deadline.value_or(started + config_.exchange_timeout);
-    ExchangeResult result = [&] {
-        if (!running_) return exchange_failed("this node is not running");
-        if (pairing_->partner(slot.round) != slot.partner)
-            return exchange_failed("not this node's partner for the round");
-        const auto partner = table_->find(slot.partner);
-        if (!partner) return exchange_failed("not a member this node knows");
-        if (node_id() > slot.partner) {
-            // The partner's stream is awaited only once the partner says it holds the pairing too.
-            std::string why;
-            if (!confirm_pairing(slot.round, *partner, deadline, &why)) return exchange_failed(why);
-            return exchanges_->serve(slot, deadline, [&] {
-                const auto now = table_->find(slot.partner);
-                return !now || now->state == MemberState::Dead || now->state == MemberState::Left;
-            });
-        }
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
-        auth_.attach(context, "Exchange");
-        if (!exchanges_->track(context)) return exchange_failed("this node is stopping");
-        auto opened = open_exchange(channel(partner->address, ChannelUse::Exchange), context, slot);
-        exchanges_->untrack(context);
-        return opened;
-    }();
-    const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
-    const bool whole = result.received && result.delivered;
-    if (whole || (moved > 0 && SteadyClock::now() >= deadline)) {
-        // The rate this link gave, waiting for the partner included: an underestimate, which only
-        // lengthens the next budget. A transfer its deadline cut off counts too, so a link slower
-        // than min_link_bytes_per_s gets the time it needs from the next round on; one that failed
-        // early for another reason says nothing about the link.
-        const double seconds =
-            std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
-        std::lock_guard lock(rtt_mutex_);
-        exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
-    }
-    if (result.refused) {
-        failures_.count(FailureReason::RefusedMessage);
-    } else if (!whole && SteadyClock::now() >= deadline) {
-        failures_.count(FailureReason::Timeout);
-    }
-    if (!result.error.empty())
-        result.error = "exchange with node " + format_node_id(slot.partner) + " for round " +
-                       std::to_string(slot.round) + ": " + result.error;
-    return result;
-}
-
-std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
-                                                 std::span<codec::MessageDecoder* const> decoders,
-                                                 uint64_t* bytes) {
-    using namespace std::chrono_literals;
-    const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
-    std::vector<Gathered> gathered(members.size());
-    std::vector<uint64_t> read(members.size(), 0);
-    std::vector<std::thread> fetches;
-    for (size_t i = 0; i < members.size(); i++) {
-        fetches.emplace_back([&, i] {
-            // A call that never reached a member still listed alive is tried again until the
-            // deadline: one refused connection must not leave a live member's D out of the mean,
-            // which would part this node's phi from those of the members that got it.
-            for (auto pause = 50ms;;
-                 pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms)) {
-                const auto member = table_->find(members[i]);
-                if (!running_ || !member) {
-                    gathered[i].error = "not a member this node knows";
-                    return;
-                }
-                grpc::ClientContext context;
-                context.set_deadline(deadline);
-                auth_.attach(context, "FetchRoundMessage");
-                if (!exchanges_->track(context)) {
-                    gathered[i].error = "this node is stopping";
-                    return;
-                }
-                const FetchedRoundMessage fetched = fetch_round_message(
-                    *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
-                    round, members[i], *decoders[i], &read[i]);
-                exchanges_->untrack(context);
-                gathered[i] = {fetched.error, fetched.tokens};
-                if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
-                if (fetched.timed_out) failures_.count(FailureReason::Timeout);
-                const auto now = table_->find(members[i]);
-                const bool gone =
-                    !now || now->state == MemberState::Dead || now->state == MemberState::Left;
-                if (!fetched.unreachable || gone ||
-                    std::chrono::system_clock::now() + pause >= deadline)
-                    return;
-                std::this_thread::sleep_for(pause);
-            }
-        });
-    }
-    for (auto& fetch : fetches) fetch.join();
-    for (size_t i = 0; i < members.size(); i++) {
-        *bytes += read[i];
-        std::string& error = gathered[i].error;
-        if (!error.empty())
-            error = "round " + std::to_string(round) + " message of node " +
-                    format_node_id(members[i]) + ": " + error;
-    }
-    return gathered;
-}
-
-FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected,
-                                  std::span<std::byte> destination, const FetchOptions& options) {
-    if (!running_) throw Error("state sync: this node is not running");
-    std::vector<std::string> donors;
-    for (uint64_t id : table_->pairable_ids()) {
-        if (id == node_id()) continue;
-        if (const auto member = table_->find(id)) donors.push_back(member->address);
-    }
-    if (donors.empty())
-        throw Error(
-            "state sync: no live member runs this model, so there is no donor to fetch from");
-    FetchOptions watched = options;
-    // A donor frozen or killed mid-copy is let go once the failure detector says it is dead, not
-    // at its chunk deadline, which on a slow link is tens of seconds. Suspicion alone is not
-    // enough: a donor busy serving may answer probes late without being gone.
-    watched.donor_gone = [this](const std::string& address) {
-        for (const Member& m : table_->all())
-            if (m.address == address)
-                return m.state == MemberState::Dead || m.state == MemberState::Left;
-        return true;  // no longer a member at all
-    };
-    return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, watched);
 }
 
 }  // namespace starling
