@@ -34,7 +34,7 @@ bool from_hex(std::string_view hex, std::span<unsigned char> out) {
 
 // The value of a credential header, empty when it is absent; *repeated is set when it appears
 // more than once (which of two values a check would see is not something to leave to chance).
-std::string_view metadata(const grpc::ServerContext& context, const char* key, bool* repeated) {
+std::string_view metadata(const grpc::ServerContextBase& context, const char* key, bool* repeated) {
     const auto& all = context.client_metadata();
     const auto [first, last] = all.equal_range(key);
     if (first == last) return {};
@@ -86,7 +86,7 @@ void SwarmAuth::attach(grpc::ClientContext& context, std::string_view method) co
     context.AddMetadata("starling-sig", to_hex(identity_.sign(bytes_of(message))));
 }
 
-grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_view method,
+grpc::Status SwarmAuth::verify(const grpc::ServerContextBase& context, std::string_view method,
                                uint64_t* caller) {
     const auto refuse = [this](std::string why) {
         refusals_++;
@@ -131,7 +131,7 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContext& context, std::string_v
     return grpc::Status::OK;
 }
 
-void SwarmAuth::warn_wrong_secret(const grpc::ServerContext& context, std::string_view node) {
+void SwarmAuth::warn_wrong_secret(const grpc::ServerContextBase& context, std::string_view node) {
     const uint64_t refused = ++wrong_secret_refusals_;
     const auto now = std::chrono::steady_clock::now();
     {

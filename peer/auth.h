@@ -41,7 +41,7 @@ public:
     // RESOURCE_EXHAUSTED when this caller exceeds its request rate.
     // Every UNAUTHENTICATED answer is counted; a wrong swarm secret is also logged at warn (at
     // most every 30 s): a node with another secret would otherwise train alone, unnoticed.
-    grpc::Status verify(const grpc::ServerContext& context, std::string_view method,
+    grpc::Status verify(const grpc::ServerContextBase& context, std::string_view method,
                         uint64_t* caller);
     // Calls refused as UNAUTHENTICATED since the start, whatever failed.
     uint64_t refusals() const { return refusals_.load(); }
@@ -50,7 +50,7 @@ private:
     std::string canonical(std::string_view method, std::string_view node, std::string_view key,
                           std::string_view time) const;
     bool admit(uint64_t caller);
-    void warn_wrong_secret(const grpc::ServerContext& context, std::string_view node);
+    void warn_wrong_secret(const grpc::ServerContextBase& context, std::string_view node);
 
     std::array<unsigned char, 32> swarm_key_{};
     const NodeIdentity& identity_;

@@ -1,14 +1,15 @@
-// State sync: how a joiner catches up. A live node publishes immutable snapshots of its training
-// state (phi, outer momentum, AdamW state and counters, as bytes the daemon lays out) into a
-// SnapshotStore, and serves them chunk by chunk through the StateSync service. A joiner asks
-// every candidate donor for its manifest, picks the snapshot most donors hold, and fetches its
-// chunks from all of them at once, a few in flight per donor, checking every chunk against the
-// manifest's hash. When the best offers have one holder each (NoLoCo: every node's state is its
-// own), the newest few race for their first chunk and the first donor to deliver is the one
-// fetched from, so a joiner does not copy from a member behind a slow link when others are near. A
-// donor that dies or lies is dropped and its chunks go to the others; when no holder of that
-// snapshot is left, the joiner starts over from another snapshot and keeps every chunk whose hash
-// is unchanged.
+// State sync: how a joiner catches up (the donor's side in state_sync.cpp, the joiner's in
+// state_fetch.cpp). A live node publishes immutable snapshots of its training state (phi, outer
+// momentum, AdamW state and counters, as bytes the daemon lays out) into a SnapshotStore, and
+// serves them chunk by chunk through the StateSync service. A joiner asks every candidate donor
+// for its manifest, picks the snapshot most donors hold, and fetches its chunks from all of them
+// at once, a few in flight per donor, checking every chunk against the manifest's hash. When the
+// best offers have one holder each (NoLoCo: every node's state is its own), the newest few race
+// with a small probe of their first chunk and the first donor to deliver is the one fetched from,
+// so a joiner does not copy from a member behind a slow link when others are near. A donor that
+// dies or lies is dropped and its chunks go to the others; when no holder of that snapshot is
+// left, the joiner starts over from another snapshot and keeps every chunk whose hash is
+// unchanged.
 #pragma once
 
 #include <grpcpp/security/credentials.h>
@@ -35,8 +36,17 @@ inline constexpr uint32_t kDefaultSnapshotChunkBytes = 1u << 20;
 // Below every RPC size cap (4 MiB) with room for framing.
 inline constexpr uint32_t kMaxSnapshotChunkBytes = 2u << 20;
 inline constexpr size_t kMaxSnapshotMetadataBytes = 64u << 10;
+// What a race between offers asks of each racer (FetchChunkRequest.max_bytes): a quarter of a
+// default chunk, since racers share the joiner's own link, yet well past what a link lets through
+// at once before its rate shows (a token bucket's burst, socket buffers: tens of KiB).
+inline constexpr uint32_t kRaceProbeBytes = 256u << 10;
 
 using Hash256 = std::array<unsigned char, 32>;
+
+// BLAKE2b-256: chunk hashes and snapshot ids.
+Hash256 blake2b_256(std::span<const std::byte> bytes);
+// The first 4 bytes in hex: how logs name a snapshot.
+std::string short_snapshot_id(const Hash256& id);
 
 // A checked manifest.
 struct SnapshotManifestInfo {
@@ -79,44 +89,50 @@ private:
 };
 
 // The donor's side: the latest `keep` snapshots, so a fetch that began on one survives the next
-// publish. A snapshot a fetch is reading (a chunk served within `lease`) outlives those: a copy
-// over a slow link takes many rounds, and losing its snapshot midway would start it over. A
-// manifest leases the latest for `manifest_lease` only, long enough for the joiner's first chunk
-// call: every joiner asks every member for one and fetches from few, so a long manifest lease
-// would crowd out the copies under way. At most `max_leased` older snapshots are held (each is a
-// full copy of the state): those whose lease runs longest.
+// publish. Past those, a snapshot that a copy is reading stays: a copy over a slow link takes many
+// rounds, and losing its snapshot midway would start it over. A chunk call reads its snapshot from
+// the request until its answer has left (over a slow link that is most of the call), and leases
+// it for `lease` after, the time for the joiner's next request; a manifest call leases the latest
+// for `lease`, the time for the joiner's first chunk call. A copy that has finished holds its
+// snapshot no longer than that, so finished copies do not crowd out one under way. At most
+// `max_leased` older snapshots are held (each is a full copy of the state): those being read
+// first, then those whose lease runs longest.
 class SnapshotStore {
 public:
     using Clock = std::chrono::steady_clock;
-    explicit SnapshotStore(size_t keep = 2, Clock::duration lease = std::chrono::seconds(120),
-                           size_t max_leased = 1,
-                           Clock::duration manifest_lease = std::chrono::seconds(10))
-        : keep_(keep), lease_(lease), manifest_lease_(manifest_lease), max_leased_(max_leased) {}
+    explicit SnapshotStore(size_t keep = 2, Clock::duration lease = std::chrono::seconds(10),
+                           size_t max_leased = 1)
+        : keep_(keep), lease_(lease), max_leased_(max_leased) {}
     void publish(std::shared_ptr<const Snapshot> snapshot);
     std::shared_ptr<const Snapshot> latest() const;
     std::shared_ptr<const Snapshot> find(std::span<const unsigned char> id) const;
-    // latest() for a manifest call, leased for manifest_lease; find() for a chunk call, leased for
-    // `lease`. A lease never shortens one that runs longer.
+    // latest() for a manifest call: leased for `lease` from now (a lease never shortens).
     std::shared_ptr<const Snapshot> lease_latest();
-    std::shared_ptr<const Snapshot> lease(std::span<const unsigned char> id);
+    // find() for a chunk call, which must call end_read() with what it got once its answer has
+    // left or failed: the snapshot is read until then, and leased for `lease` after.
+    std::shared_ptr<const Snapshot> begin_read(std::span<const unsigned char> id);
+    void end_read(const Snapshot* snapshot);
     size_t size() const;
 
 private:
     struct Held {
         std::shared_ptr<const Snapshot> snapshot;
-        // Bookkeeping under mutex_, which lease() renews through find_locked().
-        mutable Clock::time_point leased_until{};
+        int readers = 0;
+        Clock::time_point leased_until{};
     };
-    const Held* find_locked(std::span<const unsigned char> id) const;
+    size_t index_locked(std::span<const unsigned char> id) const;  // size() when not held
 
     size_t keep_;
-    Clock::duration lease_, manifest_lease_;
+    Clock::duration lease_;
     size_t max_leased_;
     mutable std::mutex mutex_;
     std::deque<Held> snapshots_;  // newest last
 };
 
-class StateSyncService final : public v1::StateSync::Service {
+// GetManifest answers on a sync handler; FetchChunk on a callback one, whose completion tells
+// when a chunk's answer has left, which is how long the chunk's snapshot is being read.
+class StateSyncService final
+    : public v1::StateSync::WithCallbackMethod_FetchChunk<v1::StateSync::Service> {
 public:
     // max_concurrent_chunks: chunks served at once; more get RESOURCE_EXHAUSTED so one joiner
     // (or many) cannot starve the donor's training.
@@ -124,10 +140,14 @@ public:
 
     grpc::Status GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest* request,
                              v1::SnapshotManifest* response) override;
-    grpc::Status FetchChunk(grpc::ServerContext* context, const v1::FetchChunkRequest* request,
-                            v1::SnapshotChunk* response) override;
+    grpc::ServerUnaryReactor* FetchChunk(grpc::CallbackServerContext* context,
+                                         const v1::FetchChunkRequest* request,
+                                         v1::SnapshotChunk* response) override;
 
 private:
+    grpc::Status serve_chunk(const v1::FetchChunkRequest& request, const Snapshot& snapshot,
+                             v1::SnapshotChunk* response);
+
     SnapshotStore& store_;
     SwarmAuth& auth_;
     int max_concurrent_chunks_;

@@ -44,7 +44,7 @@ struct Donor {
 
     explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr,
                    SnapshotStore::Clock::duration lease = 120s)
-        : store(keep, lease, 1, lease) {  // manifests leased as long as chunks
+        : store(keep, lease) {
         service = custom ? std::move(custom) : std::make_unique<StateSyncService>(store, auth);
         int port = 0;
         grpc::ServerBuilder builder;
@@ -80,7 +80,7 @@ private:
     std::shared_ptr<const Snapshot> snapshot_;
 };
 
-// Serves honestly, each chunk after `delay`: a donor behind a slow link.
+// Serves honestly, each chunk (or probe) after `delay`: a donor behind a slow link.
 class SlowDonor final : public v1::StateSync::Service {
 public:
     SlowDonor(std::shared_ptr<const Snapshot> snapshot, std::chrono::milliseconds delay)
@@ -93,15 +93,20 @@ public:
     grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request,
                             v1::SnapshotChunk* out) override {
         std::this_thread::sleep_for(delay_);
-        const auto bytes = snapshot_->chunk(request->index());
+        auto bytes = snapshot_->chunk(request->index());
+        if (request->max_bytes() > 0)
+            bytes = bytes.first(std::min<size_t>(bytes.size(), request->max_bytes()));
+        served_ += bytes.size();
         out->set_index(request->index());
         out->set_data(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
         return grpc::Status::OK;
     }
+    uint64_t served() const { return served_.load(); }
 
 private:
     std::shared_ptr<const Snapshot> snapshot_;
     std::chrono::milliseconds delay_;
+    std::atomic<uint64_t> served_{0};
 };
 
 // Offers its manifest, then never answers a chunk until the caller gives up: a donor that froze
@@ -195,8 +200,8 @@ TEST_CASE(
         new_bytes[i] ^= std::byte{0x5a};  // chunks 30-40 differ
     Donor newest;
     newest.store.publish(snapshot_of(new_bytes, 9));
-    // Two offers held by one donor each race for their first chunk; the older one's donor is
-    // slower, so the newer is fetched first.
+    // Two offers held by one donor each race with a probe of their first chunk; the older one's
+    // donor is slower, so the newer is fetched first.
     Donor older(2, std::make_unique<SlowDonor>(snapshot_of(old_bytes, 8), 100ms));
     Joiner joiner;
     std::future<void> killing;
@@ -238,63 +243,84 @@ TEST_CASE("a donor that no longer holds the snapshot mid-fetch is asked again, n
     REQUIRE(result.manifest.round == 2);
 }
 
-TEST_CASE(
-    "a snapshot a fetch is reading outlives the newest ones it kept, one at most, while leased") {
+TEST_CASE("past the newest it keeps, a store holds one snapshot being read, or else leased last") {
     std::vector<std::shared_ptr<const Snapshot>> published;
     for (uint64_t round = 1; round <= 5; round++)
         published.push_back(snapshot_of(random_bytes(kTotal, 100 + round), round));
     auto id = [&](int i) { return std::span<const unsigned char>(published[i]->manifest().id); };
 
-    // Two chunk leases: the one that runs longest (taken last) stays.
-    SnapshotStore store(2, 60s, 1, 5s);
+    // A copy reading round 1 outranks the leases taken since: a manifest of round 2 and a finished
+    // copy of it. Finished copies and manifests must not push out the snapshot a copy is reading.
+    SnapshotStore store(2, 60s, 1);
     store.publish(published[0]);
     store.publish(published[1]);
-    REQUIRE(store.lease(id(0)) == published[0]);
-    std::this_thread::sleep_for(2ms);
-    REQUIRE(store.lease(id(1)) == published[1]);
+    const auto reading = store.begin_read(id(0));
+    REQUIRE(reading == published[0]);
+    REQUIRE(store.lease_latest() == published[1]);
+    store.end_read(store.begin_read(id(1)).get());
     store.publish(published[2]);
     store.publish(published[3]);
-    store.publish(published[4]);
     CHECK(store.size() == 3);
-    CHECK(store.find(id(1)) == published[1]);
-    CHECK(store.find(id(0)) == nullptr);
+    CHECK(store.find(id(0)) == published[0]);
+    CHECK(store.find(id(1)) == nullptr);
+    CHECK(store.latest() == published[3]);
+    // Read no more, it stays for its lease.
+    store.end_read(reading.get());
+    store.publish(published[4]);
+    CHECK(store.find(id(0)) == published[0]);
     CHECK(store.find(id(2)) == nullptr);
-    CHECK(store.latest() == published[4]);
 
-    // A manifest's short lease of the latest, though taken last, does not outrank a copy's chunk
-    // lease: other joiners' manifests must not take the snapshot a slow copy is reading.
-    SnapshotStore mixed(2, 60s, 1, 5s);
-    mixed.publish(published[0]);
-    REQUIRE(mixed.lease(id(0)) == published[0]);
-    mixed.publish(published[1]);
+    // Among leases alone, the one that runs longest (taken last) stays.
+    SnapshotStore leased(2, 60s, 1);
+    leased.publish(published[0]);
+    leased.publish(published[1]);
+    leased.end_read(leased.begin_read(id(1)).get());
     std::this_thread::sleep_for(2ms);
-    REQUIRE(mixed.lease_latest() == published[1]);
-    mixed.publish(published[2]);
-    mixed.publish(published[3]);
-    CHECK(mixed.find(id(0)) == published[0]);
-    CHECK(mixed.find(id(1)) == nullptr);
+    leased.end_read(leased.begin_read(id(0)).get());
+    leased.publish(published[2]);
+    leased.publish(published[3]);
+    CHECK(leased.size() == 3);
+    CHECK(leased.find(id(0)) == published[0]);
+    CHECK(leased.find(id(1)) == nullptr);
 
-    // Nor does it shorten a chunk lease on the same snapshot.
-    SnapshotStore renewed(2, 60s, 1, 5s);
-    renewed.publish(published[0]);
-    renewed.publish(published[1]);
-    REQUIRE(renewed.lease(id(0)) == published[0]);
-    std::this_thread::sleep_for(2ms);
-    REQUIRE(renewed.lease(id(1)) == published[1]);
-    REQUIRE(renewed.lease_latest() == published[1]);
-    renewed.publish(published[2]);
-    renewed.publish(published[3]);
-    CHECK(renewed.find(id(1)) == published[1]);
-    CHECK(renewed.find(id(0)) == nullptr);
-
-    SnapshotStore expiring(2, 0s, 1, 0s);  // a lease of 0 has run out by the next publish
+    SnapshotStore expiring(2, 0s, 1);  // a lease of 0 has run out by the next publish
     expiring.publish(published[0]);
-    REQUIRE(expiring.lease(id(0)) == published[0]);
+    const auto read = expiring.begin_read(id(0));
     expiring.publish(published[1]);
     expiring.publish(published[2]);
+    CHECK(expiring.find(id(0)) == published[0]);  // still being read
+    expiring.end_read(read.get());
+    expiring.publish(published[3]);
     CHECK(expiring.size() == 2);
     CHECK(expiring.find(id(0)) == nullptr);
-    CHECK(expiring.lease(id(0)) == nullptr);  // nothing to lease once gone
+    CHECK(expiring.begin_read(id(0)) == nullptr);  // nothing to read once gone
+}
+
+TEST_CASE("a chunk call reads its snapshot until its answer has left, then lets it go") {
+    Donor donor(1, nullptr, 0s);  // no lease after a read: only the read holds a snapshot
+    const auto first = snapshot_of(random_bytes(kTotal, 41), 1);
+    donor.store.publish(first);
+    Joiner joiner;
+    v1::FetchChunkRequest request;
+    request.set_snapshot_id(first->manifest().id.data(), first->manifest().id.size());
+    request.set_index(3);
+    request.set_max_bytes(100);
+    v1::SnapshotChunk chunk;
+    grpc::ClientContext context;
+    joiner.auth.attach(context, "FetchChunk");
+    auto stub = v1::StateSync::NewStub(
+        grpc::CreateChannel(donor.address, grpc::InsecureChannelCredentials()));
+    REQUIRE(stub->FetchChunk(&context, request, &chunk).ok());
+    const auto bytes = first->chunk(3);
+    CHECK(chunk.data() == std::string(reinterpret_cast<const char*>(bytes.data()), 100));
+    // The read ends when the call completes on the donor's side, just after the answer arrives.
+    bool gone = false;
+    for (uint64_t round = 2; round < 200 && !gone; round++) {
+        donor.store.publish(snapshot_of(random_bytes(kChunk, round), round));
+        gone = donor.store.find(first->manifest().id) == nullptr;
+        if (!gone) std::this_thread::sleep_for(10ms);
+    }
+    CHECK(gone);
 }
 
 TEST_CASE("a slow copy finishes from its one donor though the donor publishes past its keep") {
@@ -320,8 +346,7 @@ TEST_CASE("a slow copy finishes from its one donor though the donor publishes pa
     CHECK(result.chunks_per_donor.at(donor.address) == result.manifest.chunk_count());
 }
 
-TEST_CASE(
-    "offers of one donor each race for their first chunk, and the fastest donor's is fetched") {
+TEST_CASE("offers of one donor each race with a probe, and the fastest donor's is fetched") {
     const auto fast_bytes = random_bytes(kTotal, 30);
     Donor fast;
     fast.store.publish(snapshot_of(fast_bytes, 4));
@@ -336,6 +361,32 @@ TEST_CASE(
     CHECK(joiner.state == fast_bytes);
     CHECK(result.chunks_per_donor.at(fast.address) == result.manifest.chunk_count());
     CHECK_FALSE(result.chunks_per_donor.contains(slow.address));
+}
+
+TEST_CASE("racers are asked for a probe, not their whole first chunk") {
+    // Racers share the joiner's own link: over a slow one, three whole 1 MiB chunks cost more
+    // than the copy they choose a donor for.
+    const uint64_t total = 3 * uint64_t{kDefaultSnapshotChunkBytes};
+    auto snapshot = [&](uint64_t seed, uint64_t round) {
+        return std::make_shared<Snapshot>(kFingerprint, round, "counters",
+                                          random_bytes(total, seed), kDefaultSnapshotChunkBytes);
+    };
+    Donor fast;
+    fast.store.publish(snapshot(50, 4));
+    auto slow_service = std::make_unique<SlowDonor>(snapshot(51, 5), 300ms);
+    const SlowDonor& slow_state = *slow_service;
+    Donor slow(2, std::move(slow_service));
+    Joiner joiner;
+    std::vector<std::byte> state(total);
+    FetchOptions options;
+    options.call_timeout = 2000ms;
+    const FetchResult result =
+        fetch_snapshot({slow.address, fast.address}, joiner.auth,
+                       grpc::InsecureChannelCredentials(), {kFingerprint, total}, state, options);
+    CHECK(result.manifest.round == 4);
+    // The loser's handler finishes its probe after its delay, though the call was cancelled.
+    for (int i = 0; i < 200 && slow_state.served() == 0; i++) std::this_thread::sleep_for(10ms);
+    CHECK(slow_state.served() == kRaceProbeBytes);
 }
 
 TEST_CASE("a donor serving corrupt chunks is dropped and the honest one finishes") {

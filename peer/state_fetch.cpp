@@ -1,0 +1,407 @@
+// The joiner's side of state sync: manifests from every donor, the offers race, and a fetch of one
+// snapshot's chunks from all of its holders at once, each chunk checked against its hash.
+#include "peer/state_sync.h"
+
+#include <grpcpp/create_channel.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <fmt/format.h>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+
+namespace starling {
+
+SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest,
+                                    const SnapshotExpectation& expected) {
+    SnapshotManifestInfo info;
+    if (manifest.fingerprint() != expected.fingerprint)
+        throw Error(fmt::format("snapshot of another model (fingerprint '{}', this node '{}')",
+                                manifest.fingerprint(), expected.fingerprint));
+    if (manifest.total_bytes() != expected.total_bytes)
+        throw Error(fmt::format("snapshot of {} bytes, this node's state takes {}",
+                                manifest.total_bytes(), expected.total_bytes));
+    if (manifest.chunk_bytes() == 0 || manifest.chunk_bytes() > kMaxSnapshotChunkBytes)
+        throw Error(fmt::format("snapshot chunk size {} outside 1..{}", manifest.chunk_bytes(),
+                                kMaxSnapshotChunkBytes));
+    const uint64_t count =
+        (expected.total_bytes + manifest.chunk_bytes() - 1) / manifest.chunk_bytes();
+    if (static_cast<uint64_t>(manifest.chunk_hashes_size()) != count)
+        throw Error(fmt::format("snapshot lists {} chunk hashes for {} chunks",
+                                manifest.chunk_hashes_size(), count));
+    if (manifest.metadata().size() > kMaxSnapshotMetadataBytes)
+        throw Error("snapshot metadata too large");
+    if (manifest.snapshot_id().size() != info.id.size()) throw Error("snapshot id is not 32 bytes");
+    info.fingerprint = manifest.fingerprint();
+    info.round = manifest.round();
+    info.total_bytes = manifest.total_bytes();
+    info.chunk_bytes = manifest.chunk_bytes();
+    info.metadata = manifest.metadata();
+    for (const auto& h : manifest.chunk_hashes()) {
+        if (h.size() != 32) throw Error("snapshot chunk hash is not 32 bytes");
+        Hash256& hash = info.chunk_hashes.emplace_back();
+        std::memcpy(hash.data(), h.data(), hash.size());
+    }
+    std::memcpy(info.id.data(), manifest.snapshot_id().data(), info.id.size());
+    if (info.computed_id() != info.id)
+        throw Error("snapshot manifest does not match its id (damaged or forged)");
+    return info;
+}
+
+namespace {
+
+// Cancels a client call once gone(donor) says so, asked every 100 ms until this is destroyed.
+class CancelIfGone {
+public:
+    CancelIfGone(grpc::ClientContext& context, const FetchOptions& options,
+                 const std::string& donor) {
+        if (!options.donor_gone) return;
+        thread_ = std::thread([this, &context, &options, donor] {
+            std::unique_lock lock(mutex_);
+            while (!disarmed_changed_.wait_for(lock, std::chrono::milliseconds(100),
+                                               [&] { return disarmed_; })) {
+                if (options.donor_gone(donor)) {
+                    cancelled_ = true;
+                    context.TryCancel();
+                    return;
+                }
+            }
+        });
+    }
+    ~CancelIfGone() {
+        {
+            std::lock_guard lock(mutex_);
+            disarmed_ = true;
+        }
+        disarmed_changed_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+    CancelIfGone(const CancelIfGone&) = delete;
+    CancelIfGone& operator=(const CancelIfGone&) = delete;
+
+    // Whether the call was cancelled for that; read once the call has returned.
+    bool cancelled() {
+        std::lock_guard lock(mutex_);
+        return cancelled_;
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable disarmed_changed_;
+    bool disarmed_ = false;
+    bool cancelled_ = false;
+    std::thread thread_;
+};
+
+constexpr const char* kDonorGone =
+    "the donor is gone (the failure detector declared it dead, or it left)";
+
+// One fetch of one snapshot from the donors that hold it: a shared queue of chunk indices that
+// per-donor workers drain. A donor that fails gives its chunk back and stops.
+class ChunkFetch {
+public:
+    ChunkFetch(const SnapshotManifestInfo& manifest, std::vector<char>& done,
+               std::span<std::byte> destination, SwarmAuth& auth, const FetchOptions& options)
+        : manifest_(manifest),
+          done_(done),
+          destination_(destination),
+          auth_(auth),
+          options_(options) {
+        for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
+            if (!done_[i]) pending_.push_back(i);
+        finished_ = manifest.chunk_count() - static_cast<uint32_t>(pending_.size());
+    }
+
+    // Runs workers for every donor; returns the donors to drop (failed or lied).
+    std::vector<std::string> run(
+        const std::map<std::string, std::shared_ptr<grpc::Channel>>& donors,
+        std::map<std::string, uint32_t>& delivered, std::string& last_error) {
+        std::vector<std::thread> workers;
+        for (const auto& [address, channel] : donors)
+            for (int slot = 0; slot < options_.inflight_per_donor; ++slot)
+                workers.emplace_back(
+                    [&, address = address, channel = channel] { work(address, channel); });
+        for (auto& w : workers) w.join();
+        for (const auto& [address, count] : delivered_) delivered[address] += count;
+        last_error = last_error_;
+        return {dropped_.begin(), dropped_.end()};
+    }
+
+private:
+    void work(const std::string& address, const std::shared_ptr<grpc::Channel>& channel) {
+        const auto stub = v1::StateSync::NewStub(channel);
+        for (;;) {
+            uint32_t index = 0;
+            {
+                std::unique_lock lock(mutex_);
+                wake_.wait(lock, [&] {
+                    return !pending_.empty() || inflight_ == 0 || stopped_.contains(address);
+                });
+                if (pending_.empty() || stopped_.contains(address)) return;
+                index = pending_.front();
+                pending_.pop_front();
+                ++inflight_;
+            }
+            std::string error;
+            grpc::StatusCode code = grpc::StatusCode::OK;
+            const auto timeout = chunk_timeout(address, index);
+            const auto started = std::chrono::steady_clock::now();
+            const bool ok = fetch_one(*stub, address, index, timeout, &error, &code);
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            // Busy: wait and retry. Slow (out of time): retry with a longer deadline, dropped only
+            // after a few in a row. Not found: an honest donor that moved on to a newer snapshot;
+            // it stops serving this fetch but may offer the next one. Anything else: dropped.
+            std::lock_guard lock(mutex_);
+            DonorPace& pace = pace_[address];
+            bool slow = false;
+            if (code == grpc::StatusCode::DEADLINE_EXCEEDED) {
+                // Calls in flight together share a deadline: one of them running out counts once.
+                if (timeout >= pace.at_least) {
+                    ++pace.timeouts;
+                    pace.at_least = 2 * timeout;
+                }
+                slow = pace.timeouts < options_.timeouts_per_donor;
+            }
+            const bool busy = code == grpc::StatusCode::RESOURCE_EXHAUSTED || slow;
+            const bool stale = code == grpc::StatusCode::NOT_FOUND;
+            --inflight_;
+            if (ok) {
+                done_[index] = 1;
+                ++delivered_[address];
+                pace.timeouts = 0;
+                pace.at_least = std::chrono::milliseconds(0);
+                pace.bytes_per_s =
+                    static_cast<double>(manifest_.chunk_size(index)) / std::max(seconds, 1e-3);
+                if (options_.progress) options_.progress(++finished_, manifest_.chunk_count());
+            } else {
+                pending_.push_back(index);
+                if (slow) {
+                    spdlog::info(
+                        "state sync: chunk {} from {} ran out of its {:.0f} s; asking again with more time",
+                        index, address, std::chrono::duration<double>(timeout).count());
+                }
+                if (!busy) {
+                    stopped_.insert(address);
+                    last_error_ = fmt::format("donor {}: {}", address, error);
+                }
+                if (!busy && !stale) {
+                    dropped_.insert(address);
+                    spdlog::warn("state sync: dropping {}", last_error_);
+                }
+            }
+            wake_.notify_all();
+            if (busy) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+
+    // Four times the time this donor's measured rate (or, before a chunk has come, the slowest
+    // supported link's, shared by the calls in flight) needs for the chunk, within the bounds.
+    std::chrono::milliseconds chunk_timeout(const std::string& address, uint32_t index) {
+        std::lock_guard lock(mutex_);
+        DonorPace& pace = pace_[address];
+        if (pace.bytes_per_s <= 0)
+            pace.bytes_per_s = options_.min_rate_bytes_per_s / options_.inflight_per_donor;
+        const double seconds =
+            4.0 * static_cast<double>(manifest_.chunk_size(index)) / pace.bytes_per_s;
+        const auto wanted =
+            std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e7) * 1000));
+        return std::clamp(std::max(wanted, pace.at_least), options_.call_timeout,
+                          options_.max_call_timeout);
+    }
+
+    // On failure *code is the call's status, or INVALID_ARGUMENT for bad data.
+    bool fetch_one(v1::StateSync::Stub& stub, const std::string& address, uint32_t index,
+                   std::chrono::milliseconds timeout, std::string* error, grpc::StatusCode* code) {
+        v1::FetchChunkRequest request;
+        request.set_snapshot_id(manifest_.id.data(), manifest_.id.size());
+        request.set_index(index);
+        v1::SnapshotChunk response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + timeout);
+        auth_.attach(context, "FetchChunk");
+        CancelIfGone watch(context, options_, address);
+        const auto status = stub.FetchChunk(&context, request, &response);
+        if (!status.ok()) {
+            *code = status.error_code();
+            *error = watch.cancelled() ? kDonorGone : status.error_message();
+            return false;
+        }
+        *code = grpc::StatusCode::INVALID_ARGUMENT;
+        const auto& data = response.data();
+        if (response.index() != index || data.size() != manifest_.chunk_size(index)) {
+            *error = fmt::format("chunk {} came back as chunk {} of {} bytes", index,
+                                 response.index(), data.size());
+            return false;
+        }
+        if (blake2b_256(std::as_bytes(std::span(data))) != manifest_.chunk_hashes[index]) {
+            *error = fmt::format("chunk {} does not match its hash in the manifest", index);
+            return false;
+        }
+        std::memcpy(destination_.data() + uint64_t{index} * manifest_.chunk_bytes, data.data(),
+                    data.size());
+        return true;
+    }
+
+    const SnapshotManifestInfo& manifest_;
+    std::vector<char>& done_;
+    std::span<std::byte> destination_;
+    SwarmAuth& auth_;
+    const FetchOptions& options_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<uint32_t> pending_;
+    int inflight_ = 0;
+    uint32_t finished_ = 0;
+    std::set<std::string> stopped_;  // no more chunks from these in this fetch
+    std::set<std::string> dropped_;  // nor in any later one
+    std::map<std::string, uint32_t> delivered_;
+    struct DonorPace {
+        double bytes_per_s = 0;  // of one call, from the donor's last chunk; 0 before one
+        int timeouts = 0;        // in a row
+        std::chrono::milliseconds at_least{0};  // after a timeout: twice the deadline that ran out
+    };
+    std::map<std::string, DonorPace> pace_;
+    std::string last_error_;
+};
+
+// A snapshot on offer and the donors holding it.
+using Offer = std::pair<SnapshotManifestInfo, std::vector<std::string>>;
+
+// In a NoLoCo swarm every node's snapshot is its own, so the best offers have one holder each, and
+// a holder may sit behind a link of any speed: among the newest kRacedOffers with the most
+// holders, the first to deliver a probe of kRaceProbeBytes (or its whole first chunk, if smaller)
+// is the one fetched. Losers' calls are
+// cancelled at once. None when there is nothing to race (one such offer) or no racer delivered.
+constexpr size_t kRacedOffers = 3;
+const Offer* race_offers(const std::vector<const Offer*>& ranked,
+                         const std::map<std::string, std::shared_ptr<grpc::Channel>>& channels,
+                         SwarmAuth& auth, const FetchOptions& options) {
+    std::vector<const Offer*> racers;
+    for (const Offer* offer : ranked)
+        if (offer->second.size() == ranked.front()->second.size() && racers.size() < kRacedOffers)
+            racers.push_back(offer);
+    if (racers.size() < 2 || ranked.front()->second.size() > 1) return nullptr;
+    std::atomic<const Offer*> winner{nullptr};
+    FetchOptions race = options;
+    race.donor_gone = [&](const std::string& donor) {
+        return winner.load() != nullptr || (options.donor_gone && options.donor_gone(donor));
+    };
+    std::vector<std::thread> threads;
+    for (const Offer* offer : racers) {
+        threads.emplace_back([&, offer] {
+            const std::string& donor = offer->second.front();
+            v1::FetchChunkRequest request;
+            request.set_snapshot_id(offer->first.id.data(), offer->first.id.size());
+            request.set_index(0);
+            request.set_max_bytes(kRaceProbeBytes);
+            v1::SnapshotChunk probe;
+            grpc::ClientContext context;
+            context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+            auth.attach(context, "FetchChunk");
+            CancelIfGone watch(context, race, donor);
+            const grpc::Status status =
+                v1::StateSync::NewStub(channels.at(donor))->FetchChunk(&context, request, &probe);
+            const Offer* none = nullptr;
+            if (status.ok() && !probe.data().empty()) winner.compare_exchange_strong(none, offer);
+        });
+    }
+    for (auto& t : threads) t.join();
+    if (const Offer* won = winner.load())
+        spdlog::info("state sync: {} offers of one donor each raced with a {} KiB probe; {} won",
+                     racers.size(), kRaceProbeBytes >> 10, won->second.front());
+    return winner.load();
+}
+
+}  // namespace
+
+FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
+                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const SnapshotExpectation& expected, std::span<std::byte> destination,
+                           const FetchOptions& options) {
+    ensure_sodium();
+    if (destination.size() != expected.total_bytes)
+        throw Error(fmt::format("state sync: destination of {} bytes for a state of {}",
+                                destination.size(), expected.total_bytes));
+    std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
+    for (const auto& address : donors) {
+        grpc::ChannelArguments args;
+        args.SetMaxReceiveMessageSize(
+            static_cast<int>(kMaxSnapshotChunkBytes + kMaxSnapshotMetadataBytes + (64u << 10)));
+        channels[address] = grpc::CreateCustomChannel(address, credentials, args);
+    }
+    FetchResult result;
+    std::vector<char> done;
+    std::string last_error = "no donor offered a snapshot";
+    for (int attempt = 0; attempt < options.attempts && !channels.empty(); ++attempt) {
+        // Every donor's manifest at once; group the donors by the snapshot they offer.
+        std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
+        for (const auto& [address, channel] : channels) {
+            asked[address] =
+                std::async(std::launch::async, [&, address = address, channel = channel] {
+                    v1::SnapshotManifest manifest;
+                    grpc::ClientContext context;
+                    context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
+                    auth.attach(context, "GetManifest");
+                    CancelIfGone watch(context, options, address);
+                    auto status =
+                        v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
+                    if (watch.cancelled())
+                        status = grpc::Status(grpc::StatusCode::CANCELLED, kDonorGone);
+                    return std::make_pair(status, manifest);
+                });
+        }
+        std::map<Hash256, Offer> offers;
+        for (auto& [address, answer] : asked) {
+            auto [status, manifest] = answer.get();
+            try {
+                if (!status.ok()) throw Error(status.error_message());
+                SnapshotManifestInfo info = check_manifest(manifest, expected);
+                offers[info.id].first = info;
+                offers[info.id].second.push_back(address);
+            } catch (const Error& e) {
+                last_error = fmt::format("donor {}: {}", address, e.what());
+                spdlog::warn("state sync: {}", last_error);
+                channels.erase(address);
+            }
+        }
+        if (offers.empty()) break;
+        // The snapshot most donors hold, the newest among equals: the most bandwidth to fetch from.
+        std::vector<const Offer*> ranked;
+        for (const auto& [id, offer] : offers) ranked.push_back(&offer);
+        std::sort(ranked.begin(), ranked.end(), [](const Offer* a, const Offer* b) {
+            return std::make_pair(a->second.size(), a->first.round) >
+                   std::make_pair(b->second.size(), b->first.round);
+        });
+        const Offer* raced = race_offers(ranked, channels, auth, options);
+        const Offer& best = raced ? *raced : *ranked.front();
+        const SnapshotManifestInfo& manifest = best.first;
+        // Chunks already fetched for an earlier snapshot stay where their hash is unchanged.
+        std::vector<char> keep(manifest.chunk_count(), 0);
+        if (!done.empty() && result.manifest.chunk_bytes == manifest.chunk_bytes)
+            for (uint32_t i = 0; i < manifest.chunk_count(); ++i)
+                keep[i] = done[i] && result.manifest.chunk_hashes[i] == manifest.chunk_hashes[i];
+        done = std::move(keep);
+        result.manifest = manifest;
+        std::map<std::string, std::shared_ptr<grpc::Channel>> holders;
+        for (const auto& address : best.second) holders[address] = channels[address];
+        spdlog::info("state sync: snapshot {} of round {} ({} bytes, {} chunks) from {} donor(s)",
+                     short_snapshot_id(manifest.id), manifest.round, manifest.total_bytes,
+                     manifest.chunk_count(), holders.size());
+        ChunkFetch fetch(manifest, done, destination, auth, options);
+        for (const auto& address : fetch.run(holders, result.chunks_per_donor, last_error))
+            channels.erase(address);
+        if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) return result;
+    }
+    throw Error("state sync: no donor could deliver a verified snapshot (last problem: " +
+                last_error + ")");
+}
+
+}  // namespace starling
