@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include <future>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <thread>
 
