@@ -43,8 +43,8 @@ struct Donor {
     std::string address;
 
     explicit Donor(size_t keep = 2, std::unique_ptr<grpc::Service> custom = nullptr,
-                   SnapshotStore::Clock::duration lease = 120s)
-        : store(keep, lease) {
+                   SnapshotStore::Clock::duration lease = 120s, size_t max_leased = 1)
+        : store(keep, lease, max_leased) {
         service = custom ? std::move(custom) : std::make_unique<StateSyncService>(store, auth);
         int port = 0;
         grpc::ServerBuilder builder;
@@ -226,8 +226,9 @@ TEST_CASE("a donor that no longer holds the snapshot mid-fetch is asked again, n
     const auto first = random_bytes(kTotal, 5);
     auto second = first;
     second[kTotal - 1] ^= std::byte{1};  // only the last chunk changes
-    // Leases of 0: the donors keep their newest snapshot only, as when a lease has run out.
-    Donor a(1, nullptr, 0s), b(1, nullptr, 0s);
+    // The donors keep their newest snapshot only, not even one being read: as when another copy
+    // holds the one older snapshot a donor keeps.
+    Donor a(1, nullptr, 0s, 0), b(1, nullptr, 0s, 0);
     a.store.publish(snapshot_of(first, 1));
     b.store.publish(snapshot_of(first, 1));
     Joiner joiner;
