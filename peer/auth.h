@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -43,6 +44,11 @@ public:
     // most every 30 s): a node with another secret would otherwise train alone, unnoticed.
     grpc::Status verify(const grpc::ServerContextBase& context, std::string_view method,
                         uint64_t* caller);
+    // Called with the caller's gRPC peer string (ServerContext::peer()) for every call whose
+    // credentials prove it, before the rate limit; set before the server takes calls.
+    void on_proven(std::function<void(const std::string& grpc_peer)> hook) {
+        on_proven_ = std::move(hook);
+    }
     // Calls refused as UNAUTHENTICATED since the start, whatever failed.
     uint64_t refusals() const { return refusals_.load(); }
 
@@ -56,6 +62,7 @@ private:
     const NodeIdentity& identity_;
     RateLimit limit_;
     std::chrono::seconds clock_window_;
+    std::function<void(const std::string&)> on_proven_;
 
     struct Bucket {
         double tokens;

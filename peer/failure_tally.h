@@ -12,23 +12,26 @@
 namespace starling {
 
 enum class FailureReason {
-    Auth,     // a call refused for failed authentication, either way (wrong secret, bad or missing
-              // credentials)
-    Timeout,  // an exchange, a pairing call or a round-message fetch cut off by its deadline
+    Auth,  // a call refused for failed authentication, either way (wrong secret, bad or missing
+           // credentials)
+    Connection,      // a connection to the peer port closed before any call on it authenticated:
+                     // over a cap on such connections, or out of time
+    Timeout,         // an exchange, a pairing call or a round-message fetch cut off by its deadline
     RefusedMessage,  // a partner's message refused: malformed, mismatched or failing the outer
                      // step's sanity checks
     StateSync,       // a state copy from the swarm that failed
     Checkpoint,      // a checkpoint that could not be written
 };
 
-inline constexpr std::array kFailureReasons{FailureReason::Auth, FailureReason::Timeout,
-                                            FailureReason::RefusedMessage, FailureReason::StateSync,
-                                            FailureReason::Checkpoint};
+inline constexpr std::array kFailureReasons{FailureReason::Auth,      FailureReason::Connection,
+                                            FailureReason::Timeout,   FailureReason::RefusedMessage,
+                                            FailureReason::StateSync, FailureReason::Checkpoint};
 
-// The label value: "auth", "timeout", "refused_message", "state_sync", "checkpoint".
+// The label value: "auth", "connection", "timeout", "refused_message", "state_sync", "checkpoint".
 constexpr std::string_view failure_reason_name(FailureReason reason) {
     switch (reason) {
         case FailureReason::Auth: return "auth";
+        case FailureReason::Connection: return "connection";
         case FailureReason::Timeout: return "timeout";
         case FailureReason::RefusedMessage: return "refused_message";
         case FailureReason::StateSync: return "state_sync";

@@ -250,16 +250,17 @@ PeerNode::~PeerNode() { stop(false); }
 
 void PeerNode::start() {
     if (running_) throw Error("peer node already started");
-    int bound_port = 0;
     service_ = std::make_unique<Service>(*this);
     grpc::ResourceQuota quota("starling-peer");
     quota.SetMaxThreads(config_.max_server_threads);
     grpc::ServerBuilder builder;
     state_sync_ = std::make_unique<StateSyncService>(snapshots_, auth_,
                                                      config_.max_concurrent_snapshot_chunks);
-    builder.AddListeningPort(config_.listen,
-                             tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials(),
-                             &bound_port);
+    gate_ = std::make_unique<ConnectionGate>(config_.listen, config_.connections);
+    auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials());
+    auth_.on_proven([this](const std::string& grpc_peer) { gate_->authenticated(grpc_peer); });
     builder.RegisterService(service_.get());
     builder.RegisterService(state_sync_.get());
     // Exchange frames carry whole chunks; membership handlers check their own, smaller cap.
@@ -268,9 +269,6 @@ void PeerNode::start() {
     builder.SetMaxSendMessageSize(static_cast<int>(max_frame));
     builder.SetResourceQuota(quota);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
-    // gRPC sets SO_REUSEPORT by default, which lets a second daemon bind a port in use and take
-    // half of its connections; a port in use must end startup instead.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetOption(std::make_unique<WithoutReflection>());
     // A connection that never finishes its handshake (a bare TCP connect, a TLS hello and
     // nothing more) holds a descriptor for this long at most, not gRPC's default 120 s.
@@ -294,12 +292,12 @@ void PeerNode::start() {
     pairing_ = std::make_unique<PairingBook>(self.node_id, config_.max_round_gap);
     exchanges_ = std::make_unique<ExchangeBoard>();
     server_ = builder.BuildAndStart();
-    if (!server_ || bound_port == 0)
-        throw Error("cannot listen on " + config_.listen + " (address in use or not local?)");
+    if (!server_) throw Error("cannot start the peer server on " + config_.listen);
+    gate_->start(std::move(acceptor));
+    const uint16_t bound_port = gate_->port();
     std::vector<std::string> seeds = config_.seeds;
     try {
-        address_ = choose_announce_address(config_.listen, config_.announce,
-                                           static_cast<uint16_t>(bound_port), seeds);
+        address_ = choose_announce_address(config_.listen, config_.announce, bound_port, seeds);
     } catch (...) {
         server_->Shutdown();
         throw;
@@ -697,6 +695,7 @@ void PeerNode::stop(bool announce) {
         for (auto& s : sent) s.get();
         spdlog::info("peer: node {} left the swarm", format_node_id(node_id()));
     }
+    gate_->stop();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
 }

@@ -27,6 +27,7 @@
 #include "peer/auth.h"
 #include "peer/exchange.h"
 #include "peer/failure_tally.h"
+#include "peer/connection_gate.h"
 #include "peer/identity.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
@@ -70,6 +71,8 @@ struct PeerConfig {
     uint64_t max_round_gap = 1;  // S_max: a partner's round differs by at most this
     int max_server_threads = 32;
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
+    // Connections that have not yet carried an authenticated call (peer/connection_gate.h).
+    ConnectionLimits connections;
     size_t snapshots_kept =
         2;  // so a joiner's fetch survives the next publish (and see SnapshotStore)
     RateLimit rate_limit;
@@ -116,7 +119,8 @@ public:
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const;
     // What went wrong since the start, by reason (peer/failure_tally.h): others' calls this node
-    // refused for failed authentication, this node's joins a seed refused, exchanges, pairing
+    // refused for failed authentication, connections closed before they authenticated, this
+    // node's joins a seed refused, exchanges, pairing
     // calls and round-message fetches cut off by their deadlines, partners' messages refused,
     // and what the layers above counted.
     FailureCounts failures() const;
@@ -231,6 +235,7 @@ private:
     std::unique_ptr<PairingBook> pairing_;
     std::unique_ptr<ExchangeBoard> exchanges_;
     std::unique_ptr<Service> service_;
+    std::unique_ptr<ConnectionGate> gate_;  // the peer port's accept loop, in front of server_
     std::unique_ptr<grpc::Server> server_;
 
     mutable std::mutex rtt_mutex_;

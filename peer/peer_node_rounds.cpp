@@ -202,6 +202,7 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeSer
 FailureCounts PeerNode::failures() const {
     FailureCounts totals = failures_.totals();
     totals[static_cast<size_t>(FailureReason::Auth)] += auth_.refusals();
+    if (gate_) totals[static_cast<size_t>(FailureReason::Connection)] += gate_->closed();
     return totals;
 }
 

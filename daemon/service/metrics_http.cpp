@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "peer/address.h"
+#include "peer/listen_address.h"
 
 namespace starling {
 
@@ -69,32 +69,11 @@ private:
     std::string reply_;
 };
 
-asio::ip::tcp::endpoint endpoint_of(asio::io_context& io, const std::string& listen) {
-    const std::optional<HostPort> address = parse_host_port(listen);
-    if (!address) throw Error("[metrics].listen: \"" + listen + "\" is not HOST:PORT");
-    asio::error_code error;
-    asio::ip::tcp::resolver resolver(io);
-    const auto results = resolver.resolve(address->host, std::to_string(address->port),
-                                          asio::ip::tcp::resolver::passive, error);
-    if (error || results.empty()) {
-        throw Error("[metrics].listen: cannot resolve " + listen + ": " + error.message());
-    }
-    return results.begin()->endpoint();
-}
-
 }  // namespace
 
 MetricsHttpServer::MetricsHttpServer(const std::string& listen, std::function<std::string()> body)
     : body_(std::move(body)), acceptor_(io_) {
-    const asio::ip::tcp::endpoint endpoint = endpoint_of(io_, listen);
-    asio::error_code error;
-    acceptor_.open(endpoint.protocol(), error);
-    if (!error) acceptor_.set_option(asio::socket_base::reuse_address(true), error);
-    if (!error) acceptor_.bind(endpoint, error);
-    if (!error) acceptor_.listen(asio::socket_base::max_listen_connections, error);
-    if (error)
-        throw Error("[metrics].listen: cannot serve /metrics on " + listen + ": " +
-                    error.message());
+    listen_on(acceptor_, listen, "[metrics].listen", "serve /metrics");
     accept();
     thread_ = std::thread([this] { io_.run(); });
 }

@@ -69,6 +69,7 @@ TEST_CASE(
     text = metrics.scrape();
     CHECK(sample_value(text, R"(starling_failures_total{reason="auth"})") == 5.0);
     CHECK(sample_value(text, R"(starling_failures_total{reason="timeout"})") == 3.0);
+    CHECK(sample_value(text, R"(starling_failures_total{reason="connection"})") == 0.0);
     CHECK(sample_value(text, R"(starling_failures_total{reason="refused_message"})") == 0.0);
     CHECK(sample_value(text, R"(starling_failures_total{reason="state_sync"})") == 0.0);
     CHECK(sample_value(text, R"(starling_failures_total{reason="checkpoint"})") == 1.0);

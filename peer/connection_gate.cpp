@@ -1,0 +1,255 @@
+#include "peer/connection_gate.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "peer/address.h"
+#include "peer/listen_address.h"
+
+namespace starling {
+namespace {
+
+// How often the gate looks for connections out of time or closed; the cut comes this late at most.
+constexpr auto kSweepPeriod = std::chrono::milliseconds(250);
+// After accept() failed for want of descriptors or memory: the listener stays readable, so
+// waiting on it again at once would spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+constexpr auto kWarnEvery = std::chrono::seconds(30);
+
+asio::ip::address without_v4_mapping(const asio::ip::address& address) {
+    if (address.is_v6() && address.to_v6().is_v4_mapped())
+        return asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+    return address;
+}
+
+std::string connection_key(const asio::ip::address& address, uint16_t port) {
+    return without_v4_mapping(address).to_string() + " " + std::to_string(port);
+}
+
+int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// gRPC writes peers as URIs: "[" and "]" around an IPv6 address come as %5B and %5D.
+std::string percent_decoded(std::string_view text) {
+    std::string out;
+    for (size_t i = 0; i < text.size(); i++) {
+        if (text[i] == '%' && i + 2 < text.size() && hex_digit(text[i + 1]) >= 0 &&
+            hex_digit(text[i + 2]) >= 0) {
+            out.push_back(static_cast<char>(hex_digit(text[i + 1]) * 16 + hex_digit(text[i + 2])));
+            i += 2;
+        } else {
+            out.push_back(text[i]);
+        }
+    }
+    return out;
+}
+
+enum class Standing { Open, ClosedHere, ClosedThere };
+
+// Who ended a connection that has left ESTABLISHED: this side (gRPC shut it down, its handshake
+// timeout or a protocol error) when this side's FIN went first, else the far end.
+Standing standing(int fd) {
+    tcp_info info{};
+    socklen_t length = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return Standing::ClosedThere;
+    switch (info.tcpi_state) {
+        case TCP_ESTABLISHED: return Standing::Open;
+        case TCP_FIN_WAIT1:
+        case TCP_FIN_WAIT2:
+        case TCP_CLOSING: return Standing::ClosedHere;
+        default: return Standing::ClosedThere;
+    }
+}
+
+}  // namespace
+
+std::optional<std::string> connection_key_of_grpc_peer(std::string_view peer) {
+    const size_t colon = peer.find(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    const std::string_view scheme = peer.substr(0, colon);
+    if (scheme != "ipv4" && scheme != "ipv6") return std::nullopt;
+    const auto host_port = parse_host_port(percent_decoded(peer.substr(colon + 1)));
+    if (!host_port) return std::nullopt;
+    asio::error_code error;
+    const asio::ip::address address = asio::ip::make_address(host_port->host, error);
+    if (error) return std::nullopt;
+    return connection_key(address, host_port->port);
+}
+
+ConnectionGate::ConnectionGate(const std::string& listen, ConnectionLimits limits)
+    : limits_(limits), listener_(io_), backoff_(io_), sweeper_(io_) {
+    listen_on(listener_, listen, "[peer].listen", "listen");
+    listener_.non_blocking(true);
+    port_ = listener_.local_endpoint().port();
+}
+
+ConnectionGate::~ConnectionGate() { stop(); }
+
+void ConnectionGate::start(
+    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
+    acceptor_ = std::move(acceptor);
+    wait_for_connections();
+    sweep();
+    thread_ = std::thread([this] { io_.run(); });
+}
+
+void ConnectionGate::stop() {
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+    asio::error_code ignored;
+    listener_.close(ignored);
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, watched] : watched_) ::close(watched.duplicate);
+    watched_.clear();
+}
+
+void ConnectionGate::wait_for_connections() {
+    listener_.async_wait(asio::socket_base::wait_read, [this](const asio::error_code& error) {
+        if (!error) accept_ready();
+    });
+}
+
+void ConnectionGate::accept_ready() {
+    for (;;) {
+        sockaddr_storage from{};
+        socklen_t length = sizeof(from);
+        const int fd = ::accept4(listener_.native_handle(), reinterpret_cast<sockaddr*>(&from),
+                                 &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            asio::ip::tcp::endpoint remote;
+            std::memcpy(remote.data(), &from, std::min<size_t>(length, remote.capacity()));
+            remote.resize(std::min<size_t>(length, remote.capacity()));
+            admit(fd, remote);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        // EMFILE and kin: the connections wait in the listen queue until descriptors free up.
+        {
+            std::lock_guard lock(mutex_);
+            const auto now = std::chrono::steady_clock::now();
+            if (!last_accept_warning_ || now - *last_accept_warning_ >= kWarnEvery) {
+                last_accept_warning_ = now;
+                spdlog::warn("peer: cannot accept a connection: {}; trying again",
+                             std::strerror(errno));
+            }
+        }
+        backoff_.expires_after(kAcceptBackoff);
+        backoff_.async_wait([this](const asio::error_code& error) {
+            if (!error) wait_for_connections();
+        });
+        return;
+    }
+    wait_for_connections();
+}
+
+void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
+    const std::string source = without_v4_mapping(remote.address()).to_string();
+    {
+        std::lock_guard lock(mutex_);
+        const size_t from_source =
+            std::count_if(watched_.begin(), watched_.end(),
+                          [&](const auto& entry) { return entry.second.source == source; });
+        const char* refused = nullptr;
+        if (watched_.size() >= limits_.max_unauthenticated)
+            refused = "the cap on unauthenticated connections ([peer].max_unauthenticated_connections)";
+        else if (from_source >= limits_.max_unauthenticated_per_source)
+            refused = "the cap on unauthenticated connections from one address "
+                      "([peer].max_unauthenticated_per_source)";
+        const int duplicate = refused ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (!refused && duplicate < 0) refused = "no descriptor left to watch it with";
+        if (refused) {
+            ::close(fd);
+            note_closed(refused, source);
+            return;
+        }
+        const std::string key = connection_key(remote.address(), remote.port());
+        // The same far end again: the earlier connection has gone, or it could not be accepted.
+        if (const auto earlier = watched_.find(key); earlier != watched_.end())
+            ::close(earlier->second.duplicate);
+        watched_[key] = {duplicate, source,
+                         std::chrono::steady_clock::now() + limits_.authenticate_within};
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+    connection.listener_fd = listener_.native_handle();
+    connection.fd = fd;
+    acceptor_->HandleNewConnection(&connection);
+}
+
+void ConnectionGate::sweep() {
+    {
+        std::lock_guard lock(mutex_);
+        const auto now = std::chrono::steady_clock::now();
+        for (auto it = watched_.begin(); it != watched_.end();) {
+            const Watched& watched = it->second;
+            const Standing now_standing = standing(watched.duplicate);
+            if (now_standing == Standing::Open && now < watched.deadline) {
+                ++it;
+                continue;
+            }
+            if (now_standing == Standing::Open) {
+                // gRPC reads the end of the stream and closes its descriptor in turn.
+                ::shutdown(watched.duplicate, SHUT_RDWR);
+                note_closed("no authenticated call in time", watched.source);
+            } else if (now_standing == Standing::ClosedHere) {
+                note_closed("gRPC closed it (an unfinished handshake or a protocol error)",
+                            watched.source);
+            }
+            ::close(watched.duplicate);
+            it = watched_.erase(it);
+        }
+    }
+    sweeper_.expires_after(kSweepPeriod);
+    sweeper_.async_wait([this](const asio::error_code& error) {
+        if (!error) sweep();
+    });
+}
+
+void ConnectionGate::authenticated(std::string_view grpc_peer) {
+    {
+        std::lock_guard lock(mutex_);
+        if (watched_.empty()) return;
+    }
+    const std::optional<std::string> key = connection_key_of_grpc_peer(grpc_peer);
+    if (!key) return;
+    std::lock_guard lock(mutex_);
+    const auto it = watched_.find(*key);
+    if (it == watched_.end()) return;
+    ::close(it->second.duplicate);
+    watched_.erase(it);
+}
+
+size_t ConnectionGate::unauthenticated() const {
+    std::lock_guard lock(mutex_);
+    return watched_.size();
+}
+
+void ConnectionGate::note_closed(std::string_view why, const std::string& source) {
+    closed_++;
+    unwarned_++;
+    const auto now = std::chrono::steady_clock::now();
+    if (last_warned_ && now - *last_warned_ < kWarnEvery) return;
+    last_warned_ = now;
+    spdlog::warn(
+        "peer: closed {} connection(s) before they authenticated, the last from {}: {} "
+        "({} so far)",
+        unwarned_, source, why, closed_.load());
+    unwarned_ = 0;
+}
+
+}  // namespace starling

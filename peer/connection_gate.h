@@ -1,0 +1,94 @@
+// The peer port's own accept loop, in front of gRPC: it counts the connections that have not yet
+// carried an authenticated call and closes what would exceed the caps, and the ones that stay
+// unauthenticated too long. gRPC 1.51 caps neither; without this, a few hundred connections that
+// send nothing but the HTTP/2 preface hold a descriptor each for as long as gRPC keeps them.
+//
+// Admitted connections go to gRPC through its external connection acceptor, so TLS, the
+// handshake timeout and every channel argument still apply. The gate keeps a duplicate of each
+// unauthenticated connection's descriptor: it is how the gate can cut one (shutdown() on the
+// duplicate) without the risk of hitting a descriptor number gRPC has closed and reused. The
+// duplicate is closed once the connection authenticates, and gRPC alone owns it from then on.
+#pragma once
+
+#include <asio.hpp>
+#include <grpcpp/server_builder.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+namespace starling {
+
+struct ConnectionLimits {
+    size_t max_unauthenticated = 64;             // from all sources together
+    size_t max_unauthenticated_per_source = 16;  // from one IP address
+    // A connection with no authenticated call by then is closed.
+    std::chrono::milliseconds authenticate_within{10000};
+};
+
+// "address port" of a connection's far end, IPv4-mapped IPv6 addresses written as IPv4, from a
+// gRPC peer string ("ipv4:10.0.0.1:7700", "ipv6:%5B::1%5D:7700"); nullopt for anything else.
+std::optional<std::string> connection_key_of_grpc_peer(std::string_view peer);
+
+class ConnectionGate {
+public:
+    // Binds `listen` (HOST:PORT; port 0 picks a free one) without SO_REUSEPORT, so that a port
+    // in use is an error; throws starling::Error naming the address when it cannot.
+    ConnectionGate(const std::string& listen, ConnectionLimits limits);
+    ~ConnectionGate();  // stop()
+    ConnectionGate(const ConnectionGate&) = delete;
+    ConnectionGate& operator=(const ConnectionGate&) = delete;
+
+    uint16_t port() const { return port_; }
+    // Starts accepting; every admitted connection goes to `acceptor` (its server has started).
+    void start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
+    // Stops accepting and lets go of the connections it watches (they stay gRPC's).
+    void stop();
+
+    // A call on the connection that gRPC names `grpc_peer` (ServerContext::peer()) proved its
+    // caller: the connection no longer counts against the caps. Any thread.
+    void authenticated(std::string_view grpc_peer);
+
+    size_t unauthenticated() const;  // connections counted against the caps now
+    // Connections the gate closed before they authenticated, over a cap or out of time.
+    uint64_t closed() const { return closed_.load(); }
+
+private:
+    struct Watched {
+        int duplicate;  // of gRPC's descriptor
+        std::string source;
+        std::chrono::steady_clock::time_point deadline;
+    };
+
+    void wait_for_connections();
+    void accept_ready();
+    void admit(int fd, const asio::ip::tcp::endpoint& remote);
+    void sweep();
+    void note_closed(std::string_view why, const std::string& source);
+
+    const ConnectionLimits limits_;
+    asio::io_context io_;
+    asio::ip::tcp::acceptor listener_;
+    asio::steady_timer backoff_;  // after the accept queue could not be drained (EMFILE)
+    asio::steady_timer sweeper_;
+    uint16_t port_ = 0;
+    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+    std::thread thread_;
+
+    mutable std::mutex mutex_;
+    std::unordered_map<std::string, Watched> watched_;  // by connection key
+    std::optional<std::chrono::steady_clock::time_point> last_warned_;  // of connections closed
+    uint64_t unwarned_ = 0;  // closed since the last warning
+    std::optional<std::chrono::steady_clock::time_point> last_accept_warning_;
+
+    std::atomic<uint64_t> closed_{0};
+};
+
+}  // namespace starling

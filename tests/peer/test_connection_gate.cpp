@@ -1,0 +1,147 @@
+// The peer port's accept loop: connections that carry no authenticated call are capped, in all
+// and per source address, and closed when their time is up; authenticated ones are left alone.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "peer/connection_gate.h"
+#include "peer/local_cluster.h"
+#include "tests/peer/cluster_util.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A TCP connection to `port` on 127.0.0.1 from `source`, having sent the HTTP/2 preface and
+// nothing more, as a hostile client would.
+class PrefaceOnly {
+public:
+    PrefaceOnly(uint16_t port, const char* source = "127.0.0.1")
+        : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+        REQUIRE(fd_ >= 0);
+        sockaddr_in from{};
+        from.sin_family = AF_INET;
+        REQUIRE(inet_pton(AF_INET, source, &from.sin_addr) == 1);
+        REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(port);
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+        const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        REQUIRE(write(fd_, preface, sizeof(preface) - 1) ==
+                static_cast<ssize_t>(sizeof(preface) - 1));
+    }
+    ~PrefaceOnly() { close(fd_); }
+    PrefaceOnly(const PrefaceOnly&) = delete;
+    PrefaceOnly& operator=(const PrefaceOnly&) = delete;
+
+    // Whether the node closed it within `limit`: what it sends (its HTTP/2 settings) is read and
+    // dropped until the end of the stream or a reset.
+    bool closed_within(std::chrono::milliseconds limit) const {
+        const auto until = std::chrono::steady_clock::now() + limit;
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                until - std::chrono::steady_clock::now());
+            if (left <= 0ms) return false;
+            pollfd p{fd_, POLLIN, 0};
+            if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+            char buffer[4096];
+            const ssize_t n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+        }
+    }
+
+private:
+    int fd_;
+};
+
+uint16_t port_of(const PeerNode& node) {
+    return static_cast<uint16_t>(std::stoi(node.address().substr(node.address().rfind(':') + 1)));
+}
+
+uint64_t connections_closed(const PeerNode& node) {
+    return node.failures()[static_cast<size_t>(FailureReason::Connection)];
+}
+
+}  // namespace
+
+TEST_CASE("a gRPC peer string names the connection the gate accepted") {
+    CHECK(connection_key_of_grpc_peer("ipv4:127.0.0.1:7700") == "127.0.0.1 7700");
+    CHECK(connection_key_of_grpc_peer("ipv6:%5B::1%5D:7700") == "::1 7700");
+    CHECK(connection_key_of_grpc_peer("ipv6:[::1]:7700") == "::1 7700");
+    CHECK(connection_key_of_grpc_peer("ipv6:%5Bfd00::5%5D:1") == "fd00::5 1");
+    // A dual-stack listener sees IPv4 callers as mapped IPv6 addresses.
+    CHECK(connection_key_of_grpc_peer("ipv6:%5B::ffff:10.0.0.1%5D:9") == "10.0.0.1 9");
+    CHECK_FALSE(connection_key_of_grpc_peer("unix:/run/starling.sock"));
+    CHECK_FALSE(connection_key_of_grpc_peer("ipv4:10.0.0.1"));
+    CHECK_FALSE(connection_key_of_grpc_peer("ipv4:10.0.0.1:70000"));
+    CHECK_FALSE(connection_key_of_grpc_peer("ipv4:not-an-address:7700"));
+    CHECK_FALSE(connection_key_of_grpc_peer(""));
+}
+
+TEST_CASE("connections beyond the cap on unauthenticated ones are closed at once, the rest when "
+          "their time is up, and authenticated ones are left alone") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 4;
+    config.connections.max_unauthenticated_per_source = 100;
+    config.connections.authenticate_within = 1500ms;
+    LocalCluster cluster(1, config);
+    PeerNode& node = cluster.node(0);
+    const uint16_t port = port_of(node);
+
+    std::vector<std::unique_ptr<PrefaceOnly>> held;
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
+    const PrefaceOnly fifth(port);
+    CHECK(fifth.closed_within(1000ms));
+    for (const auto& connection : held) CHECK_FALSE(connection->closed_within(10ms));
+    CHECK(connections_closed(node) == 1);
+    // Out of time: 1.5 s after they came, and the sweep a quarter of a second later at most.
+    for (const auto& connection : held) CHECK(connection->closed_within(3000ms));
+    CHECK(connections_closed(node) == 5);
+
+    // A member's connections authenticate with their first call and stop counting: all four
+    // places are free for strangers again, and nothing of the member's is cut.
+    PeerConfig second = config;
+    second.seeds = {node.address()};
+    PeerNode& member = cluster.add(second);
+    wait_for("the member is seen", 3000ms,
+             [&] { return all_see_all_alive({&node, &member}); });
+    held.clear();
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
+    for (const auto& connection : held) CHECK_FALSE(connection->closed_within(200ms));
+    std::this_thread::sleep_for(2000ms);
+    CHECK(all_see_all_alive({&node, &member}));
+    CHECK(connections_closed(node) == 9);  // only the four strangers, cut when out of time
+}
+
+TEST_CASE("one source address holds no more unauthenticated connections than its cap") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 100;
+    config.connections.max_unauthenticated_per_source = 2;
+    LocalCluster cluster(1, config);
+    const uint16_t port = port_of(cluster.node(0));
+
+    const PrefaceOnly first(port), second(port), third(port);
+    CHECK(third.closed_within(1000ms));
+    const PrefaceOnly elsewhere(port, "127.0.0.2");
+    CHECK_FALSE(elsewhere.closed_within(200ms));
+    CHECK_FALSE(first.closed_within(10ms));
+    CHECK_FALSE(second.closed_within(10ms));
+    CHECK(connections_closed(cluster.node(0)) == 1);
+}
+
+TEST_CASE("the peer port refuses an address another listener holds") {
+    PeerConfig config = local_cluster_config();
+    LocalCluster cluster(1, config);
+    config.listen = cluster.node(0).address();
+    PeerNode second(config);
+    CHECK_THROWS_WITH(second.start(), Catch::Contains("cannot listen on " + config.listen));
+    CHECK(cluster.node(0).members().size() == 1);
+}
