@@ -165,10 +165,12 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
                           [&](const auto& entry) { return entry.second.source == source; });
         const char* refused = nullptr;
         if (watched_.size() >= limits_.max_unauthenticated)
-            refused = "the cap on unauthenticated connections ([peer].max_unauthenticated_connections)";
+            refused =
+                "the cap on unauthenticated connections ([peer].max_unauthenticated_connections)";
         else if (from_source >= limits_.max_unauthenticated_per_source)
-            refused = "the cap on unauthenticated connections from one address "
-                      "([peer].max_unauthenticated_per_source)";
+            refused =
+                "the cap on unauthenticated connections from one address "
+                "([peer].max_unauthenticated_per_source)";
         const int duplicate = refused ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (!refused && duplicate < 0) refused = "no descriptor left to watch it with";
         if (refused) {

@@ -83,7 +83,7 @@ private:
     std::thread thread_;
 
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, Watched> watched_;  // by connection key
+    std::unordered_map<std::string, Watched> watched_;                  // by connection key
     std::optional<std::chrono::steady_clock::time_point> last_warned_;  // of connections closed
     uint64_t unwarned_ = 0;  // closed since the last warning
     std::optional<std::chrono::steady_clock::time_point> last_accept_warning_;

@@ -21,8 +21,7 @@ void listen_on(asio::ip::tcp::acceptor& acceptor, const std::string& listen,
     acceptor.open(endpoint.protocol(), error);
     if (!error) acceptor.set_option(asio::socket_base::reuse_address(true), error);
     // "[::]" takes IPv4 connections too, as gRPC's own listener did.
-    if (!error && endpoint.address().is_v6())
-        acceptor.set_option(asio::ip::v6_only(false), error);
+    if (!error && endpoint.address().is_v6()) acceptor.set_option(asio::ip::v6_only(false), error);
     if (!error) acceptor.bind(endpoint, error);
     if (!error) acceptor.listen(asio::socket_base::max_listen_connections, error);
     if (error) {

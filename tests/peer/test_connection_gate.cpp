@@ -86,8 +86,9 @@ TEST_CASE("a gRPC peer string names the connection the gate accepted") {
     CHECK_FALSE(connection_key_of_grpc_peer(""));
 }
 
-TEST_CASE("connections beyond the cap on unauthenticated ones are closed at once, the rest when "
-          "their time is up, and authenticated ones are left alone") {
+TEST_CASE(
+    "connections beyond the cap on unauthenticated ones are closed at once, the rest when "
+    "their time is up, and authenticated ones are left alone") {
     PeerConfig config = local_cluster_config();
     config.connections.max_unauthenticated = 4;
     config.connections.max_unauthenticated_per_source = 100;
@@ -111,8 +112,7 @@ TEST_CASE("connections beyond the cap on unauthenticated ones are closed at once
     PeerConfig second = config;
     second.seeds = {node.address()};
     PeerNode& member = cluster.add(second);
-    wait_for("the member is seen", 3000ms,
-             [&] { return all_see_all_alive({&node, &member}); });
+    wait_for("the member is seen", 3000ms, [&] { return all_see_all_alive({&node, &member}); });
     held.clear();
     for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(200ms));
