@@ -15,4 +15,6 @@ bool keep_freed_buffers_for_reuse() {
            mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 && mallopt(M_ARENA_MAX, 1) == 1;
 }
 
+bool release_free_memory() { return malloc_trim(0) == 1; }
+
 }  // namespace starling

@@ -134,12 +134,27 @@ private:
             metrics_->record_peers(peer);
             metrics_->record_failures(peer.failures());
         }
+        release_free_memory_now_and_then();
         tick_.expires_after(
             watchdog_ ? std::min<std::chrono::microseconds>(*watchdog_, std::chrono::seconds(1))
                       : std::chrono::seconds(1));
         tick_.async_wait([this](const asio::error_code& error) {
             if (!error) on_tick();
         });
+    }
+
+    // The heap keeps freed buffers for reuse (common/allocator.h); once a minute its free pages go
+    // back, so that the resident size follows what the node uses, not the largest burst of
+    // buffers it ever had (several joiners' state copies at once, say).
+    void release_free_memory_now_and_then() {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_release_ < kReleaseFreeMemoryEvery) return;
+        last_release_ = now;
+        const bool released = release_free_memory();
+        spdlog::debug(
+            "heap: free pages {} in {:.2f} ms", released ? "released" : "none to release",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now)
+                .count());
     }
 
     // The watchdog's interval is half of WatchdogSec; the round loop must have marked progress
@@ -169,6 +184,8 @@ private:
     std::optional<std::chrono::microseconds> watchdog_;
     std::string last_status_;
     bool stalled_ = false;
+    static constexpr std::chrono::seconds kReleaseFreeMemoryEvery{60};
+    std::chrono::steady_clock::time_point last_release_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
