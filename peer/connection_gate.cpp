@@ -135,8 +135,9 @@ void ConnectionGate::accept_ready() {
             admit(fd, remote);
             continue;
         }
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        const int failure = errno;
+        if (failure == EINTR || failure == ECONNABORTED) continue;
+        if (failure == EAGAIN || failure == EWOULDBLOCK) break;
         // EMFILE and kin: the connections wait in the listen queue until descriptors free up.
         {
             std::lock_guard lock(mutex_);
@@ -144,7 +145,7 @@ void ConnectionGate::accept_ready() {
             if (!last_accept_warning_ || now - *last_accept_warning_ >= kWarnEvery) {
                 last_accept_warning_ = now;
                 spdlog::warn("peer: cannot accept a connection: {}; trying again",
-                             std::strerror(errno));
+                             std::strerror(failure));
             }
         }
         backoff_.expires_after(kAcceptBackoff);
