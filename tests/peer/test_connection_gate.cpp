@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
+sockaddr_in loopback(uint16_t port) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return address;
+}
+
+bool sent_preface(int fd) {
+    const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    return write(fd, preface, sizeof(preface) - 1) == static_cast<ssize_t>(sizeof(preface) - 1);
+}
+
 // A TCP connection to `port` on 127.0.0.1 from `source`, having sent the HTTP/2 preface and
 // nothing more, as a hostile client would.
 class PrefaceOnly {
@@ -29,14 +43,9 @@ public:
         from.sin_family = AF_INET;
         REQUIRE(inet_pton(AF_INET, source, &from.sin_addr) == 1);
         REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
-        sockaddr_in to{};
-        to.sin_family = AF_INET;
-        to.sin_port = htons(port);
-        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
-        const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-        REQUIRE(write(fd_, preface, sizeof(preface) - 1) ==
-                static_cast<ssize_t>(sizeof(preface) - 1));
+        const sockaddr_in to = loopback(port);
+        REQUIRE(connect(fd_, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0);
+        REQUIRE(sent_preface(fd_));
     }
     ~PrefaceOnly() { close(fd_); }
     PrefaceOnly(const PrefaceOnly&) = delete;
@@ -61,6 +70,12 @@ public:
 private:
     int fd_;
 };
+
+// Whether the node sent anything (its HTTP/2 settings: gRPC has the connection) within `limit`.
+bool answered_within(int fd, std::chrono::milliseconds limit) {
+    pollfd p{fd, POLLIN, 0};
+    return poll(&p, 1, static_cast<int>(limit.count())) == 1 && (p.revents & POLLIN);
+}
 
 uint16_t port_of(const PeerNode& node) {
     return static_cast<uint16_t>(std::stoi(node.address().substr(node.address().rfind(':') + 1)));
@@ -143,5 +158,41 @@ TEST_CASE("the peer port refuses an address another listener holds") {
     config.listen = cluster.node(0).address();
     PeerNode second(config);
     CHECK_THROWS_WITH(second.start(), Catch::Contains("cannot listen on " + config.listen));
+    CHECK(cluster.node(0).members().size() == 1);
+}
+
+TEST_CASE("the peer port keeps accepting once descriptors free up after running out") {
+    LocalCluster cluster(1);
+    const uint16_t port = port_of(cluster.node(0));
+    // The callers' sockets exist before the limit falls; connecting them takes no descriptor here,
+    // but accepting them would.
+    std::vector<int> callers;
+    for (int i = 0; i < 3; i++) {
+        callers.push_back(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        REQUIRE(callers.back() >= 0);
+    }
+    rlimit saved{};
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    // A new descriptor takes the lowest free number, and none at or above the limit is given.
+    const int lowest_free = dup(0);
+    REQUIRE(lowest_free >= 0);
+    close(lowest_free);
+    rlimit none_left = saved;
+    none_left.rlim_cur = static_cast<rlim_t>(lowest_free);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &none_left) == 0);
+    const sockaddr_in to = loopback(port);
+    // Nothing here may throw until the limit is back: the test binary's other cases need it.
+    bool connected = true;
+    for (const int fd : callers)
+        connected = connected &&
+                    connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0 &&
+                    sent_preface(fd);
+    // accept() fails with EMFILE meanwhile: the connections wait in the listen queue.
+    const bool answered_while_out = answered_within(callers.front(), 300ms);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    CHECK(connected);
+    CHECK_FALSE(answered_while_out);
+    for (const int fd : callers) CHECK(answered_within(fd, 2000ms));
+    for (const int fd : callers) close(fd);
     CHECK(cluster.node(0).members().size() == 1);
 }
