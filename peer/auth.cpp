@@ -134,11 +134,9 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContextBase& context, std::stri
 
 void SwarmAuth::warn_wrong_secret(const grpc::ServerContextBase& context, std::string_view node) {
     const uint64_t refused = ++wrong_secret_refusals_;
-    const auto now = std::chrono::steady_clock::now();
     {
         std::lock_guard lock(mutex_);
-        if (last_warned_ && now - *last_warned_ < std::chrono::seconds(30)) return;
-        last_warned_ = now;
+        if (!wrong_secret_warning_.due()) return;
     }
     // The node id is the caller's claim, unproven: cut to an id's length before it is logged.
     spdlog::warn(

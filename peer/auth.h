@@ -15,11 +15,11 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "common/throttle.h"
 #include "peer/identity.h"
 
 namespace starling {
@@ -71,8 +71,8 @@ private:
     std::mutex mutex_;
     std::unordered_map<uint64_t, Bucket> buckets_;
     std::atomic<uint64_t> refusals_{0};
-    std::atomic<uint64_t> wrong_secret_refusals_{0};                    // for the warning's count
-    std::optional<std::chrono::steady_clock::time_point> last_warned_;  // guarded by mutex_
+    std::atomic<uint64_t> wrong_secret_refusals_{0};           // for the warning's count
+    Throttle wrong_secret_warning_{std::chrono::seconds(30)};  // guarded by mutex_
 };
 
 }  // namespace starling

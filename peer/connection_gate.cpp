@@ -23,7 +23,6 @@ constexpr auto kSweepPeriod = std::chrono::milliseconds(250);
 // After accept() failed for want of descriptors or memory: the listener stays readable, so
 // waiting on it again at once would spin.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
-constexpr auto kWarnEvery = std::chrono::seconds(30);
 
 asio::ip::address without_v4_mapping(const asio::ip::address& address) {
     if (address.is_v6() && address.to_v6().is_v4_mapped())
@@ -139,15 +138,9 @@ void ConnectionGate::accept_ready() {
         if (failure == EINTR || failure == ECONNABORTED) continue;
         if (failure == EAGAIN || failure == EWOULDBLOCK) break;
         // EMFILE and kin: the connections wait in the listen queue until descriptors free up.
-        {
-            std::lock_guard lock(mutex_);
-            const auto now = std::chrono::steady_clock::now();
-            if (!last_accept_warning_ || now - *last_accept_warning_ >= kWarnEvery) {
-                last_accept_warning_ = now;
-                spdlog::warn("peer: cannot accept a connection: {}; trying again",
-                             std::strerror(failure));
-            }
-        }
+        if (accept_warning_.due())
+            spdlog::warn("peer: cannot accept a connection: {}; trying again",
+                         std::strerror(failure));
         backoff_.expires_after(kAcceptBackoff);
         backoff_.async_wait([this](const asio::error_code& error) {
             if (!error) wait_for_connections();
@@ -245,9 +238,7 @@ size_t ConnectionGate::unauthenticated() const {
 void ConnectionGate::note_closed(std::string_view why, const std::string& source) {
     closed_++;
     unwarned_++;
-    const auto now = std::chrono::steady_clock::now();
-    if (last_warned_ && now - *last_warned_ < kWarnEvery) return;
-    last_warned_ = now;
+    if (!closed_warning_.due()) return;
     spdlog::warn(
         "peer: closed {} connection(s) before they authenticated, the last from {}: {} "
         "({} so far)",

@@ -24,6 +24,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/throttle.h"
+
 namespace starling {
 
 struct ConnectionLimits {
@@ -83,10 +85,10 @@ private:
     std::thread thread_;
 
     mutable std::mutex mutex_;
-    std::unordered_map<std::string, Watched> watched_;                  // by connection key
-    std::optional<std::chrono::steady_clock::time_point> last_warned_;  // of connections closed
-    uint64_t unwarned_ = 0;  // closed since the last warning
-    std::optional<std::chrono::steady_clock::time_point> last_accept_warning_;
+    std::unordered_map<std::string, Watched> watched_;  // by connection key
+    Throttle closed_warning_{std::chrono::seconds(30)};
+    uint64_t unwarned_ = 0;                              // closed since the last warning
+    Throttle accept_warning_{std::chrono::seconds(30)};  // the io thread's alone
 
     std::atomic<uint64_t> closed_{0};
 };
