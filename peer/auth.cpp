@@ -124,7 +124,7 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContextBase& context, std::stri
         return refuse("wrong swarm secret");
     }
     if (!verify_signature(key, bytes_of(message), sig)) return refuse("bad signature");
-    if (on_proven_) on_proven_(context.peer());
+    if (on_proven_) on_proven_(context);
     if (!admit(id))
         return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                             fmt::format("node {} exceeds {} requests/s", node, limit_.per_second));

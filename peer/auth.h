@@ -44,9 +44,9 @@ public:
     // most every 30 s): a node with another secret would otherwise train alone, unnoticed.
     grpc::Status verify(const grpc::ServerContextBase& context, std::string_view method,
                         uint64_t* caller);
-    // Called with the caller's gRPC peer string (ServerContext::peer()) for every call whose
-    // credentials prove it, before the rate limit; set before the server takes calls.
-    void on_proven(std::function<void(const std::string& grpc_peer)> hook) {
+    // Called for every call whose credentials prove it, before the rate limit; set before the
+    // server takes calls.
+    void on_proven(std::function<void(const grpc::ServerContextBase& call)> hook) {
         on_proven_ = std::move(hook);
     }
     // Calls refused as UNAUTHENTICATED since the start, whatever failed.
@@ -62,7 +62,7 @@ private:
     const NodeIdentity& identity_;
     RateLimit limit_;
     std::chrono::seconds clock_window_;
-    std::function<void(const std::string&)> on_proven_;
+    std::function<void(const grpc::ServerContextBase&)> on_proven_;
 
     struct Bucket {
         double tokens;

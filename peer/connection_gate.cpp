@@ -113,6 +113,7 @@ void ConnectionGate::stop() {
     std::lock_guard lock(mutex_);
     for (const auto& [key, watched] : watched_) ::close(watched.duplicate);
     watched_.clear();
+    watching_ = 0;
 }
 
 void ConnectionGate::wait_for_connections() {
@@ -178,6 +179,7 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
             ::close(earlier->second.duplicate);
         watched_[key] = {duplicate, source,
                          std::chrono::steady_clock::now() + limits_.authenticate_within};
+        watching_ = watched_.size();
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -209,6 +211,7 @@ void ConnectionGate::sweep() {
             ::close(watched.duplicate);
             it = watched_.erase(it);
         }
+        watching_ = watched_.size();
     }
     sweeper_.expires_after(kSweepPeriod);
     sweeper_.async_wait([this](const asio::error_code& error) {
@@ -216,23 +219,16 @@ void ConnectionGate::sweep() {
     });
 }
 
-void ConnectionGate::authenticated(std::string_view grpc_peer) {
-    {
-        std::lock_guard lock(mutex_);
-        if (watched_.empty()) return;
-    }
-    const std::optional<std::string> key = connection_key_of_grpc_peer(grpc_peer);
+void ConnectionGate::authenticated(const grpc::ServerContextBase& call) {
+    if (watching_.load() == 0) return;
+    const std::optional<std::string> key = connection_key_of_grpc_peer(call.peer());
     if (!key) return;
     std::lock_guard lock(mutex_);
     const auto it = watched_.find(*key);
     if (it == watched_.end()) return;
     ::close(it->second.duplicate);
     watched_.erase(it);
-}
-
-size_t ConnectionGate::unauthenticated() const {
-    std::lock_guard lock(mutex_);
-    return watched_.size();
+    watching_ = watched_.size();
 }
 
 void ConnectionGate::note_closed(std::string_view why, const std::string& source) {

@@ -12,6 +12,7 @@
 
 #include <asio.hpp>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/server_context.h>
 
 #include <atomic>
 #include <chrono>
@@ -54,11 +55,11 @@ public:
     // Stops accepting and lets go of the connections it watches (they stay gRPC's).
     void stop();
 
-    // A call on the connection that gRPC names `grpc_peer` (ServerContext::peer()) proved its
-    // caller: the connection no longer counts against the caps. Any thread.
-    void authenticated(std::string_view grpc_peer);
+    // A call on `call`'s connection proved its caller: the connection no longer counts against
+    // the caps. Any thread; next to free when no connection is waiting to authenticate, as on
+    // nearly every call.
+    void authenticated(const grpc::ServerContextBase& call);
 
-    size_t unauthenticated() const;  // connections counted against the caps now
     // Connections the gate closed before they authenticated, over a cap or out of time.
     uint64_t closed() const { return closed_.load(); }
 
@@ -86,6 +87,7 @@ private:
 
     mutable std::mutex mutex_;
     std::unordered_map<std::string, Watched> watched_;  // by connection key
+    std::atomic<size_t> watching_{0};                   // watched_.size(), read without mutex_
     Throttle closed_warning_{std::chrono::seconds(30)};
     uint64_t unwarned_ = 0;                              // closed since the last warning
     Throttle accept_warning_{std::chrono::seconds(30)};  // the io thread's alone

@@ -260,7 +260,7 @@ void PeerNode::start() {
     auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
         tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials());
-    auth_.on_proven([this](const std::string& grpc_peer) { gate_->authenticated(grpc_peer); });
+    auth_.on_proven([this](const grpc::ServerContextBase& call) { gate_->authenticated(call); });
     builder.RegisterService(service_.get());
     builder.RegisterService(state_sync_.get());
     // Exchange frames carry whole chunks; membership handlers check their own, smaller cap.
