@@ -43,7 +43,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t str
     emulation::launch<Kernel>(grid, block, dynamic_shared_bytes, stream,
                               std::forward<Args>(args)...);
 #else
-    Kernel<<<grid, block, dynamic_shared_bytes, stream> > >(std::forward<Args>(args)...);
+    Kernel<<<grid, block, dynamic_shared_bytes, stream>>>(std::forward<Args>(args)...);
 #endif
 }
 
