@@ -9,8 +9,8 @@ PeerConfig local_cluster_config() {
     config.swarm_secret = "local cluster secret";
     config.fingerprint = "local";
     config.gossip_interval = std::chrono::milliseconds(100);
-    config.probe_timeout = std::chrono::milliseconds(100);
-    config.membership.suspicion_timeout = std::chrono::milliseconds(1000);
+    config.probe_timeout = std::chrono::milliseconds(300);
+    config.membership.suspicion_timeout = std::chrono::milliseconds(2000);
     config.membership.retention = std::chrono::milliseconds(30000);
     config.join_backoff_max = std::chrono::milliseconds(1000);
     config.pair_timeout = std::chrono::milliseconds(1000);

@@ -87,8 +87,11 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
         known.since = since;
         return Merge::Updated;
     }
-    if (precedence(incoming) == precedence(known))
+    if (precedence(incoming) == precedence(known)) {
         known.round = std::max(known.round, incoming.round);
+        known.paired_through = std::max(known.paired_through, incoming.paired_through);
+        known.solo_through = std::max(known.solo_through, incoming.solo_through);
+    }
     return Merge::Ignored;
 }
 
@@ -132,6 +135,12 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
 void MemberTable::set_round(uint64_t round) {
     std::lock_guard lock(mutex_);
     self_.round = round;
+}
+
+void MemberTable::set_choice(uint64_t round, bool paired) {
+    std::lock_guard lock(mutex_);
+    uint64_t& through = paired ? self_.paired_through : self_.solo_through;
+    through = std::max(through, round + 1);
 }
 
 void MemberTable::note_round(uint64_t node_id, uint64_t round) {

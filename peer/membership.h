@@ -35,6 +35,11 @@ struct Member {
     uint64_t incarnation = 0;
     MemberState state = MemberState::Alive;
     uint64_t round = 0;
+    // The round after the newest round it agreed a partner for, and after the newest round it went
+    // solo (0: none yet); like the round, they only go up. solo_last() tells from them whether its
+    // last round was solo.
+    uint64_t paired_through = 0;
+    uint64_t solo_through = 0;
     std::string fingerprint;
     std::string model;  // the model's signature (model/config.h), for saying what differs
     uint32_t protocol_version = kProtocolVersion;
@@ -43,6 +48,9 @@ struct Member {
     uint64_t instance = 0;
     SteadyClock::time_point since{};  // local: when this node learned the current state
 };
+
+// Whether the member's newest choice of partner found none (a fresh member has made none).
+inline bool solo_last(const Member& m) { return m.solo_through > m.paired_through; }
 
 // Why `them` can never pair with `self`, for a log line or `starling check`: "runs another model
 // (n_layer 4 there, 2 here)", "is in swarm 'b' (this node: 'a')", ...; "" when it can.
@@ -70,6 +78,8 @@ public:
     std::vector<uint64_t> expire(SteadyClock::time_point now);
 
     void set_round(uint64_t round);
+    // This node agreed a partner for `round`, or found none.
+    void set_choice(uint64_t round, bool paired);
     // A member is at least at `round`, as its own pair or exchange traffic just showed: fresher
     // than gossip, which can be a few intervals old (rounds only go up; unknown ids are ignored).
     void note_round(uint64_t node_id, uint64_t round);

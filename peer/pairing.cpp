@@ -16,6 +16,19 @@ PairAnswer not_now(std::string reason) { return {false, false, true, std::move(r
 
 std::string round_text(uint64_t round) { return "round " + std::to_string(round); }
 
+// The ids of each list in an order of `rng` alone (the member table's order must not matter),
+// the lists one after the other.
+std::vector<uint64_t> shuffled_in_turn(std::initializer_list<std::vector<uint64_t>*> lists,
+                                       std::mt19937_64& rng) {
+    std::vector<uint64_t> out;
+    for (auto* ids : lists) {
+        std::sort(ids->begin(), ids->end());
+        std::shuffle(ids->begin(), ids->end(), rng);
+        out.insert(out.end(), ids->begin(), ids->end());
+    }
+    return out;
+}
+
 }  // namespace
 
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
@@ -39,12 +52,18 @@ std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uin
         (was_partner ? again : fresh).push_back(m.node_id);
     }
     std::mt19937_64 rng(seed);
-    for (auto* ids : {&fresh, &again}) {
-        std::sort(ids->begin(), ids->end());  // the member table's order must not matter
-        std::shuffle(ids->begin(), ids->end(), rng);
+    return shuffled_in_turn({&fresh, &again}, rng);
+}
+
+std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
+                                       uint64_t round, uint64_t max_round_gap, uint64_t seed) {
+    std::vector<uint64_t> at_round, behind;
+    for (const Member& m : pairable) {
+        if (m.node_id == self || m.round > round || round - m.round > max_round_gap) continue;
+        if (solo_last(m)) (m.round == round ? at_round : behind).push_back(m.node_id);
     }
-    fresh.insert(fresh.end(), again.begin(), again.end());
-    return fresh;
+    std::mt19937_64 rng(seed);
+    return shuffled_in_turn({&at_round, &behind}, rng);
 }
 
 PairingBook::PairingBook(uint64_t self, uint64_t max_round_gap)

@@ -37,6 +37,9 @@ enum class PairMode { Deterministic, Random };
 inline constexpr std::chrono::milliseconds kPairRetry{100};
 // Random requests ask the partners of this many previous rounds last, for better mixing.
 inline constexpr uint64_t kRecentPartnerRounds = 4;
+// The share of the pair timeout a node spends asking the members left out (left_out_members)
+// before anyone else: the rest is left for pairing with the others when they never come.
+inline constexpr double kLeftOutShare = 0.75;
 
 struct PairProposal {
     uint64_t from = 0;
@@ -72,6 +75,14 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed);
+
+// Members that a node choosing its partner for `round` asks before anyone else, so that no member
+// is left out of the averaging round after round (docs/spec.md section 4): pairable (the caller
+// filters), not self, within max_round_gap of `round` and not ahead of it, whose last choice of a
+// partner found none (solo_last). Those at `round` first (choosing now), then those behind it
+// (still training toward it), each part shuffled by `seed`.
+std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
+                                       uint64_t round, uint64_t max_round_gap, uint64_t seed);
 
 // One node's pairings, per round, for the last few rounds.
 class PairingBook {

@@ -31,19 +31,58 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     const auto candidates =
         random_candidates(pairable, node_id(), round, config_.max_round_gap,
                           pairing_->recent_partners(round, kRecentPartnerRounds), random_u64());
+    const auto left_out =
+        left_out_members(pairable, node_id(), round, config_.max_round_gap, random_u64());
+    if (!left_out.empty())
+        spdlog::debug("peer: round {}: asking first {} member(s) left out of their last round",
+                      round, left_out.size());
     pairing_->open(round);
     // A member accepts only while it is choosing for this round too, and members end their inner
     // phases at different times: those that say "not yet" are asked again until the deadline, with
-    // proposals taken in between. The deterministic partner gets half of the budget to arrive
-    // before members are asked at random; members that declined for good are not asked again.
+    // proposals taken in between. Members left out last round, or still behind, are asked first,
+    // for most of the budget: a node a little slower than the rest arrives after the others have
+    // paired among themselves, and would be left out for good. Then the deterministic partner
+    // gets until half of the budget to arrive before members are asked at random; members that
+    // declined for good are not asked again.
+    const auto left_out_until =
+        SteadyClock::now() +
+        std::chrono::duration_cast<SteadyClock::duration>(config_.pair_timeout * kLeftOutShare);
     const auto random_from = SteadyClock::now() + config_.pair_timeout / 2;
     // One nonce for all of this round's proposals, so crossing proposals settle the same way
     // however often they are repeated.
     const uint64_t nonce = random_u64();
     bool intended_declined = !intended;  // for good: other views, or already paired
-    std::set<uint64_t> declined;         // random requests declined for good
+    std::set<uint64_t> declined;         // requests declined for good
     std::optional<uint64_t> partner;
+    // The next of `ids` in turn, from position *next on, that has not declined for good; with
+    // `skip_intended`, not the deterministic partner before it has declined as such (random
+    // requests skip the views check, which a left-out member need not pass).
+    auto next_of = [&](const std::vector<uint64_t>& ids, size_t* next,
+                       bool skip_intended) -> std::optional<uint64_t> {
+        for (size_t tried = 0; tried < ids.size(); tried++) {
+            const uint64_t id = ids[(*next)++ % ids.size()];
+            if (declined.count(id) || (skip_intended && id == intended && !intended_declined))
+                continue;
+            return id;
+        }
+        return std::nullopt;
+    };
+    auto ask = [&](uint64_t to, PairMode mode, uint64_t digest) {
+        const Proposal outcome = propose(round, to, mode, digest, nonce, deadline);
+        if (!outcome.partner && !outcome.ask_again) declined.insert(to);
+        return outcome;
+    };
+    size_t next_left_out = 0;
     for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
+        if (SteadyClock::now() < left_out_until) {
+            if (const auto wanted = next_of(left_out, &next_left_out, false)) {
+                partner = ask(*wanted, PairMode::Random, 0).partner;
+                if (!partner)
+                    partner = pairing_->await_partner(
+                        round, std::min(deadline, SteadyClock::now() + kPairRetry));
+                continue;
+            }
+        }
         if (!intended_declined) {
             const Proposal outcome = propose(round, *intended, PairMode::Deterministic,
                                              membership_digest(view), nonce, deadline);
@@ -51,20 +90,8 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
             intended_declined = !partner && !outcome.ask_again;
         }
         if (!partner && (intended_declined || SteadyClock::now() >= random_from)) {
-            // The next member, in the shuffled order, that has not declined for good; the
-            // deterministic partner only once it has declined as such (random requests skip the
-            // views check).
-            for (size_t tried = 0; tried < candidates.size(); tried++, next++) {
-                const uint64_t candidate = candidates[next % candidates.size()];
-                if (declined.count(candidate) || (candidate == intended && !intended_declined))
-                    continue;
-                const Proposal outcome =
-                    propose(round, candidate, PairMode::Random, 0, nonce, deadline);
-                partner = outcome.partner;
-                if (!partner && !outcome.ask_again) declined.insert(candidate);
-                next++;
-                break;
-            }
+            if (const auto candidate = next_of(candidates, &next, true))
+                partner = ask(*candidate, PairMode::Random, 0).partner;
         }
         const bool anyone_left =
             !intended_declined || std::any_of(candidates.begin(), candidates.end(),
@@ -76,6 +103,9 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     pairing_->close(round);
     // A proposal may have been accepted between the last look and close().
     if (!partner) partner = pairing_->partner(round);
+    // Said with this node's next digests: after a solo round the others ask it first
+    // (left_out_members).
+    table_->set_choice(round, partner.has_value());
     if (!partner) return std::nullopt;
     table_->note_round(*partner, round);
     return table_->find(*partner);

@@ -20,6 +20,8 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_incarnation(member.incarnation);
     digest->set_state(static_cast<v1::MemberState>(static_cast<int>(member.state)));
     digest->set_round(member.round);
+    digest->set_paired_through(member.paired_through);
+    digest->set_solo_through(member.solo_through);
     digest->set_fingerprint(member.fingerprint);
     digest->set_model(member.model);
     digest->set_protocol_version(member.protocol_version);
@@ -54,6 +56,8 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     member.incarnation = digest.incarnation();
     member.state = static_cast<MemberState>(state);
     member.round = digest.round();
+    member.paired_through = digest.paired_through();
+    member.solo_through = digest.solo_through();
     member.fingerprint = digest.fingerprint();
     member.model = digest.model();
     member.protocol_version = digest.protocol_version();

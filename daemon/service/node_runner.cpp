@@ -217,6 +217,28 @@ void NodeRunner::pace() {
         if (!sleep_unless_draining(0.05)) return;
 }
 
+void NodeRunner::wait_for_slower() {
+    // A member advertises the round it last chose a partner for, and trains the one after it.
+    const uint64_t training = node_->round() + (node_->exchange_in_flight() ? 1 : 0);
+    const uint64_t gap = config_.swarm.peer.max_round_gap;
+    auto slower_in_reach = [&] {
+        const std::vector<Member> others = compatible_others();
+        return std::any_of(others.begin(), others.end(), [&](const Member& m) {
+            return m.round + 1 < training && m.round + 1 + gap >= training;
+        });
+    };
+    if (!slower_in_reach()) return;
+    const double bound =
+        std::min(config_.pace_timeout_s, kSlowerWaitPhases * node_->phase_seconds());
+    const auto deadline = Clock::now() + std::chrono::duration<double>(bound);
+    set_phase(v1::NODE_PHASE_WAITING);
+    spdlog::debug(
+        "a member has not chosen a partner for round {} yet: waiting up to {:.3f} s for it",
+        training - 1, bound);
+    while (slower_in_reach() && Clock::now() < deadline)
+        if (!sleep_unless_draining(0.01)) return;
+}
+
 void NodeRunner::checkpoint() {
     const RoundStart& start = node_->round_start();
     const uint64_t round = start.snapshot->round();
@@ -281,6 +303,7 @@ void NodeRunner::run() {
         if (config_.swarm.method != OuterMethod::Local) {
             catch_up_if_behind();
             pace();
+            if (config_.swarm.method == OuterMethod::NoLoCo) wait_for_slower();
         }
         if (drain_.load()) break;
         if (node_->run_round(drain_).abandoned) break;

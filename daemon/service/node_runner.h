@@ -11,7 +11,8 @@
 //   behind than that goes on from the median round with its own state, which is no older than a
 //   copy's would be by the time it landed.
 // - pace: when this node is ahead of every compatible member by more than max_round_gap, it waits
-//   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone.
+//   (at most pace_timeout_s per round) for one to come within reach, instead of running on alone;
+//   with NoLoCo it also waits (at most one of its own inner phases) for a member one round behind.
 // - checkpoint once checkpoint_every rounds have passed since the last checkpoint (a failed one is
 //   retried the next round and shows in status and /metrics), evaluate phi every eval_every rounds.
 // - done: once the schedule's steps are all taken, a last checkpoint, and the node stays up
@@ -37,6 +38,9 @@
 #include "daemon/swarm/swarm_node.h"
 
 namespace starling {
+
+// How many of its own inner phases a node waits at most, per round, for a slower member.
+inline constexpr double kSlowerWaitPhases = 2.0;
 
 // Whether a node now at `round` writes a checkpoint: `every` rounds or more since the last one
 // (since round 0 when there is none). Counting rounds elapsed rather than testing round % every
@@ -77,6 +81,14 @@ private:
     std::optional<uint64_t> swarm_median_round() const;
     void copy_state_from_swarm(const std::string& why);
     void pace();
+    // Before this node trains round k, a member (within max_round_gap of k - 1) that has not yet
+    // chosen a partner for round k - 1 is waited for, at most kSlowerWaitPhases of this node's own
+    // inner phases (and pace_timeout_s): both then train round k from about the same time, this
+    // node knows whether the member went solo, and asks it first at the end of k if it did
+    // (docs/spec.md section 4), instead of leaving it to fall rounds behind and pair with nobody.
+    // This node keeps at least a third of its speed; a member slower than that still falls behind,
+    // and catches up by skipping.
+    void wait_for_slower();
     void after_round(const SwarmRound& round);
     void checkpoint();
     // Sleeps up to `seconds`, waking early on a drain; returns false when draining.

@@ -155,6 +155,8 @@ public:
 
     uint64_t node_id() const { return peer_->node_id(); }
     uint64_t round() const { return round_; }
+    // How long the next inner phase should take at the last phase's step time; 0 before one.
+    double phase_seconds() const { return step_seconds_ * phase_steps(); }
     int64_t inner_step() const { return replica_->inner_step(); }
     bool schedule_done() const { return replica_->inner_step() >= config_.train.steps; }
     const RoundStart& round_start() const { return round_start_; }

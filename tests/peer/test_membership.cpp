@@ -63,6 +63,35 @@ TEST_CASE("the round of a member only moves forward at one incarnation") {
     REQUIRE(table.find(1)->round == 12);
 }
 
+TEST_CASE("a member's last choice of partner: both rounds only move forward") {
+    MemberTable table = table_with_limits();
+    Member m = member(1, 5, MemberState::Alive);
+    m.round = 10;
+    m.paired_through = 9;
+    m.solo_through = 10;
+    table.merge(m, t0);
+    CHECK(solo_last(*table.find(1)));
+    m.paired_through = 4;  // an older digest arriving late
+    m.solo_through = 3;
+    table.merge(m, t0);
+    CHECK(table.find(1)->paired_through == 9);
+    CHECK(table.find(1)->solo_through == 10);
+    m.paired_through = 11;
+    table.merge(m, t0);
+    CHECK(!solo_last(*table.find(1)));
+
+    // A fresh node has made no choice: not solo.
+    CHECK(!solo_last(table.self()));
+    table.set_choice(41, false);
+    CHECK(table.self().solo_through == 42);
+    CHECK(solo_last(table.self()));
+    table.set_choice(42, true);
+    CHECK(table.self().paired_through == 43);
+    CHECK(!solo_last(table.self()));
+    table.set_choice(40, false);  // never back
+    CHECK(table.self().solo_through == 42);
+}
+
 TEST_CASE("unknown members reported dead or left are not added") {
     MemberTable table = table_with_limits();
     REQUIRE(table.merge(member(1, 5, MemberState::Dead), t0) == MemberTable::Merge::Ignored);
