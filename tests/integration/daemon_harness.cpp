@@ -35,8 +35,8 @@ Environment daemon_environment() {
         {"STARLING_SWARM_JOIN_TIMEOUT_S", "10"},
         {"STARLING_SWARM_PACE_TIMEOUT_S", "5"},
         {"STARLING_PEER_GOSSIP_INTERVAL_MS", "100"},
-        {"STARLING_PEER_PROBE_TIMEOUT_MS", "200"},
-        {"STARLING_PEER_SUSPICION_TIMEOUT_MS", "1000"},
+        {"STARLING_PEER_PROBE_TIMEOUT_MS", "1000"},
+        {"STARLING_PEER_SUSPICION_TIMEOUT_MS", "5000"},
         {"STARLING_PEER_PAIR_TIMEOUT_MS", std::to_string(kPairTimeoutMs)},
         {"STARLING_PEER_EXCHANGE_TIMEOUT_MS", std::to_string(kExchangeTimeoutMs)},
     };

@@ -127,12 +127,12 @@ TEST_CASE(
     PeerConfig second = config;
     second.seeds = {node.address()};
     PeerNode& member = cluster.add(second);
-    wait_for("the member is seen", 3000ms, [&] { return all_see_all_alive({&node, &member}); });
+    wait_for("the member is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
     held.clear();
     for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(200ms));
     std::this_thread::sleep_for(2000ms);
-    CHECK(all_see_all_alive({&node, &member}));
+    wait_for("the member alive", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
     CHECK(connections_closed(node) == 9);  // only the four strangers, cut when out of time
 }
 

@@ -112,7 +112,7 @@ struct Pair {
 // The two nodes of `cluster`, once they agree on membership and have paired for `round`.
 Pair pair_two(LocalCluster& cluster, uint64_t round) {
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms,
+    wait_for("one view", 20000ms,
              [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     const auto partners = choose_partners(nodes, round);
     REQUIRE(partners[0] == nodes[1]->node_id());
@@ -142,9 +142,10 @@ std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode
     return {std::move(at_a), std::move(at_b)};
 }
 
-// The deadline bound: the exchange timeout and a moment for a cancelled stream to end.
+// The deadline bound: the exchange timeout and a few moments for a cancelled stream to end on a
+// busy machine.
 std::chrono::milliseconds deadline_bound(const LocalCluster& cluster) {
-    return cluster.base().exchange_timeout + 1000ms;
+    return cluster.base().exchange_timeout + 3000ms;
 }
 
 }  // namespace
@@ -153,7 +154,7 @@ TEST_CASE(
     "eight paired nodes exchange Q8 and F32 messages that decode exactly like the encoder's output") {
     LocalCluster cluster(8);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms,
+    wait_for("one view", 20000ms,
              [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     std::map<uint64_t, size_t> index_of;
     for (size_t i = 0; i < nodes.size(); ++i) index_of[nodes[i]->node_id()] = i;
@@ -347,7 +348,7 @@ TEST_CASE(
     joining.seeds = {survivor.address()};
     auto other = std::make_unique<PeerNode>(joining, restarted_id);
     other->start();
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive({&survivor, other.get()}); });
+    wait_for("one view", 20000ms, [&] { return all_see_all_alive({&survivor, other.get()}); });
     const auto partners = choose_partners({&survivor, other.get()}, 1);
     REQUIRE(partners[0] == restarted_id.node_id());
     REQUIRE(partners[1] == survivor_id.node_id());
@@ -358,7 +359,7 @@ TEST_CASE(
     other->kill();
     other = std::make_unique<PeerNode>(joining, restarted_id);
     other->start();
-    wait_for("the restarted node is alive again", 5000ms, [&] {
+    wait_for("the restarted node is alive again", 20000ms, [&] {
         return all_see_all_alive({&survivor, other.get()});
     });
 

@@ -48,7 +48,7 @@ Member digest_of(const NodeIdentity& identity, const std::string& address) {
 TEST_CASE("peer RPCs without valid credentials get UNAUTHENTICATED and change nothing") {
     LocalCluster cluster(2);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    wait_for("one view", 20000ms, [&] { return all_see_all_alive(nodes); });
     RawCaller caller(cluster.node(0).address());
     v1::GossipRequest request;
     to_digest(digest_of(caller.identity, "127.0.0.1:9"), request.add_members());
@@ -90,14 +90,14 @@ TEST_CASE("peer RPCs without valid credentials get UNAUTHENTICATED and change no
     }
     REQUIRE_FALSE(state_seen(cluster.node(0), caller.identity.node_id()).has_value());
     REQUIRE(cluster.node(0).members().size() == 2);
-    std::this_thread::sleep_for(300ms);
-    REQUIRE(all_see_all_alive(nodes));
+    // A forged leave or death would last; a probe answered late under load would not.
+    wait_for("every member alive", 20000ms, [&] { return all_see_all_alive(nodes); });
 }
 
 TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized messages") {
     LocalCluster cluster(2);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 3000ms, [&] { return all_see_all_alive(nodes); });
+    wait_for("one view", 20000ms, [&] { return all_see_all_alive(nodes); });
     RawCaller caller(cluster.node(0).address());
     SwarmAuth auth(cluster.base().swarm_secret, caller.identity);
 
@@ -182,7 +182,7 @@ TEST_CASE("a swarm member cannot forge digests, others' leaves or oversized mess
         }
         REQUIRE(exhausted == 1);
     }
-    std::this_thread::sleep_for(300ms);
-    REQUIRE(all_see_all_alive(nodes));
+    // A forged leave or death would last; a probe answered late under load would not.
+    wait_for("every member alive", 20000ms, [&] { return all_see_all_alive(nodes); });
     REQUIRE(cluster.node(0).members().size() == 2);
 }

@@ -74,7 +74,7 @@ TEST_CASE("a joiner fetches a verified snapshot from the live members while they
     joiner_config.seeds = {cluster.node(0).address()};
     PeerNode& joiner = cluster.add(joiner_config);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes); });
+    wait_for("one view", 20000ms, [&] { return all_see_all_alive(nodes); });
 
     std::vector<std::byte> state(kTotal);
     const uint64_t round_at_start = trainer.round();
@@ -102,7 +102,7 @@ TEST_CASE("a joiner survives its donors dying midway") {
     joiner_config.seeds = {cluster.node(0).address()};
     PeerNode& joiner = cluster.add(joiner_config);
     const auto nodes = nodes_of(cluster);
-    wait_for("one view", 5000ms, [&] { return all_see_all_alive(nodes); });
+    wait_for("one view", 20000ms, [&] { return all_see_all_alive(nodes); });
 
     std::vector<std::byte> state(kTotal);
     std::once_flag killed;

@@ -45,7 +45,7 @@ TEST_CASE("nodes with certificates from the swarm's CA form a swarm, and others 
     cluster.add(tls_config(make_node_tls(dir.path(), "swarm-ca", "b"), {first.address()}));
     cluster.add(tls_config(make_node_tls(dir.path(), "swarm-ca", "c"), {first.address()}));
     const auto nodes = nodes_of(cluster);
-    wait_for("one view over TLS", 5000ms,
+    wait_for("one view over TLS", 20000ms,
              [&] { return all_see_all_alive(nodes) && same_pairable_view(nodes); });
     // Partner choice runs over the same TLS connections: of three nodes, one pair and one solo.
     const auto partners = choose_partners(nodes, 1);
@@ -88,7 +88,7 @@ TEST_CASE("nodes with certificates from the swarm's CA form a swarm, and others 
               grpc::StatusCode::UNAVAILABLE);
     }
     // The swarm carries on.
-    CHECK(all_see_all_alive(nodes));
+    wait_for("every member alive", 20000ms, [&] { return all_see_all_alive(nodes); });
 }
 
 TEST_CASE("TLS settings that cannot work are named") {
@@ -181,5 +181,5 @@ TEST_CASE(
     TlsConfig new_only = make_node_tls(dir.path(), "new-ca", "c");
     PeerNode c(config(new_only, {a.address()}));
     c.start();
-    wait_for("c joins", 5000ms, [&] { return all_see_all_alive({&a, &b, &c}); });
+    wait_for("c joins", 20000ms, [&] { return all_see_all_alive({&a, &b, &c}); });
 }

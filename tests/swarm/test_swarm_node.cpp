@@ -37,7 +37,7 @@ std::vector<std::unique_ptr<SwarmNode>> start_swarm(int n, const SwarmConfig& co
     }
     std::vector<PeerNode*> peers;
     for (auto& node : nodes) peers.push_back(&node->peer());
-    wait_for("one view", 5000ms,
+    wait_for("one view", 20000ms,
              [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
     return nodes;
 }
@@ -477,7 +477,7 @@ TEST_CASE(
     SwarmNode& joiner = *nodes.back();
     std::vector<PeerNode*> peers;
     for (auto& node : nodes) peers.push_back(&node->peer());
-    wait_for("the joiner in one view", 5000ms,
+    wait_for("the joiner in one view", 20000ms,
              [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
 
     const FetchResult fetched = joiner.join_from_swarm();
@@ -737,7 +737,7 @@ TEST_CASE(
     small.peer.seeds = {nodes[0]->peer().address()};
     nodes.push_back(std::make_unique<SwarmNode>(small));
     std::vector<PeerNode*> peers{&nodes[0]->peer(), &nodes[1]->peer()};
-    wait_for("one view", 5000ms,
+    wait_for("one view", 20000ms,
              [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
     const auto reports = run_paired_round(nodes);
     const uint64_t tokens[2] = {8u * 32 * kInnerSteps, 4u * 32 * kInnerSteps};
@@ -808,7 +808,7 @@ TEST_CASE(
     }
     std::vector<PeerNode*> peers;
     for (auto& node : nodes) peers.push_back(&node->peer());
-    wait_for("one view", 5000ms,
+    wait_for("one view", 20000ms,
              [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
     const auto reports = run_rounds(nodes, 1);
     for (const auto& r : reports) {
