@@ -39,9 +39,10 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     pairing_->open(round);
     // A member accepts only while it is choosing for this round too, and members end their inner
     // phases at different times: those that say "not yet" are asked again until the deadline, with
-    // proposals taken in between. Members left out last round, or still behind, are asked first,
-    // for most of the budget: a node a little slower than the rest arrives after the others have
-    // paired among themselves, and would be left out for good. Then the deterministic partner
+    // proposals taken in between. Members left out of their last round (at this round or still
+    // training toward it) are asked first, for most of the budget: a node a little slower than the
+    // rest arrives after the others have paired among themselves, and would be left out for good
+    // without it. Then the deterministic partner
     // gets until half of the budget to arrive before members are asked at random; members that
     // declined for good are not asked again.
     const auto left_out_until =
@@ -67,16 +68,17 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
         }
         return std::nullopt;
     };
-    auto ask = [&](uint64_t to, PairMode mode, uint64_t digest) {
-        const Proposal outcome = propose(round, to, mode, digest, nonce, deadline);
+    // A random request: a member that declines for good is not asked again.
+    auto ask = [&](uint64_t to) {
+        const Proposal outcome = propose(round, to, PairMode::Random, 0, nonce, deadline);
         if (!outcome.partner && !outcome.ask_again) declined.insert(to);
-        return outcome;
+        return outcome.partner;
     };
     size_t next_left_out = 0;
     for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
         if (SteadyClock::now() < left_out_until) {
             if (const auto wanted = next_of(left_out, &next_left_out, false)) {
-                partner = ask(*wanted, PairMode::Random, 0).partner;
+                partner = ask(*wanted);
                 if (!partner)
                     partner = pairing_->await_partner(
                         round, std::min(deadline, SteadyClock::now() + kPairRetry));
@@ -90,8 +92,7 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
             intended_declined = !partner && !outcome.ask_again;
         }
         if (!partner && (intended_declined || SteadyClock::now() >= random_from)) {
-            if (const auto candidate = next_of(candidates, &next, true))
-                partner = ask(*candidate, PairMode::Random, 0).partner;
+            if (const auto candidate = next_of(candidates, &next, true)) partner = ask(*candidate);
         }
         const bool anyone_left =
             !intended_declined || std::any_of(candidates.begin(), candidates.end(),
