@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sys/resource.h>
 #include <string>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/model.h"
 #include "optimizer/adamw.h"
+#include "common/openmp_wait.h"
 
 using namespace starling;
 using Clock = std::chrono::steady_clock;
@@ -93,6 +95,7 @@ void run_model(const BenchModel& m, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    starling::restart_unless_openmp_wait_policy_set(argv);
     int threads = 2, steps = 20, only = -1;
     CLI::App app{"bench_train: CPU training throughput"};
     app.add_option("--threads", threads, "threads (0 = all cores)")->capture_default_str();
@@ -112,7 +115,8 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    std::printf("threads %d, median of %d steps after 3 warm-up steps\n\n", cpu_threads(), steps);
+    std::printf("threads %d, OMP_WAIT_POLICY %s, median of %d steps after 3 warm-up steps\n\n",
+                cpu_threads(), std::getenv("OMP_WAIT_POLICY"), steps);
     std::printf("OpenBLAS sgemm, same process (the ceiling):\n");
     std::printf("  1024 x 1024 x 1024       %8.1f GFLOP/s\n", sgemm_gflops(1024, 1024, 1024, 10));
     std::printf("  512 x 768 x 256 (qkv)    %8.1f GFLOP/s\n", sgemm_gflops(512, 768, 256, 50));

@@ -24,6 +24,7 @@
 #include "data/prepare.h"
 #include "daemon/swarm/node_config.h"
 #include "experiment/experiment.h"
+#include "common/openmp_wait.h"
 
 namespace {
 
@@ -328,6 +329,7 @@ std::string config_keys_footer(const std::vector<starling::KeyDescription>& keys
 }  // namespace
 
 int main(int argc, char** argv) {
+    starling::restart_unless_openmp_wait_policy_set(argv);
     spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
     CLI::App app{"starling: train one language model across a swarm of machines"};
     app.set_version_flag("--version", "starling " STARLING_VERSION);

@@ -23,6 +23,7 @@
 #include "daemon/service/log_format.h"
 #include "daemon/service/metrics.h"
 #include "common/allocator.h"
+#include "common/openmp_wait.h"
 #include "daemon/service/node_runner.h"
 #include "daemon/service/systemd_notify.h"
 #include "daemon/swarm/node_config.h"
@@ -191,6 +192,7 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
+    restart_unless_openmp_wait_policy_set(argv);
     const bool buffers_kept = keep_freed_buffers_for_reuse();
     use_log_format("text");
     if (!buffers_kept)

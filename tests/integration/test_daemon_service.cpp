@@ -70,6 +70,16 @@ size_t count_containing(const std::vector<std::string>& messages, const std::str
                       [&](const std::string& m) { return m.find(text) != std::string::npos; }));
 }
 
+// The spin count libgomp settled on, from the last OMP_DISPLAY_ENV=verbose listing in `output`:
+// 0 under the passive policy, 300000 with none set, 30000000000 under the active one.
+std::string openmp_spin_count(const std::string& output) {
+    const std::string key = "GOMP_SPINCOUNT = '";
+    const size_t at = output.rfind(key);
+    if (at == std::string::npos) return "(not listed)";
+    const size_t start = at + key.size();
+    return output.substr(start, output.find('\'', start) - start);
+}
+
 }  // namespace
 
 TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG and STOPPING",
@@ -100,6 +110,23 @@ TEST_CASE("starlingd speaks systemd's notify protocol: READY, STATUS, WATCHDOG a
         20s, [](const std::string& m) { return m.find("STOPPING=1") != std::string::npos; });
     CHECK(count_containing(stopping, "STOPPING=1") == 1);
     CHECK(a.process().wait(20s) == 0);
+}
+
+TEST_CASE("starlingd's OpenMP threads wait passively unless OMP_WAIT_POLICY chooses",
+          "[integration]") {
+    const auto spin_count_with = [](const std::vector<std::string>& policy) {
+        std::vector<std::string> argv{"/usr/bin/env", "-u", "OMP_WAIT_POLICY",
+                                      "OMP_DISPLAY_ENV=verbose"};
+        argv.insert(argv.end(), policy.begin(), policy.end());
+        argv.insert(argv.end(), {starlingd_binary(), "--version"});
+        const CommandResult run = run_command(argv);
+        CHECK(run.status == 0);
+        CHECK(run.output.find("starlingd ") != std::string::npos);
+        return openmp_spin_count(run.output);
+    };
+    CHECK(spin_count_with({}) == "0");
+    CHECK(spin_count_with({"OMP_WAIT_POLICY=active"}) == "30000000000");
+    CHECK(spin_count_with({"OMP_WAIT_POLICY=passive"}) == "0");
 }
 
 TEST_CASE("SIGHUP re-reads the config, and a broken one is refused and the running settings kept",

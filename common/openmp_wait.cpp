@@ -1,0 +1,15 @@
+#include "common/openmp_wait.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace starling {
+
+void restart_unless_openmp_wait_policy_set(char** argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);
+}
+
+}  // namespace starling
