@@ -88,6 +88,8 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
         return Merge::Updated;
     }
     if (precedence(incoming) == precedence(known)) {
+        if (incoming.round >= known.round && incoming.step_seconds > 0.0)
+            known.step_seconds = incoming.step_seconds;
         known.round = std::max(known.round, incoming.round);
         known.paired_through = std::max(known.paired_through, incoming.paired_through);
         known.solo_through = std::max(known.solo_through, incoming.solo_through);
@@ -135,6 +137,11 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
 void MemberTable::set_round(uint64_t round) {
     std::lock_guard lock(mutex_);
     self_.round = round;
+}
+
+void MemberTable::set_step_seconds(double seconds) {
+    std::lock_guard lock(mutex_);
+    self_.step_seconds = seconds;
 }
 
 void MemberTable::set_choice(uint64_t round, bool paired) {
@@ -200,6 +207,17 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
         if (m.state == MemberState::Alive && compatible(m)) ids.push_back(id);
     std::sort(ids.begin(), ids.end());
     return ids;
+}
+
+std::vector<double> MemberTable::pairable_step_seconds() const {
+    std::lock_guard lock(mutex_);
+    std::vector<double> seconds;
+    if (self_.state == MemberState::Alive && self_.step_seconds > 0.0)
+        seconds.push_back(self_.step_seconds);
+    for (const auto& [id, m] : others_)
+        if (m.state == MemberState::Alive && compatible(m) && m.step_seconds > 0.0)
+            seconds.push_back(m.step_seconds);
+    return seconds;
 }
 
 }  // namespace starling

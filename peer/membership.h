@@ -40,6 +40,8 @@ struct Member {
     // last round was solo.
     uint64_t paired_through = 0;
     uint64_t solo_through = 0;
+    // Its mean inner step time over its last whole phase (0: none yet), as of its round above.
+    double step_seconds = 0.0;
     std::string fingerprint;
     std::string model;  // the model's signature (model/config.h), for saying what differs
     uint32_t protocol_version = kProtocolVersion;
@@ -78,6 +80,7 @@ public:
     std::vector<uint64_t> expire(SteadyClock::time_point now);
 
     void set_round(uint64_t round);
+    void set_step_seconds(double seconds);
     // This node agreed a partner for `round`, or found none.
     void set_choice(uint64_t round, bool paired);
     // A member is at least at `round`, as its own pair or exchange traffic just showed: fresher
@@ -93,6 +96,8 @@ public:
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
+    // The step times those members said, self included, leaving out those that said none yet.
+    std::vector<double> pairable_step_seconds() const;
     bool compatible(const Member& member) const;
 
 private:

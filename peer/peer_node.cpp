@@ -482,6 +482,17 @@ std::optional<std::string> PeerNode::duplicate_of(const Member& joiner) {
     return std::nullopt;
 }
 
+void PeerNode::refresh(const std::vector<uint64_t>& node_ids) {
+    std::vector<std::future<std::optional<Member>>> answers;
+    for (const uint64_t id : node_ids)
+        if (const auto known = table_->find(id))
+            answers.push_back(std::async(std::launch::async, [this, address = known->address, id] {
+                return ping(address, id);
+            }));
+    for (auto& answer : answers)
+        if (const auto member = answer.get()) table_->merge(*member, SteadyClock::now());
+}
+
 std::optional<double> PeerNode::round_trip_ms(uint64_t node_id) const {
     std::lock_guard lock(rtt_mutex_);
     const auto it = rtt_ms_.find(node_id);

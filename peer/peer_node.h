@@ -114,6 +114,12 @@ public:
     std::vector<Member> members() const { return table_->all(); }
     std::vector<uint64_t> pairable_ids() const { return table_->pairable_ids(); }
     void set_round(uint64_t round) { table_->set_round(round); }
+    // This node's mean inner step time, said in its digests; and what the pairable members said.
+    void set_step_seconds(double seconds) { table_->set_step_seconds(seconds); }
+    std::vector<double> pairable_step_seconds() const { return table_->pairable_step_seconds(); }
+    // Pings each of these members at once and merges the digests they answer with: their round
+    // as of now, where gossip takes some intervals to carry it. Returns within the probe timeout.
+    void refresh(const std::vector<uint64_t>& node_ids);
     // Milliseconds the last answered direct probe of a member took; nullopt before one.
     std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).

@@ -11,6 +11,7 @@ namespace {
 constexpr size_t kMaxAddress = 262;  // a DNS name of 253, brackets, a colon and a port
 constexpr size_t kMaxLabel = 128;    // fingerprint, swarm id
 constexpr size_t kMaxModel = 512;    // the model's signature
+constexpr double kMaxStepSeconds = 86400.0;
 
 }  // namespace
 
@@ -22,6 +23,7 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_round(member.round);
     digest->set_paired_through(member.paired_through);
     digest->set_solo_through(member.solo_through);
+    digest->set_step_seconds(member.step_seconds);
     digest->set_fingerprint(member.fingerprint);
     digest->set_model(member.model);
     digest->set_protocol_version(member.protocol_version);
@@ -48,6 +50,10 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (digest.model().size() > kMaxModel)
         return fmt::format("node {}: model signature longer than {} bytes",
                            format_node_id(member.node_id), kMaxModel);
+    // A day per step is far beyond any model this runs; a larger, negative or NaN figure is junk.
+    if (!(digest.step_seconds() >= 0.0 && digest.step_seconds() <= kMaxStepSeconds))
+        return fmt::format("node {}: step time {} s is not between 0 and {} s",
+                           format_node_id(member.node_id), digest.step_seconds(), kMaxStepSeconds);
     const int state = digest.state();
     if (state < static_cast<int>(MemberState::Alive) || state > static_cast<int>(MemberState::Left))
         return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id),
@@ -58,6 +64,7 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     member.round = digest.round();
     member.paired_through = digest.paired_through();
     member.solo_through = digest.solo_through();
+    member.step_seconds = digest.step_seconds();
     member.fingerprint = digest.fingerprint();
     member.model = digest.model();
     member.protocol_version = digest.protocol_version();

@@ -222,12 +222,13 @@ void NodeRunner::wait_for_slower() {
     const uint64_t training = node_->round() + (node_->exchange_in_flight() ? 1 : 0);
     const uint64_t gap = config_.swarm.peer.max_round_gap;
     auto slower_in_reach = [&] {
-        const std::vector<Member> others = compatible_others();
-        return std::any_of(others.begin(), others.end(), [&](const Member& m) {
-            return m.round + 1 < training && m.round + 1 + gap >= training;
-        });
+        std::vector<uint64_t> slower;
+        for (const Member& m : compatible_others())
+            if (m.round + 1 < training && m.round + 1 + gap >= training) slower.push_back(m.node_id);
+        return slower;
     };
-    if (!slower_in_reach()) return;
+    std::vector<uint64_t> slower = slower_in_reach();
+    if (slower.empty()) return;
     const double bound =
         std::min(config_.pace_timeout_s, kSlowerWaitPhases * node_->phase_seconds());
     const auto deadline = Clock::now() + std::chrono::duration<double>(bound);
@@ -235,8 +236,13 @@ void NodeRunner::wait_for_slower() {
     spdlog::debug(
         "a member has not chosen a partner for round {} yet: waiting up to {:.3f} s for it",
         training - 1, bound);
-    while (slower_in_reach() && Clock::now() < deadline)
-        if (!sleep_unless_draining(0.01)) return;
+    // Asked directly: gossip would carry their new rounds an interval or more late, and every
+    // round would lose that much training time.
+    while (!slower.empty() && Clock::now() < deadline) {
+        node_->peer().refresh(slower);
+        slower = slower_in_reach();
+        if (!slower.empty() && !sleep_unless_draining(0.01)) return;
+    }
 }
 
 void NodeRunner::checkpoint() {

@@ -88,7 +88,12 @@ void visit_node_config(V& v, NodeConfig& c) {
       "no exchange and ignores it");
     v("round_seconds", c.swarm.round_seconds,
       "> 0: each inner phase takes the steps that fit this many seconds, and the outer step weighs "
-      "members by tokens (docs/uneven.md); 0: inner_steps",
+      "members by tokens (docs/uneven.md); 0: automatic, inner_steps while the members' step "
+      "times are within uneven_margin, else H times their median",
+      at_least(0.0));
+    v("uneven_margin", c.swarm.uneven_margin,
+      "automatic rounds (round_seconds = 0) take a time budget once the slowest member's step "
+      "time exceeds the fastest's by more than this fraction; inf: always inner_steps",
       at_least(0.0));
     v("checkpoint_every", c.checkpoint_every, "rounds between checkpoints; 0: only when draining",
       at_least(0));
@@ -116,6 +121,8 @@ NodeConfig node_defaults() {
     c.swarm.overlap = true;
     // The recommended codec for the state messages, from the swarm study (docs/results/README.md).
     c.swarm.exchange.state_codec = codec::Codec::Q8;
+    // Rounds that follow the members' speeds once they differ by a quarter (docs/uneven.md).
+    c.swarm.uneven_margin = 0.25;
     c.swarm.peer.listen = "0.0.0.0:7700";
     return c;
 }

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "daemon/swarm/round_rule.h"
 #include "daemon/swarm/swarm_snapshot.h"
 #include "codec/codec.h"
 #include "engine/overlap.h"
@@ -52,6 +53,7 @@ void SwarmConfig::validate() const {
             "swarm: method \"ddp\" averages gradients every step, which only the experiment "
             "simulates; a swarm runs noloco, diloco or local");
     if (!(round_seconds >= 0.0)) throw Error("swarm: [swarm].round_seconds must be at least 0");
+    if (!(uneven_margin >= 0.0)) throw Error("swarm: [swarm].uneven_margin must be at least 0");
 }
 
 SwarmNode::SwarmNode(const SwarmConfig& config)
@@ -157,6 +159,19 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     std::optional<SwarmRound> landed;
     report.round = round_ + (in_flight_ ? 1 : 0);
     double loss_sum = 0.0;
+    const double budget = round_budget();
+    if (config_.round_seconds <= 0.0 && (budget > 0.0) != (last_budget_ > 0.0)) {
+        if (budget > 0.0)
+            spdlog::info(
+                "swarm: members' step times differ by more than uneven_margin {}: rounds take "
+                "{:.3f} s of training (H times the median step time)",
+                config_.uneven_margin, budget);
+        else
+            spdlog::info("swarm: members' step times are within half of uneven_margin {}: rounds "
+                         "take H = {} steps",
+                         config_.uneven_margin, config_.inner_steps);
+    }
+    last_budget_ = budget;
     const int64_t planned = phase_steps(), h = config_.inner_steps;
     int steps = 0;
     for (; steps < planned && !stop.load(); steps++) {
@@ -183,6 +198,7 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
         return report;
     }
     step_seconds_ = report.inner_seconds / steps;
+    peer_->set_step_seconds(step_seconds_);
     if (config_.method == OuterMethod::Local || !config_.overlap) {
         if (config_.method == OuterMethod::Local) {
             replica_->adopt_theta();
@@ -202,9 +218,17 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     return report;
 }
 
+double SwarmNode::round_budget() const {
+    if (config_.round_seconds > 0.0) return config_.round_seconds;
+    if (config_.method == OuterMethod::Local) return 0.0;
+    return automatic_round_seconds(peer_->pairable_step_seconds(), config_.inner_steps,
+                                   config_.uneven_margin, last_budget_ > 0.0);
+}
+
 int SwarmNode::phase_steps() const {
-    if (config_.round_seconds <= 0.0 || step_seconds_ <= 0.0) return config_.inner_steps;
-    const double fits = std::round(config_.round_seconds / step_seconds_);
+    const double budget = round_budget();
+    if (budget <= 0.0 || step_seconds_ <= 0.0) return config_.inner_steps;
+    const double fits = std::round(budget / step_seconds_);
     return static_cast<int>(std::clamp(fits, 1.0, 16.0 * config_.inner_steps));
 }
 

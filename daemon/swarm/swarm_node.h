@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -57,8 +58,12 @@ struct SwarmConfig : EngineConfig {
     bool overlap = false;
     // > 0: a time budget for each inner phase (docs/uneven.md): the steps that fit it at the
     // node's own step time (at least 1, at most 16 H; H in the first round), the learning rate of
-    // H schedule steps spread over them. 0: H steps.
+    // H schedule steps spread over them. 0: the swarm decides from the step times its members say
+    // (automatic_round_seconds, daemon/swarm/round_rule.h): H steps while the slowest is within
+    // uneven_margin of the fastest, else a budget of H times their median. starlingd's configs
+    // set a margin; infinite here, a library user's rounds stay H steps.
     double round_seconds = 0.0;
+    double uneven_margin = std::numeric_limits<double>::infinity();
     void validate() const;  // throws starling::Error naming the field
 };
 
@@ -202,7 +207,9 @@ private:
     void noloco_step(SwarmRound& report, std::span<const float> theta);
     void diloco_step(SwarmRound& report);
     void log_round(const SwarmRound& report) const;
-    // Inner steps of the next phase: H, or what fits round_seconds at the last phase's step time.
+    // The next phase's time budget: round_seconds, or the swarm's automatic one; 0: H steps.
+    double round_budget() const;
+    // Inner steps of the next phase: H, or what fits the budget at the last phase's step time.
     int phase_steps() const;
     // Loads snapshot bytes into the replica (theta = phi, residual zero) and returns the counters.
     SwarmCounters adopt(std::span<const std::byte> bytes);
@@ -230,6 +237,7 @@ private:
     // (the solo step's phi) and that step's momentum, which is dropped.
     std::vector<float> theta_sent_, overlap_start_, solo_momentum_;
     double step_seconds_ = 0.0;          // the last whole inner phase's mean step time
+    double last_budget_ = 0.0;           // round_budget() at the last phase's start
     std::optional<InFlight> in_flight_;  // last: joined before what its thread uses goes
 };
 

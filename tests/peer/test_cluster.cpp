@@ -45,6 +45,30 @@ TEST_CASE("eight nodes converge to one membership view") {
     WARN("8 nodes agreed on membership " << took.count() << " ms after the last one started");
 }
 
+TEST_CASE("refresh learns a member's round and step time at once, where gossip is an interval late") {
+    PeerConfig slow_gossip = local_cluster_config();
+    slow_gossip.gossip_interval = 60s;  // no gossip or probe during the test: only the join
+    LocalCluster cluster(2, slow_gossip);
+    PeerNode& asking = cluster.node(0);
+    PeerNode& member = cluster.node(1);
+    wait_for("each knows the other from the join", 20000ms, [&] {
+        return asking.pairable_ids().size() == 2 && member.pairable_ids().size() == 2;
+    });
+    member.set_round(7);
+    member.set_step_seconds(0.25);
+    auto seen = [&] {
+        for (const Member& m : asking.members())
+            if (m.node_id == member.node_id()) return m;
+        FAIL("the member is gone from the view");
+        return Member{};
+    };
+    REQUIRE(seen().round == 0);
+    asking.refresh({member.node_id()});
+    CHECK(seen().round == 7);
+    CHECK(seen().step_seconds == 0.25);
+    CHECK(asking.pairable_step_seconds() == std::vector<double>{0.25});
+}
+
 TEST_CASE("a killed node is declared dead within its timeout and never paired afterwards") {
     LocalCluster cluster(5);
     const auto nodes = nodes_of(cluster);

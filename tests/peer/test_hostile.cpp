@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "peer/auth.h"
 #include "peer/exchange.h"
 #include "peer/local_cluster.h"
@@ -44,6 +46,23 @@ Member digest_of(const NodeIdentity& identity, const std::string& address) {
 }
 
 }  // namespace
+
+TEST_CASE("a digest's step time reads back, and one that is negative, NaN or past a day is refused") {
+    const NodeIdentity identity = NodeIdentity::generate();
+    Member m = digest_of(identity, "127.0.0.1:9");
+    m.step_seconds = 0.375;
+    v1::MemberDigest digest;
+    to_digest(m, &digest);
+    const auto read = from_digest(digest);
+    REQUIRE(std::holds_alternative<Member>(read));
+    CHECK(std::get<Member>(read).step_seconds == 0.375);
+    for (const double junk : {-1.0, std::nan(""), 86401.0, HUGE_VAL}) {
+        digest.set_step_seconds(junk);
+        const auto refused = from_digest(digest);
+        REQUIRE(std::holds_alternative<std::string>(refused));
+        CHECK_THAT(std::get<std::string>(refused), Catch::Contains("step time"));
+    }
+}
 
 TEST_CASE("peer RPCs without valid credentials get UNAUTHENTICATED and change nothing") {
     LocalCluster cluster(2);

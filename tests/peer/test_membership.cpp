@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "peer/membership.h"
 
 using namespace starling;
@@ -90,6 +92,42 @@ TEST_CASE("a member's last choice of partner: both rounds only move forward") {
     CHECK(!solo_last(table.self()));
     table.set_choice(40, false);  // never back
     CHECK(table.self().solo_through == 42);
+}
+
+TEST_CASE("a member's step time follows its newest round, and the pairable members' are listed") {
+    MemberTable table = table_with_limits();
+    Member m = member(1, 5, MemberState::Alive);
+    m.round = 10;
+    m.step_seconds = 0.5;
+    table.merge(m, t0);
+    m.round = 9;  // an older digest arriving late
+    m.step_seconds = 0.9;
+    table.merge(m, t0);
+    CHECK(table.find(1)->step_seconds == 0.5);
+    m.round = 11;
+    m.step_seconds = 0.25;
+    table.merge(m, t0);
+    CHECK(table.find(1)->step_seconds == 0.25);
+    m.round = 12;  // a digest from before its first phase ended says none
+    m.step_seconds = 0.0;
+    table.merge(m, t0);
+    CHECK(table.find(1)->step_seconds == 0.25);
+
+    Member other_model = member(2, 5, MemberState::Alive);
+    other_model.fingerprint = "g";
+    other_model.step_seconds = 3.0;
+    Member suspect = member(3, 5, MemberState::Alive);
+    suspect.step_seconds = 4.0;
+    table.merge(other_model, t0);
+    table.merge(suspect, t0);
+    table.suspect(3, t0);
+    table.merge(member(4, 5, MemberState::Alive), t0);  // no step time yet
+    CHECK(table.pairable_step_seconds() == std::vector<double>{0.25});
+    table.set_step_seconds(0.125);
+    CHECK(table.self().step_seconds == 0.125);
+    auto listed = table.pairable_step_seconds();
+    std::sort(listed.begin(), listed.end());
+    CHECK(listed == std::vector<double>{0.125, 0.25});
 }
 
 TEST_CASE("unknown members reported dead or left are not added") {

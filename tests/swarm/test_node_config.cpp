@@ -1,6 +1,8 @@
 // starlingd's config (daemon/swarm/node_config.h): the shipped files, environment overrides,
 // errors that name the key, and the flags on top.
 #include <catch2/catch.hpp>
+
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -174,6 +176,14 @@ TEST_CASE("node config errors name the key", "[node_config]") {
         CHECK(f.load().swarm.round_seconds == 2.5);
         const EditedPico negative("round_seconds = 0 ", "round_seconds = -1 ");
         CHECK_THROWS_WITH(negative.load(), Contains("[swarm].round_seconds"));
+    }
+    SECTION("uneven_margin is read (0.25 by default, inf for rounds of H steps always), and a "
+            "negative one refused") {
+        CHECK(load_node_config(kConfigs / "pico.toml").swarm.uneven_margin == 0.25);
+        const EditedPico always_h("uneven_margin = 0.25 ", "uneven_margin = inf ");
+        CHECK(std::isinf(always_h.load().swarm.uneven_margin));
+        const EditedPico negative("uneven_margin = 0.25 ", "uneven_margin = -0.1 ");
+        CHECK_THROWS_WITH(negative.load(), Contains("[swarm].uneven_margin"));
     }
     SECTION("an unknown method") {
         const EditedPico f("method = \"noloco\"", "method = \"bogus\"");

@@ -797,6 +797,37 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "swarm: automatic rounds give the faster of two uneven nodes more steps than H and the slower "
+    "fewer, from the step times they gossip") {
+    SwarmConfig fast = pico_swarm(40);
+    fast.train.batch_size = 1;
+    fast.uneven_margin = 0.25;
+    SwarmConfig slow = fast;
+    slow.train.batch_size = 32;  // about ten times the fast node's step time
+    std::vector<std::unique_ptr<SwarmNode>> nodes;
+    nodes.push_back(std::make_unique<SwarmNode>(fast));
+    slow.peer.seeds = {nodes[0]->peer().address()};
+    nodes.push_back(std::make_unique<SwarmNode>(slow));
+    std::vector<PeerNode*> peers{&nodes[0]->peer(), &nodes[1]->peer()};
+    wait_for("one view", 20000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    // Rounds until both have said a step time and each has planned a phase from them (gossip
+    // takes a few intervals); every round takes H schedule steps whatever its step count.
+    bool uneven = false;
+    for (int round = 0; round < 30 && !uneven; round++) {
+        const auto reports = run_rounds(nodes, 1);
+        for (size_t i = 0; i < 2; i++) {
+            CHECK(nodes[i]->inner_step() ==
+                  static_cast<int64_t>(nodes[i]->round()) * fast.inner_steps);
+            CHECK(reports[i][0].tokens == static_cast<uint64_t>(reports[i][0].steps) *
+                                              (i == 0 ? 1u : 32u) * 32u);
+        }
+        uneven = reports[0][0].steps > kInnerSteps && reports[1][0].steps < kInnerSteps;
+    }
+    CHECK(uneven);
+}
+
+TEST_CASE(
     "swarm: DiLoCo weighs each member's D by the tokens it said it trained (batches 8, 8, 4)") {
     const SwarmConfig config = exact_diloco_swarm();
     std::vector<SwarmConfig> configs(3, config);
