@@ -224,7 +224,8 @@ void NodeRunner::wait_for_slower() {
     auto slower_in_reach = [&] {
         std::vector<uint64_t> slower;
         for (const Member& m : compatible_others())
-            if (m.round + 1 < training && m.round + 1 + gap >= training) slower.push_back(m.node_id);
+            if (m.round + 1 < training && m.round + 1 + gap >= training)
+                slower.push_back(m.node_id);
         return slower;
     };
     std::vector<uint64_t> slower = slower_in_reach();

@@ -11,8 +11,8 @@ double automatic_round_seconds(std::vector<double> step_seconds, int inner_steps
     const double margin = budget_now ? uneven_margin / 2.0 : uneven_margin;
     if (step_seconds.back() <= (1.0 + margin) * step_seconds.front()) return 0.0;
     const size_t n = step_seconds.size();
-    const double median = n % 2 == 1 ? step_seconds[n / 2]
-                                     : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2.0;
+    const double median =
+        n % 2 == 1 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2.0;
     return inner_steps * median;
 }
 

@@ -167,9 +167,10 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
                 "{:.3f} s of training (H times the median step time)",
                 config_.uneven_margin, budget);
         else
-            spdlog::info("swarm: members' step times are within half of uneven_margin {}: rounds "
-                         "take H = {} steps",
-                         config_.uneven_margin, config_.inner_steps);
+            spdlog::info(
+                "swarm: members' step times are within half of uneven_margin {}: rounds "
+                "take H = {} steps",
+                config_.uneven_margin, config_.inner_steps);
     }
     last_budget_ = budget;
     const int64_t planned = phase_steps(), h = config_.inner_steps;

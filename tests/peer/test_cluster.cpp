@@ -45,7 +45,8 @@ TEST_CASE("eight nodes converge to one membership view") {
     WARN("8 nodes agreed on membership " << took.count() << " ms after the last one started");
 }
 
-TEST_CASE("refresh learns a member's round and step time at once, where gossip is an interval late") {
+TEST_CASE(
+    "refresh learns a member's round and step time at once, where gossip is an interval late") {
     PeerConfig slow_gossip = local_cluster_config();
     slow_gossip.gossip_interval = 60s;  // no gossip or probe during the test: only the join
     LocalCluster cluster(2, slow_gossip);

@@ -47,7 +47,8 @@ Member digest_of(const NodeIdentity& identity, const std::string& address) {
 
 }  // namespace
 
-TEST_CASE("a digest's step time reads back, and one that is negative, NaN or past a day is refused") {
+TEST_CASE(
+    "a digest's step time reads back, and one that is negative, NaN or past a day is refused") {
     const NodeIdentity identity = NodeIdentity::generate();
     Member m = digest_of(identity, "127.0.0.1:9");
     m.step_seconds = 0.375;

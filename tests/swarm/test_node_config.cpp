@@ -177,8 +177,9 @@ TEST_CASE("node config errors name the key", "[node_config]") {
         const EditedPico negative("round_seconds = 0 ", "round_seconds = -1 ");
         CHECK_THROWS_WITH(negative.load(), Contains("[swarm].round_seconds"));
     }
-    SECTION("uneven_margin is read (0.25 by default, inf for rounds of H steps always), and a "
-            "negative one refused") {
+    SECTION(
+        "uneven_margin is read (0.25 by default, inf for rounds of H steps always), and a "
+        "negative one refused") {
         CHECK(load_node_config(kConfigs / "pico.toml").swarm.uneven_margin == 0.25);
         const EditedPico always_h("uneven_margin = 0.25 ", "uneven_margin = inf ");
         CHECK(std::isinf(always_h.load().swarm.uneven_margin));

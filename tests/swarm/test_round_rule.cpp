@@ -29,9 +29,10 @@ TEST_CASE("automatic rounds: past the margin, H times the median member's step t
     CHECK(automatic_round_seconds({0.5, 0.51}, 4, 0.0, false) == Approx(2.02));
 }
 
-TEST_CASE("automatic rounds: a budget, once taken, is kept until the spread is within half the "
-          "margin",
-          "[swarm]") {
+TEST_CASE(
+    "automatic rounds: a budget, once taken, is kept until the spread is within half the "
+    "margin",
+    "[swarm]") {
     // 1.2 times: H steps from H steps, and a budget kept from a budget.
     CHECK(automatic_round_seconds({0.5, 0.6}, 10, 0.25, false) == 0.0);
     CHECK(automatic_round_seconds({0.5, 0.6}, 10, 0.25, true) == Approx(5.5));

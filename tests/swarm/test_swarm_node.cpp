@@ -819,8 +819,8 @@ TEST_CASE(
         for (size_t i = 0; i < 2; i++) {
             CHECK(nodes[i]->inner_step() ==
                   static_cast<int64_t>(nodes[i]->round()) * fast.inner_steps);
-            CHECK(reports[i][0].tokens == static_cast<uint64_t>(reports[i][0].steps) *
-                                              (i == 0 ? 1u : 32u) * 32u);
+            CHECK(reports[i][0].tokens ==
+                  static_cast<uint64_t>(reports[i][0].steps) * (i == 0 ? 1u : 32u) * 32u);
         }
         uneven = reports[0][0].steps > kInnerSteps && reports[1][0].steps < kInnerSteps;
     }
