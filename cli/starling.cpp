@@ -22,6 +22,7 @@
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
 #include "data/prepare.h"
+#include "data/shard.h"
 #include "daemon/swarm/node_config.h"
 #include "experiment/experiment.h"
 #include "common/openmp_wait.h"
@@ -94,6 +95,7 @@ struct PrepareFlags {
     std::string input;
     std::string out = "out/kjv";
     std::string tokenizer;
+    std::string config;  // take out and tokenizer from its [data], unless already prepared
     double val_fraction = 0.05;
 };
 
@@ -101,7 +103,33 @@ std::string read_input(const std::string& input) {
     return input.empty() ? starling::read_kjv_text() : starling::read_text_file(input);
 }
 
-int run_prepare(const PrepareFlags& flags) {
+// Why the shards in dir cannot serve a node reading them with tokenizer ("" when they can): none
+// there yet (the validation split is written last, so a missing one means unfinished), or
+// prepared with another tokenizer.
+std::string unprepared_reason(const std::string& dir, const std::string& tokenizer) {
+    try {
+        starling::list_shards(dir, "val");
+        starling::check_shards_tokenizer(dir, tokenizer);
+        return "";
+    } catch (const starling::Error& e) {
+        return e.what();
+    }
+}
+
+int run_prepare(PrepareFlags flags) {
+    // A service's start-up step (the systemd unit, the container's entry point) prepares what its
+    // config reads, with the config's tokenizer, and only once.
+    if (!flags.config.empty()) {
+        const starling::DataConfig data = starling::load_train_config(flags.config).data;
+        const std::string reason = unprepared_reason(data.dir, data.tokenizer);
+        if (reason.empty()) {
+            spdlog::info("{}: prepared for {} already; nothing to do", data.dir, flags.config);
+            return 0;
+        }
+        spdlog::info("{}: preparing ({})", data.dir, reason);
+        flags.out = data.dir;
+        flags.tokenizer = data.tokenizer;
+    }
     const std::string text = read_input(flags.input);
     starling::PrepareOptions options;
     options.out_dir = flags.out;
@@ -366,12 +394,19 @@ int main(int argc, char** argv) {
     CLI::App* prepare_cmd = data_cmd->add_subcommand(
         "prepare", "turn text into train/val token shards (bytes, or --tokenizer)");
     prepare_cmd->add_option("--input", prepare.input, "text file (default: the KJV Bible)");
-    prepare_cmd->add_option("--out", prepare.out, "output directory")->capture_default_str();
+    CLI::Option* prepare_out =
+        prepare_cmd->add_option("--out", prepare.out, "output directory")->capture_default_str();
     prepare_cmd->add_option("--val-fraction", prepare.val_fraction, "held-out tail of the text")
         ->capture_default_str();
-    prepare_cmd->add_option(
+    CLI::Option* prepare_tokenizer = prepare_cmd->add_option(
         "--tokenizer", prepare.tokenizer,
         "a byte-level BPE tokenizer.json (default: bytes, vocabulary 256); copied into --out");
+    prepare_cmd
+        ->add_option("--config", prepare.config,
+                     "a config file: prepare its [data].dir with its [data].tokenizer "
+                     "(STARLING_DATA_* apply), unless that is done already")
+        ->excludes(prepare_out)
+        ->excludes(prepare_tokenizer);
     TrainTokenizerFlags train_tokenizer;
     CLI::App* train_tokenizer_cmd = data_cmd->add_subcommand(
         "train-tokenizer",

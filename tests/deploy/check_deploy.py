@@ -2,7 +2,8 @@
 """Checks deploy/ the way the tools that read it would, without Docker or a cluster:
 systemd-analyze verifies the unit (its binaries pointed at this build), and the compose file,
 the Kubernetes manifests and the Dockerfiles are parsed for what operators rely on: no default
-secret, metrics on loopback, a health check, one pod evicted at a time, a read-only root.
+secret, metrics on loopback, a health check, one pod evicted at a time, a read-only root, shards
+prepared for the config the daemon runs, a runtime directory for the control socket.
 
 usage: check_deploy.py SOURCE_DIR BIN_DIR   (exits 1 naming every problem found)
 """
@@ -29,6 +30,27 @@ def check_unit(deploy, bin_dir, problems):
         own = [line for line in (result.stdout + result.stderr).splitlines() if "starlingd.service" in line]
         if result.returncode != 0 or own:
             problems.append("systemd-analyze verify: " + "; ".join(own or [f"exit {result.returncode}"]))
+
+
+def check_start_preparation(deploy, problems):
+    """The unit and the entry point prepare the shards of the very config the daemon then reads (so
+    with its tokenizer), and the unit owns the /run directory the configs suggest for the socket."""
+    unit = (deploy / "systemd" / "starlingd.service").read_text()
+    daemon_config = re.search(r"^ExecStart=\S*starlingd --config (\S+)", unit, re.MULTILINE)
+    prepare_config = re.search(r"^ExecStartPre=\S*starling data prepare --config (\S+)$", unit, re.MULTILINE)
+    if not daemon_config or not prepare_config or daemon_config[1] != prepare_config[1]:
+        problems.append("starlingd.service: ExecStartPre does not run `starling data prepare --config` on "
+                        "the config ExecStart gives starlingd")
+    suggested = {m for f in (deploy.parent / "configs").glob("*.toml")
+                 for m in re.findall(r"unix:/run/([a-z]+)/", f.read_text())}
+    owned = set(re.findall(r"^RuntimeDirectory=(\S+)$", unit, re.MULTILINE))
+    if suggested - owned:
+        problems.append(f"starlingd.service: configs suggest sockets in /run/{sorted(suggested - owned)} "
+                        f"but the unit's RuntimeDirectory= is {sorted(owned)}")
+    entry = (deploy / "docker" / "entrypoint.sh").read_text()
+    if not re.search(r'^starling data prepare --config "\$config"$', entry, re.MULTILINE) or \
+            not re.search(r'^exec starlingd --config "\$config" ', entry, re.MULTILINE):
+        problems.append("entrypoint.sh: the shards are not prepared with the config starlingd runs")
 
 
 def check_compose(deploy, problems):
@@ -78,7 +100,7 @@ def check_kubernetes(deploy, problems):
 def main(source_dir, bin_dir):
     deploy = Path(source_dir) / "deploy"
     problems = []
-    for check in (lambda p: check_unit(deploy, Path(bin_dir).resolve(), p), lambda p: check_compose(deploy, p),
+    for check in (lambda p: check_unit(deploy, Path(bin_dir).resolve(), p), lambda p: check_start_preparation(deploy, p), lambda p: check_compose(deploy, p),
                   lambda p: check_dockerfiles(deploy, p), lambda p: check_kubernetes(deploy, p)):
         check(problems)
     for problem in problems:
