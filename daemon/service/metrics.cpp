@@ -9,9 +9,17 @@ namespace starling {
 
 namespace {
 
-prometheus::Gauge* gauge(prometheus::Registry& registry, const std::string& name,
-                         const std::string& help) {
-    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+// A gauge family without a series yet: set_series() adds it with the first value.
+prometheus::Family<prometheus::Gauge>* gauge_from_first_value(prometheus::Registry& registry,
+                                                              const std::string& name,
+                                                              const std::string& help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+// Sets the family's one series, adding it with the first value. Add() hands back the series once
+// it exists, under the family's own lock, so this is safe from any thread.
+void set_series(prometheus::Family<prometheus::Gauge>& family, double value) {
+    family.Add({}).Set(value);
 }
 
 prometheus::Counter* counter(prometheus::Registry& registry, const std::string& name,
@@ -53,28 +61,31 @@ NodeMetrics::NodeMetrics(const std::string& listen)
             phases_[phase] = &phases.Add({{"phase", std::string(node_phase_name(phase))}});
     }
     set_phase(v1::NODE_PHASE_STARTING);
-    round_ = gauge(r, "starling_round", "The outer round in progress");
-    inner_step_ =
-        gauge(r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
-    steps_target_ = gauge(r, "starling_train_steps_target",
-                          "Inner steps the schedule takes in all ([train].steps)");
-    train_loss_ = gauge(r, "starling_train_loss",
-                        "Mean training loss of the last round's inner steps (nats/token)");
-    val_loss_ =
-        gauge(r, "starling_val_loss", "Validation loss of phi at the last evaluation (nats/token)");
-    tokens_per_second_ = gauge(r, "starling_tokens_per_second",
-                               "Training tokens per second in the last inner phase");
+    round_ = gauge_from_first_value(r, "starling_round", "The outer round in progress");
+    inner_step_ = gauge_from_first_value(
+        r, "starling_inner_step", "Inner steps taken: the learning-rate schedule's position");
+    steps_target_ = gauge_from_first_value(r, "starling_train_steps_target",
+                                           "Inner steps the schedule takes in all ([train].steps)");
+    train_loss_ =
+        gauge_from_first_value(r, "starling_train_loss",
+                               "Mean training loss of the last round's inner steps (nats/token)");
+    val_loss_ = gauge_from_first_value(
+        r, "starling_val_loss", "Validation loss of phi at the last evaluation (nats/token)");
+    tokens_per_second_ = gauge_from_first_value(
+        r, "starling_tokens_per_second", "Training tokens per second in the last inner phase");
     train_tokens_ = counter(r, "starling_train_tokens_total", "Tokens trained on in inner steps");
     train_seconds_ = counter(r, "starling_train_seconds_total",
                              "Seconds in inner steps: its rate is the compute utilization");
-    compression_ratio_ = gauge(r, "starling_compression_ratio",
+    compression_ratio_ =
+        gauge_from_first_value(r, "starling_compression_ratio",
                                "fp32 bytes of the weights over bytes sent in the last exchange");
-    partner_distance_ = gauge(r, "starling_partner_distance",
-                              "RMS of own weights minus the partner's in the last paired round");
-    checkpoint_round_ =
-        gauge(r, "starling_checkpoint_round", "Round of the newest checkpoint written");
-    checkpoint_time_ = gauge(r, "starling_checkpoint_timestamp_seconds",
-                             "Unix time of the newest checkpoint written");
+    partner_distance_ =
+        gauge_from_first_value(r, "starling_partner_distance",
+                               "RMS of own weights minus the partner's in the last paired round");
+    checkpoint_round_ = gauge_from_first_value(r, "starling_checkpoint_round",
+                                               "Round of the newest checkpoint written");
+    checkpoint_time_ = gauge_from_first_value(r, "starling_checkpoint_timestamp_seconds",
+                                              "Unix time of the newest checkpoint written");
     auto& rounds = prometheus::BuildCounter()
                        .Name("starling_rounds_total")
                        .Help("Rounds finished, by whether the outer step had a partner")
@@ -128,7 +139,7 @@ void NodeMetrics::record_identity(const v1::NodeStatus& identity) {
                {"node", identity.node_id()},
                {"swarm", identity.swarm_id()}})
         .Set(1);
-    steps_target_->Set(static_cast<double>(identity.total_steps()));
+    set_series(*steps_target_, static_cast<double>(identity.total_steps()));
     set_position(identity.round(), static_cast<int64_t>(identity.inner_step()));
 }
 
@@ -139,9 +150,9 @@ void NodeMetrics::set_phase(v1::NodePhase phase) {
 void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                                uint64_t weight_bytes) {
     set_position(next_round, inner_step);
-    train_loss_->Set(round.train_loss);
+    set_series(*train_loss_, round.train_loss);
     if (round.inner_seconds > 0.0)
-        tokens_per_second_->Set(static_cast<double>(round.tokens) / round.inner_seconds);
+        set_series(*tokens_per_second_, static_cast<double>(round.tokens) / round.inner_seconds);
     train_tokens_->Increment(static_cast<double>(round.tokens));
     train_seconds_->Increment(round.inner_seconds);
     (round.solo ? solo_ : paired_)->Increment();
@@ -150,21 +161,21 @@ void NodeMetrics::record_round(const SwarmRound& round, uint64_t next_round, int
     pair_seconds_->Observe(round.pair_seconds);
     if (round.partner || round.quorum > 1) exchange_seconds_->Observe(round.exchange_seconds);
     if (round.bytes_sent > 0)
-        compression_ratio_->Set(static_cast<double>(weight_bytes) /
-                                static_cast<double>(round.bytes_sent));
-    if (round.partner_distance) partner_distance_->Set(*round.partner_distance);
+        set_series(*compression_ratio_,
+                   static_cast<double>(weight_bytes) / static_cast<double>(round.bytes_sent));
+    if (round.partner_distance) set_series(*partner_distance_, *round.partner_distance);
 }
 
 void NodeMetrics::set_position(uint64_t round, int64_t inner_step) {
-    round_->Set(static_cast<double>(round));
-    inner_step_->Set(static_cast<double>(inner_step));
+    set_series(*round_, static_cast<double>(round));
+    set_series(*inner_step_, static_cast<double>(inner_step));
 }
 
-void NodeMetrics::record_val_loss(double loss) { val_loss_->Set(loss); }
+void NodeMetrics::record_val_loss(double loss) { set_series(*val_loss_, loss); }
 
 void NodeMetrics::record_checkpoint(uint64_t round) {
-    checkpoint_round_->Set(static_cast<double>(round));
-    checkpoint_time_->SetToCurrentTime();
+    set_series(*checkpoint_round_, static_cast<double>(round));
+    checkpoint_time_->Add({}).SetToCurrentTime();  // as set_series() does
 }
 
 void NodeMetrics::record_failures(const FailureCounts& totals) {

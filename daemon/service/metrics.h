@@ -49,7 +49,12 @@ public:
 private:
     std::shared_ptr<prometheus::Registry> registry_;
     std::unique_ptr<MetricsHttpServer> server_;
-    prometheus::Gauge *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_,
+    // Figures that mean nothing before their first value (the position before the node has
+    // loaded its state, no round, evaluation, exchange or checkpoint yet): their families get a
+    // series only with that value, so /metrics leaves them out until then instead of showing 0,
+    // which rules and dashboards would take for a reading.
+    using GaugeFamily = prometheus::Family<prometheus::Gauge>;
+    GaugeFamily *round_, *inner_step_, *steps_target_, *train_loss_, *val_loss_,
         *tokens_per_second_, *compression_ratio_, *partner_distance_, *checkpoint_round_,
         *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,

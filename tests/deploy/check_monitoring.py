@@ -4,8 +4,10 @@ promtool loads the alert rules, runs their unit tests and checks the example scr
 dashboard parses, has its data source and node variables, and every PromQL expression in it
 parses (as a recording rule promtool checks); and every metric the rules and the dashboard query
 is one starlingd exports, as docs/operator.md's metric table lists them (the integration test
-holds that table to a real daemon's scrape). promtool comes with Debian's prometheus package,
-which scripts/setup installs: without it this check fails rather than skips.
+holds that table to a real daemon's scrape), or Prometheus's own `up`, on purpose; every alert is
+in operator.md's alert table. promtool comes with Debian's prometheus package, which
+scripts/setup installs: without it this check fails rather than skips. real_prometheus.py runs
+the rules and the dashboard's queries in a real Prometheus against real daemons.
 
 usage: check_monitoring.py SOURCE_DIR   (exits 1 naming every problem found)
 """
@@ -21,8 +23,21 @@ import yaml
 
 # A family name in the metric table's first column: | `name{labels}` | type | ...
 TABLE_ROW = re.compile(r"^\| `([a-z_]+)[^`]*` \| (counter|gauge|histogram) \|", re.MULTILINE)
-# Metric names the daemon's families may appear under in PromQL (labels and functions aside).
-QUERIED = re.compile(r"\b((?:starling|process)_[a-z_]+)\b")
+# A name in PromQL once strings, label matchers, ranges and label lists are gone: a metric, unless
+# it is a function (followed by a parenthesis), a keyword or part of a number (1e8).
+NAME = re.compile(r"(?<![\w.$])([a-zA-Z_:][a-zA-Z0-9_:]*)\b(?!\s*\()")
+KEYWORDS = {"and", "or", "unless", "on", "ignoring", "by", "without", "group_left", "group_right",
+            "bool", "offset", "Inf", "NaN", "inf", "nan"}
+LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+# Series the rules may query that starlingd does not export, each on purpose: Prometheus's own.
+PROMETHEUS_SERIES = {
+    "up": "Prometheus's scrape health of each target, the one series left when a node is down",
+}
+# Grafana's interval variables, of the size Grafana gives them for a data source scraped every
+# second over the last hour or so ($__rate_interval is max($__interval + the scrape interval, 4
+# scrape intervals)); real_prometheus.py queries a Prometheus scraping every second with them. The
+# other variables ($swarm, $node) select everything, as the dashboard's "All" does.
+GRAFANA_INTERVALS = {"__rate_interval": "15s", "__interval": "5s", "__range": "1h"}
 
 
 def exported_series(source):
@@ -34,8 +49,19 @@ def exported_series(source):
 
 
 def queried_names(expr):
-    without_strings = re.sub(r'"[^"]*"', '""', expr)
-    return set(QUERIED.findall(without_strings))
+    """Every metric name an expression selects."""
+    bare = re.sub(r'"[^"]*"', '""', expr)
+    bare = re.sub(r"\{[^}]*\}", "", bare)
+    bare = re.sub(r"\[[^\]]*\]", "", bare)
+    bare = LABEL_LISTS.sub("", bare)
+    return set(NAME.findall(bare)) - KEYWORDS
+
+
+def grafana_substitute(expr, intervals=GRAFANA_INTERVALS):
+    """A dashboard query as Grafana sends it: interval variables as durations, the others as .*"""
+    def value(match):
+        return intervals.get(match.group(1), ".*")
+    return re.sub(r"\$\{?(\w+)\}?", value, expr)
 
 
 def promtool(args, cwd, problems):
@@ -52,7 +78,7 @@ def dashboard_exprs(dashboard):
     return exprs
 
 
-def check_rules(prometheus, exported, problems):
+def check_rules(prometheus, exported, documented_alerts, problems):
     promtool(["check", "rules", "starling-rules.yml"], prometheus, problems)
     promtool(["test", "rules", "starling-rules.test.yml"], prometheus, problems)
     promtool(["check", "config", "prometheus.yml"], prometheus, problems)
@@ -62,13 +88,15 @@ def check_rules(prometheus, exported, problems):
     for group in rules["groups"]:
         for rule in group["rules"]:
             name = rule["alert"]
-            for missing in sorted(queried_names(rule["expr"]) - exported):
+            for missing in sorted(queried_names(rule["expr"]) - exported - PROMETHEUS_SERIES.keys()):
                 problems.append(f"starling-rules.yml: {name} queries {missing}, which starlingd does not export")
             for key in ("summary", "description"):
                 if not rule.get("annotations", {}).get(key):
                     problems.append(f"starling-rules.yml: {name} has no {key}")
             if name not in tested:
                 problems.append(f"starling-rules.test.yml: no test case for {name}")
+            if name not in documented_alerts:
+                problems.append(f"docs/operator.md: {name} is not in the alert table")
 
 
 def check_dashboard(grafana, exported, problems):
@@ -87,7 +115,7 @@ def check_dashboard(grafana, exported, problems):
             problems.append(f"starling-dashboard.json: panel {title!r} queries {missing}, which starlingd does not export")
     # Each query as a recording rule, the variables filled in, so promtool parses its PromQL.
     rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": re.sub(r"\$\{?\w+\}?", ".*", expr)} for i, (_, expr) in
+        {"record": f"dashboard:query_{i}", "expr": grafana_substitute(expr)} for i, (_, expr) in
         enumerate(exprs)]}]}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "dashboard-queries.yml").write_text(yaml.safe_dump(rules))
@@ -103,7 +131,8 @@ def main(source_dir):
     exported = exported_series(source)
     if len(exported) < 25:
         problems.append(f"docs/operator.md: only {len(exported)} series in the metric table")
-    check_rules(source / "deploy" / "prometheus", exported, problems)
+    documented_alerts = set(re.findall(r"^\| `(\w+)` \|", (source / "docs" / "operator.md").read_text(), re.MULTILINE))
+    check_rules(source / "deploy" / "prometheus", exported, documented_alerts, problems)
     check_dashboard(source / "deploy" / "grafana", exported, problems)
     for problem in problems:
         print(problem)

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "daemon/service/metrics.h"
 #include "daemon/service/process_metrics.h"
@@ -129,4 +130,77 @@ TEST_CASE("the process figures agree with /proc/self/status, getrlimit and the c
     const double started = process_figure("process_start_time_seconds");
     CHECK(started <= now + 1);
     CHECK(started > now - 24 * 3600);  // a test process is younger than a day
+}
+
+TEST_CASE("figures with no value yet are absent from /metrics until their first value") {
+    // A 0 before the first evaluation made min_over_time(starling_val_loss[6h]) 0, and the
+    // validation-loss alert fired on every healthy node for six hours after each start.
+    NodeMetrics metrics("127.0.0.1:0");
+    const std::vector<std::string> position = {"starling_build_info", "starling_round",
+                                               "starling_inner_step",
+                                               "starling_train_steps_target"};
+    const std::vector<std::string> later = {"starling_train_loss",
+                                            "starling_val_loss",
+                                            "starling_tokens_per_second",
+                                            "starling_compression_ratio",
+                                            "starling_partner_distance",
+                                            "starling_checkpoint_round",
+                                            "starling_checkpoint_timestamp_seconds"};
+    const auto absent = [](const std::string& text, const std::string& name) {
+        INFO(name);
+        CHECK_FALSE(sample_value(text, name).has_value());
+        CHECK(metric_families(text).count(name) == 0);  // no HELP or TYPE line either
+    };
+    // Before the node has loaded its state: a resumed node's round is not 0, so there is none.
+    std::string text = metrics.scrape();
+    INFO(text);
+    for (const std::string& name : position) absent(text, name);
+    for (const std::string& name : later) absent(text, name);
+    CHECK(sample_value(text, R"(starling_phase{phase="starting"})") == 1.0);
+
+    v1::NodeStatus identity;
+    identity.set_total_steps(1000);
+    identity.set_round(500);
+    identity.set_inner_step(4000);
+    metrics.record_identity(identity);
+    text = metrics.scrape();
+    CHECK(sample_value(text, "starling_round") == 500.0);
+    CHECK(sample_value(text, "starling_inner_step") == 4000.0);
+    CHECK(sample_value(text, "starling_train_steps_target") == 1000.0);
+    for (const std::string& name : later) absent(text, name);
+
+    // A solo round: a loss and a pace, but no exchange and no partner yet.
+    SwarmRound solo;
+    solo.train_loss = 2.5;
+    solo.tokens = 256;
+    solo.inner_seconds = 0.5;
+    metrics.record_round(solo, 1, 8, 400);
+    text = metrics.scrape();
+    CHECK(sample_value(text, "starling_train_loss") == 2.5);
+    CHECK(sample_value(text, "starling_tokens_per_second") == 512.0);
+    CHECK_FALSE(sample_value(text, "starling_compression_ratio").has_value());
+    CHECK_FALSE(sample_value(text, "starling_partner_distance").has_value());
+    CHECK_FALSE(sample_value(text, "starling_val_loss").has_value());
+
+    SwarmRound paired = solo;
+    paired.solo = false;
+    paired.partner = 42;
+    paired.bytes_sent = 100;
+    paired.partner_distance = 0.125;
+    metrics.record_round(paired, 2, 16, 400);
+    metrics.record_val_loss(1.875);
+    metrics.record_checkpoint(2);
+    metrics.record_val_loss(1.75);  // later values replace the first
+    text = metrics.scrape();
+    CHECK(sample_value(text, "starling_compression_ratio") == 4.0);
+    CHECK(sample_value(text, "starling_partner_distance") == 0.125);
+    CHECK(sample_value(text, "starling_val_loss") == 1.75);
+    CHECK(sample_value(text, "starling_checkpoint_round") == 2.0);
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto written = sample_value(text, "starling_checkpoint_timestamp_seconds");
+    REQUIRE(written.has_value());
+    CHECK(*written > now - 60);
+    CHECK(*written <= now + 1);
+    for (const std::string& name : later) CHECK(metric_families(text).at(name) == "gauge");
 }
