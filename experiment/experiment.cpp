@@ -286,10 +286,12 @@ void ExperimentRun::exchange_diloco(int64_t round) {
     for (size_t k = 0; k < quorum.size(); k++) {
         Replica& r = *quorum[k];
         RoundRecord& record = records_[r.index()];
-        record.group = static_cast<int>(quorum.size());
         record.sent += bytes[k] * (quorum.size() - 1);
         record.received += total - bytes[k];
-        diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_, weights);
+        const DiLoCoStep step =
+            diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_, weights);
+        record.group = step.members;
+        record.refused = static_cast<int>(step.not_finite.size());
     }
     const uint64_t phi_hash = hash_of(quorum[0]->phi());
     const uint64_t momentum_hash = hash_of(quorum[0]->momentum());

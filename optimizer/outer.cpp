@@ -69,10 +69,22 @@ void group_mean(std::span<float> out, std::span<const std::span<const float>> me
     }
     std::vector<float> share(members.size());
     for (size_t k = 0; k < members.size(); k++) share[k] = static_cast<float>(weights[k] / total);
+    weighted_sum(out, members, share);
+}
+
+void weighted_sum(std::span<float> out, std::span<const std::span<const float>> members,
+                  std::span<const float> shares) {
+    if (members.empty() || shares.size() != members.size())
+        throw Error("weighted sum: " + std::to_string(shares.size()) + " shares for " +
+                    std::to_string(members.size()) + " members");
+    for (const auto& m : members) {
+        if (m.size() != out.size()) throw Error("weighted sum: members differ in size");
+    }
+    const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(out.size());
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t i = 0; i < n; i++) {
-        float sum = share[0] * members[0][i];
-        for (size_t k = 1; k < members.size(); k++) sum += share[k] * members[k][i];
+        float sum = shares[0] * members[0][i];
+        for (size_t k = 1; k < members.size(); k++) sum += shares[k] * members[k][i];
         out[i] = sum;
     }
 }

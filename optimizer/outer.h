@@ -53,6 +53,9 @@ struct OuterConfig {
 // the weighted mean sum_k (w_k / sum w) m_k; equal weights give the plain mean bit for bit.
 void group_mean(std::span<float> out, std::span<const std::span<const float>> members,
                 std::span<const double> weights = {});
+// out = sum_k shares[k] members[k], summed in the order given (group_mean's weighted form).
+void weighted_sum(std::span<float> out, std::span<const std::span<const float>> members,
+                  std::span<const float> shares);
 
 // The general step: mean_displacement = mean_G(D); mean_phi = mean_G(phi), or empty when every
 // member's phi is this node's (DiLoCo, a solo round), which drops the pull term.

@@ -1,6 +1,7 @@
 #include "optimizer/outer_round.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 
@@ -36,10 +37,14 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     const bool fused = mode == MessageMode::Fused;
     std::vector<const MemberValues*> members{&self};
     NoLoCoStep result;
+    // This node's own update, D = theta - phi, sets the scale a partner's message is judged on.
+    const double own_update =
+        fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
     for (const MemberValues& p : partners) {
-        std::optional<std::string> problem = fused ? checks.state.check(p.values, self.values)
-                                                   : checks.delta.check(p.values, self.values);
-        if (!problem && !fused) problem = checks.state.check(p.phi, self.phi);
+        std::optional<std::string> problem =
+            fused ? checks.state.check(p.values, self.values, own_update)
+                  : checks.delta.check(p.values, self.values, own_update);
+        if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
         if (problem) {
             result.refused.push_back(partner_name(p.node_id) + ": " + *problem);
             continue;
@@ -74,11 +79,53 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     return result;
 }
 
-void diloco_outer_step(const OuterConfig& config, std::span<const std::span<const float>> decoded,
-                       std::span<float> phi, std::span<float> momentum, std::span<float> scratch,
-                       std::span<const double> weights) {
-    group_mean(scratch, decoded, weights);
+DiLoCoStep diloco_outer_step(const OuterConfig& config,
+                             std::span<const std::span<const float>> decoded, std::span<float> phi,
+                             std::span<float> momentum, std::span<float> scratch,
+                             std::span<const double> weights) {
+    if (!weights.empty() && weights.size() != decoded.size())
+        throw Error("DiLoCo step: " + std::to_string(weights.size()) + " weights for " +
+                    std::to_string(decoded.size()) + " members");
+    DiLoCoStep result;
+    std::vector<size_t> kept;
+    std::vector<double> norms(decoded.size());
+    for (size_t k = 0; k < decoded.size(); k++) {
+        // Float values give a finite sum of squares in double: the norm is finite exactly when
+        // every value is.
+        norms[k] = euclidean_distance(decoded[k], {});
+        (std::isfinite(norms[k]) ? kept : result.not_finite).push_back(k);
+    }
+    if (kept.empty()) return result;
+    std::vector<double> sorted;
+    for (const size_t k : kept) sorted.push_back(norms[k]);
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted[(sorted.size() - 1) / 2];
+
+    std::vector<std::span<const float>> members;
+    std::vector<double> kept_weights, scales;
+    for (const size_t k : kept) {
+        members.push_back(decoded[k]);
+        kept_weights.push_back(weights.empty() ? 1.0 : weights[k]);
+        scales.push_back(norms[k] > median ? median / norms[k] : 1.0);
+        if (norms[k] > median) result.clipped.push_back(k);
+    }
+    result.members = static_cast<int>(members.size());
+    if (result.clipped.empty()) {
+        group_mean(scratch, members, weights.empty() ? std::span<const double>() : kept_weights);
+    } else {
+        double total = 0.0;
+        for (const double w : kept_weights) {
+            if (!(w > 0.0) || !std::isfinite(w))
+                throw Error("DiLoCo step: a weight is not positive");
+            total += w;
+        }
+        std::vector<float> shares;
+        for (size_t m = 0; m < members.size(); m++)
+            shares.push_back(static_cast<float>(kept_weights[m] * scales[m] / total));
+        weighted_sum(scratch, members, shares);
+    }
     outer_step(config, phi, momentum, scratch, {});
+    return result;
 }
 
 }  // namespace starling

@@ -15,39 +15,45 @@ MessageSanity::MessageSanity(double factor, size_t window) : factor_(factor), wi
 }
 
 std::optional<std::string> MessageSanity::check(std::span<const float> decoded,
-                                                std::span<const float> own) {
+                                                std::span<const float> own, double own_update) {
     if (decoded.size() != own.size()) {
         return "it holds " + std::to_string(decoded.size()) + " values, this node " +
                std::to_string(own.size());
     }
-    double sum_squares = 0.0;
-    for (size_t i = 0; i < own.size(); i++) {
-        if (!std::isfinite(decoded[i])) {
-            return "value " + std::to_string(i) + " is not finite";
-        }
-        const double d = static_cast<double>(decoded[i]) - own[i];
-        sum_squares += d * d;
+    for (size_t i = 0; i < decoded.size(); i++) {
+        if (!std::isfinite(decoded[i])) return "value " + std::to_string(i) + " is not finite";
     }
-    const double distance = std::sqrt(sum_squares);
-    if (!std::isfinite(distance)) {
-        // Finite decoded values but a NaN or Inf distance: this node's own values are broken, and
-        // a non-finite number must not enter the history the median is taken from.
+    const double distance = euclidean_distance(decoded, own);
+    if (!std::isfinite(distance) || !std::isfinite(own_update)) {
+        // Finite decoded values but a NaN or Inf distance or update: this node's own values are
+        // broken, and a non-finite number must not enter the history the median is taken from.
         return "the distance from this node's values is not finite (this node's values are)";
     }
-    std::optional<std::string> problem;
-    if (recent_.size() == window_) {
-        std::vector<double> sorted(recent_.begin(), recent_.end());
+    double median = 0.0;
+    if (!accepted_.empty()) {
+        std::vector<double> sorted(accepted_.begin(), accepted_.end());
         std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-        const double median = sorted[sorted.size() / 2];
-        if (distance > factor_ * median) {
-            problem = "its distance from this node's values, " + std::to_string(distance) +
-                      ", exceeds " + std::to_string(factor_) + " times the recent median " +
-                      std::to_string(median);
-        }
+        median = sorted[sorted.size() / 2];
     }
-    recent_.push_back(distance);
-    if (recent_.size() > window_) recent_.pop_front();
-    return problem;
+    const double reference = std::max(own_update, median);
+    if (reference > 0.0 && distance > factor_ * reference) {
+        return "its distance from this node's values, " + std::to_string(distance) + ", exceeds " +
+               std::to_string(factor_) + " times the larger of this node's own update " +
+               std::to_string(own_update) + " and the median accepted distance " +
+               std::to_string(median);
+    }
+    accepted_.push_back(distance);
+    if (accepted_.size() > window_) accepted_.pop_front();
+    return std::nullopt;
+}
+
+double euclidean_distance(std::span<const float> a, std::span<const float> b) {
+    double sum_squares = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = static_cast<double>(a[i]) - (b.empty() ? 0.0f : b[i]);
+        sum_squares += d * d;
+    }
+    return std::sqrt(sum_squares);
 }
 
 }  // namespace starling

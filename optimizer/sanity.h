@@ -13,19 +13,28 @@ namespace starling {
 
 class MessageSanity {
 public:
-    // Refuses a distance above factor times the median of the last `window` distances seen. It
-    // judges only once the window is full: replicas start from the same weights, so the first
-    // rounds' distances are far below the usual and would make every later one look hostile.
+    // Refuses a distance above factor times a reference: the larger of this node's own update in
+    // the round (the norm of its D) and the median of the last `window` distances it accepted.
+    // The own update judges from the first round on, before any history: an honest partner that
+    // trained on other data with the same schedule differs from this node by about one update,
+    // while a diverged or mistyped learning rate differs by orders of magnitude. The history lets
+    // the distance grow beyond one update as replicas drift apart over many rounds.
     explicit MessageSanity(double factor = 10.0, size_t window = 8);
 
-    // Empty when the message may be used, otherwise why not. The distance of every finite message
-    // joins the history, refused or not, so a lasting change of scale is accepted after a while.
-    std::optional<std::string> check(std::span<const float> decoded, std::span<const float> own);
+    // Empty when the message may be used, otherwise why not. Only accepted distances join the
+    // history, so a partner that keeps sending outsized messages is refused for as long as it
+    // does. own_update is the norm of this node's D this round; with no update and no history
+    // (a node that trained no step yet) only size and finiteness are judged.
+    std::optional<std::string> check(std::span<const float> decoded, std::span<const float> own,
+                                     double own_update);
 
 private:
     double factor_;
     size_t window_;
-    std::deque<double> recent_;
+    std::deque<double> accepted_;
 };
+
+// |a - b|, or |a| when b is empty, summed in double in index order (the same bits everywhere).
+double euclidean_distance(std::span<const float> a, std::span<const float> b);
 
 }  // namespace starling

@@ -454,6 +454,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     // member said them (equal counts give the plain mean bit for bit).
     std::vector<std::span<const float>> decoded;
     std::vector<double> weights;
+    std::vector<uint64_t> authors;
     for (size_t i = 0, k = 0; i < quorum.size(); i++) {
         uint64_t tokens = report.tokens;
         if (i != own_index) {
@@ -463,6 +464,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
         }
         decoded.push_back(gathered_[i]);
         weights.push_back(static_cast<double>(tokens));
+        authors.push_back(quorum[i]);
     }
     if (std::find(weights.begin(), weights.end(), 0.0) != weights.end()) weights.clear();
     for (const PeerNode::Gathered& g : fetched)
@@ -471,8 +473,13 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     report.quorum = decoded.size();
     report.solo = decoded.size() < 2;
     report.exchange_seconds = seconds_since(start);
-    diloco_outer_step(config_.outer, decoded, replica_->phi(), replica_->momentum(), scratch_a_,
-                      weights);
+    const DiLoCoStep step = diloco_outer_step(config_.outer, decoded, replica_->phi(),
+                                              replica_->momentum(), scratch_a_, weights);
+    for (const size_t k : step.not_finite) {
+        report.failure += (report.failure.empty() ? "" : "; ") +
+                          fmt::format("member {:016x}: its D is not finite, left out", authors[k]);
+        peer_->count_failure(FailureReason::RefusedMessage);
+    }
 }
 
 std::vector<std::byte> SwarmNode::snapshot_bytes() const {

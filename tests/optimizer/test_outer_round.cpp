@@ -1,4 +1,5 @@
 // noloco_outer_step: which values enter a node's outer step and in which order.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -93,14 +94,97 @@ TEST_CASE("noloco_outer_step and diloco_outer_step weigh members by the tokens t
         CHECK(phi[i] == Approx(p0[i] + g).epsilon(1e-5));
     }
 
+    // DiLoCo with two D's of one norm (the second is the first reversed), so neither is clipped.
+    const std::vector<float> d1_reversed(d0.rbegin(), d0.rend());
     std::vector<float> phi_d = p0, momentum_d(n, 0.0f), scratch(n);
-    const std::vector<std::span<const float>> decoded{d0, d1};
+    const std::vector<std::span<const float>> decoded{d0, d1_reversed};
     const std::vector<double> weights{10.0, 30.0};
-    diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
+    const DiLoCoStep diloco =
+        diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
+    CHECK(diloco.members == 2);
     for (size_t i = 0; i < n; i += 7) {
-        const double g = 0.7 * (0.25 * d0[i] + 0.75 * d1[i]);
+        const double g = 0.7 * (0.25 * d0[i] + 0.75 * d1_reversed[i]);
         CHECK(phi_d[i] == Approx(p0[i] + g).epsilon(1e-5));
     }
+}
+
+TEST_CASE("noloco_outer_step refuses a partner a thousand updates away in the first round") {
+    // Fused: the node's own update is theta - phi; the partner's theta is phi + 1000 of them.
+    const size_t n = 32;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0 = ramp(n, 0.1f, 0.01f), update = ramp(n, 1e-3f, -5e-5f);
+    std::vector<float> theta(n), wild(n), honest(n);
+    for (size_t i = 0; i < n; i++) {
+        theta[i] = phi0[i] + update[i];
+        wild[i] = phi0[i] + 1000.0f * update[i];
+        honest[i] = phi0[i] - update[i];  // trained on other data: two updates away
+    }
+    std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    const std::vector<MemberValues> partners{{5, wild, {}}, {9, honest, {}}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, {}}, partners,
+                                              checks, phi, momentum, a, b);
+    CHECK(step.members == 2);
+    REQUIRE(step.refused.size() == 1);
+    CHECK(step.refused[0].find("0000000000000005") != std::string::npos);
+}
+
+TEST_CASE(
+    "diloco_outer_step leaves out a D that is not finite and clips one far above the median") {
+    const size_t n = 16;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};  // phi += mean D
+    const std::vector<float> a = ramp(n, 0.01f, 1e-3f), b = ramp(n, -0.02f, 2e-3f),
+                             c = ramp(n, 0.005f, -1e-3f);
+    std::vector<float> wild(n), broken = a;
+    for (size_t i = 0; i < n; i++) wild[i] = 1000.0f * b[i];
+    broken[4] = NAN;
+    auto norm = [](const std::vector<float>& v) {
+        double s = 0.0;
+        for (const float x : v) s += double(x) * x;
+        return std::sqrt(s);
+    };
+    const std::vector<std::span<const float>> decoded{a, broken, c, wild, b};
+    const std::vector<float> phi0(n, 0.5f);
+    std::vector<float> phi = phi0, momentum(n, 0.0f), scratch(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
+    CHECK(step.members == 4);
+    CHECK(step.not_finite == std::vector<size_t>{1});
+    // The median norm of a, c, wild and b (the lower middle one of four) by hand; every D above
+    // it is scaled to it.
+    std::vector<double> norms{norm(a), norm(c), norm(wild), norm(b)};
+    std::sort(norms.begin(), norms.end());
+    const double median = norms[1];
+    auto clipped = [&](const std::vector<float>& v, size_t i) {
+        return norm(v) > median ? v[i] * median / norm(v) : double(v[i]);
+    };
+    CHECK(std::find(step.clipped.begin(), step.clipped.end(), size_t{3}) != step.clipped.end());
+    for (size_t i = 0; i < n; i++) {
+        const double mean = (clipped(a, i) + clipped(c, i) + clipped(wild, i) + clipped(b, i)) / 4;
+        CHECK(phi[i] == Approx(phi0[i] + mean).epsilon(1e-5).margin(1e-7));
+    }
+
+    // With no finite D at all, no step.
+    const std::vector<std::span<const float>> none{broken};
+    std::vector<float> untouched = phi0;
+    CHECK(diloco_outer_step(config, none, untouched, momentum, scratch).members == 0);
+    CHECK(untouched == phi0);
+}
+
+TEST_CASE("diloco_outer_step on D's of one norm is the plain mean, bit for bit") {
+    const size_t n = 40;
+    const OuterConfig config{0.3f, 0.7f, 0.0f, MomentumForm::Nesterov};
+    const std::vector<float> a = ramp(n, 0.01f, 1e-3f);
+    const std::vector<float> b(a.rbegin(), a.rend());
+    std::vector<float> c = a;
+    for (float& x : c) x = -x;
+    const std::vector<std::span<const float>> decoded{a, b, c};
+    std::vector<float> phi(n, 0.25f), momentum(n, 0.0f), scratch(n);
+    std::vector<float> phi_ref = phi, momentum_ref = momentum, mean(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
+    CHECK(step.clipped.empty());
+    group_mean(mean, decoded);
+    outer_step(config, phi_ref, momentum_ref, mean, {});
+    CHECK(std::memcmp(phi.data(), phi_ref.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("message modes by name") {

@@ -27,61 +27,73 @@ TEST_CASE("sane() refuses values that are not finite or of the wrong size") {
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
           -std::numeric_limits<float>::infinity()}) {
         const std::vector<float> decoded = {0.5f, bad, 1.0f};
-        const auto reason = sanity.check(decoded, kZero);
+        const auto reason = sanity.check(decoded, kZero, 1.0);
         REQUIRE(reason.has_value());
         CHECK_THAT(*reason, Catch::Contains("not finite"));
     }
     const std::vector<float> longer(4, 0.0f);
-    CHECK(sanity.check(longer, kZero).has_value());
-    CHECK(sanity.check(kZero, longer).has_value());
-    CHECK_FALSE(sanity.check(at_distance(1.0), kZero).has_value());
+    CHECK(sanity.check(longer, kZero, 1.0).has_value());
+    CHECK(sanity.check(kZero, longer, 1.0).has_value());
+    CHECK_FALSE(sanity.check(at_distance(1.0), kZero, 1.0).has_value());
 }
 
 TEST_CASE("sane() refuses everything while this node's own values are not finite") {
     MessageSanity sanity(10.0, 3);
-    for (int i = 0; i < 3; i++) CHECK_FALSE(sanity.check(at_distance(1.0), kZero).has_value());
+    for (int i = 0; i < 3; i++) CHECK_FALSE(sanity.check(at_distance(1.0), kZero, 1.0));
     const std::vector<float> broken = {std::numeric_limits<float>::quiet_NaN(), 0.0f, 0.0f};
-    const auto reason = sanity.check(kZero, broken);
+    const auto reason = sanity.check(kZero, broken, 1.0);
     REQUIRE(reason.has_value());
     CHECK_THAT(*reason, Catch::Contains("not finite"));
+    CHECK(sanity.check(at_distance(1.0), kZero, std::numeric_limits<double>::quiet_NaN()));
     // The history kept only finite distances: a normal message is still judged and accepted.
-    CHECK_FALSE(sanity.check(at_distance(1.5), kZero).has_value());
+    CHECK_FALSE(sanity.check(at_distance(1.5), kZero, 1.0).has_value());
 }
 
-TEST_CASE("sane() refuses a distance far beyond the recent median and accepts a moderate one") {
+TEST_CASE("sane() judges from the first message on, by this node's own update") {
+    // No history yet: a partner one or two updates away passes, a thousand updates away (a
+    // learning rate mistyped 1e2 for 1e-2, say) is refused at once.
     MessageSanity sanity(10.0, 8);
-    // Distances around 1 fill the window (median 1.1).
-    for (double d : {1.0, 1.2, 0.8, 1.1, 0.9, 1.3, 1.15, 1.05}) {
-        CHECK_FALSE(sanity.check(at_distance(d), kZero).has_value());
-    }
-    CHECK_FALSE(sanity.check(at_distance(2.0), kZero).has_value());
-    const auto reason = sanity.check(at_distance(100.0), kZero);
+    CHECK_FALSE(sanity.check(at_distance(2.0), kZero, 1.0).has_value());
+    const auto reason = sanity.check(at_distance(1000.0), kZero, 1.0);
     REQUIRE(reason.has_value());
-    CHECK_THAT(*reason, Catch::Contains("median"));
+    CHECK_THAT(*reason, Catch::Contains("own update"));
+    // The bound is factor times the update, both sides of it.
+    CHECK_FALSE(MessageSanity(10.0, 8).check(at_distance(9.9), kZero, 1.0).has_value());
+    CHECK(MessageSanity(10.0, 8).check(at_distance(10.1), kZero, 1.0).has_value());
+    MessageSanity fresh(10.0, 8);
     // The distance is measured from this node's own values, not from zero.
     const std::vector<float> own = at_distance(100.0);
-    CHECK_FALSE(sanity.check(at_distance(101.0), own).has_value());
+    CHECK_FALSE(fresh.check(at_distance(101.0), own, 1.0).has_value());
 }
 
-TEST_CASE("sane() judges distances only once its window is full") {
-    // Replicas start from the same weights, so the first distances are tiny (zero in a first
-    // round) and must not set the scale for the rest.
-    MessageSanity sanity(10.0, 4);
-    for (double d : {0.0, 0.0, 1e-6}) CHECK_FALSE(sanity.check(at_distance(d), kZero).has_value());
-    CHECK_FALSE(sanity.check(at_distance(1.0), kZero).has_value());  // the fourth fills it
-    CHECK(sanity.check(at_distance(1.0), kZero).has_value());        // 1 > 10 * 1e-6
-}
-
-TEST_CASE("sane() accepts a lasting change of scale once it dominates the history") {
+TEST_CASE("sane() lets accepted distances grow beyond one update as replicas drift apart") {
     MessageSanity sanity(10.0, 8);
-    for (int i = 0; i < 8; i++) CHECK_FALSE(sanity.check(at_distance(1.0), kZero).has_value());
-    // Refused distances still join the history; once they are the median, they pass.
-    CHECK(sanity.check(at_distance(100.0), kZero).has_value());
-    bool accepted = false;
-    for (int i = 0; i < 8 && !accepted; i++) {
-        accepted = !sanity.check(at_distance(100.0), kZero).has_value();
+    // Distances that grow to about 10 updates of 0.1 and stay there (median 1.1), accepted step
+    // by step; then this node's own update shrinks to 0.01 (a decaying learning rate, say).
+    for (double d : {0.2, 0.5, 0.9, 1.0, 1.2, 0.8, 1.1, 0.9, 1.3, 1.15, 1.05}) {
+        CHECK_FALSE(sanity.check(at_distance(d), kZero, 0.1).has_value());
     }
-    CHECK(accepted);
+    CHECK_FALSE(sanity.check(at_distance(2.0), kZero, 0.01).has_value());
+    const auto reason = sanity.check(at_distance(100.0), kZero, 0.01);
+    REQUIRE(reason.has_value());
+    CHECK_THAT(*reason, Catch::Contains("median accepted distance"));
+}
+
+TEST_CASE("sane() keeps refusing a partner that keeps sending outsized messages") {
+    // Refused distances never join the history, so repeating them moves nothing.
+    MessageSanity sanity(10.0, 8);
+    for (int i = 0; i < 8; i++) CHECK_FALSE(sanity.check(at_distance(1.0), kZero, 1.0));
+    for (int i = 0; i < 50; i++) CHECK(sanity.check(at_distance(100.0), kZero, 1.0).has_value());
+    // A change of scale that this node's own update shares is accepted at once.
+    CHECK_FALSE(sanity.check(at_distance(100.0), kZero, 20.0).has_value());
+}
+
+TEST_CASE("sane() with no update and no history judges only size and finiteness") {
+    // A node that trained no step yet has no scale: it must not refuse every partner.
+    MessageSanity sanity(10.0, 8);
+    CHECK_FALSE(sanity.check(at_distance(5.0), kZero, 0.0).has_value());
+    // That distance is now the history's median: 10 times it is the bound.
+    CHECK(sanity.check(at_distance(51.0), kZero, 0.0).has_value());
 }
 
 TEST_CASE("MessageSanity refuses a factor of 1 or less and a window under 3") {
