@@ -67,7 +67,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     for (const MemberValues* m : members) {
         values.push_back(m->values);
         phis.push_back(m->phi);
-        weights.push_back(m->weight);
+        weights.push_back(std::min(m->weight, kMaxTokenRatio * self.weight));
     }
     group_mean(scratch_a, values, weights);
     if (fused) {
@@ -109,6 +109,10 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
         scales.push_back(norms[k] > median ? median / norms[k] : 1.0);
         if (norms[k] > median) result.clipped.push_back(k);
     }
+    std::vector<double> sorted_weights = kept_weights;
+    std::sort(sorted_weights.begin(), sorted_weights.end());
+    const double weight_cap = kMaxTokenRatio * sorted_weights[(sorted_weights.size() - 1) / 2];
+    for (double& w : kept_weights) w = std::min(w, weight_cap);
     result.members = static_cast<int>(members.size());
     if (result.clipped.empty()) {
         group_mean(scratch, members, weights.empty() ? std::span<const double>() : kept_weights);

@@ -28,8 +28,15 @@ struct MemberValues {
     std::span<const float> phi;     // split only
     // Its share of the group means: the tokens it trained in the round where members train
     // unequal amounts (token-budget rounds, docs/uneven.md); equal weights are the plain mean.
+    // A partner's is its claim, counted at most kMaxTokenRatio times this node's own.
     double weight = 1.0;
 };
+
+// No member's tokens count for more than this many times a reference: the node's own in NoLoCo,
+// the median member's in DiLoCo. Honest members of one config train within a few times each
+// other's tokens (docs/uneven.md), while a claim is only a number in a message header: uncapped,
+// a member claiming a billion tokens would make every group mean its own values.
+inline constexpr double kMaxTokenRatio = 8.0;
 
 // The sanity history a node keeps per kind of message.
 struct PartnerChecks {
@@ -60,7 +67,8 @@ struct DiLoCoStep {
 // DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
 // in the order given (node-id order), then the outer step; every member gets the same bits, for
 // every member decides alike on the same inputs. weights, when given, weigh each member's D by
-// the tokens it trained (group_mean). A minority cannot steer the mean: a D that is not finite is
+// the tokens it trained (group_mean), each at most kMaxTokenRatio times the median weight of the
+// members kept. A minority cannot steer the mean: a D that is not finite is
 // left out, and a D whose norm exceeds the median norm (the lower of the two middle ones for an
 // even count) is scaled down to it, so a member's share of the step is at most its weight's share
 // of one typical update. With no finite D the node takes no step.

@@ -192,3 +192,41 @@ TEST_CASE("message modes by name") {
     CHECK(message_mode_from_name(message_mode_name(MessageMode::Split)) == MessageMode::Split);
     CHECK_THROWS_AS(message_mode_from_name("both"), Error);
 }
+
+TEST_CASE("a claim of tokens counts at most kMaxTokenRatio times the reference") {
+    const size_t n = 24;
+    const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
+    const std::vector<float> own = ramp(n, 0.1f, 0.01f), claimed = ramp(n, 0.12f, 0.008f);
+
+    // NoLoCo, fused: a partner claiming a billion tokens against this node's 10 weighs 80.
+    std::vector<float> phi = ramp(n, 0.1f, 0.0095f), momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    const std::vector<MemberValues> liar{{8, claimed, {}, 1e9}};
+    REQUIRE(noloco_outer_step(config, MessageMode::Fused, {4, own, {}, 10.0}, liar, checks, phi,
+                              momentum, a, b)
+                .members == 2);
+    for (size_t i = 0; i < n; i++) {
+        const double mean =
+            (10.0 * own[i] + kMaxTokenRatio * 10.0 * claimed[i]) / (10.0 + kMaxTokenRatio * 10.0);
+        CHECK(phi[i] == Approx(mean).epsilon(1e-5));
+    }
+
+    // DiLoCo: three members at 10 tokens and one claiming a billion, which weighs 8 times the
+    // median, 80. The D's share one norm (the same values in other orders), so none is clipped.
+    const std::vector<float> d = ramp(n, 0.01f, 1e-3f);
+    const std::vector<float> d_reversed(d.rbegin(), d.rend());
+    std::vector<float> d_negated = d, d_rotated(n);
+    for (float& x : d_negated) x = -x;
+    for (size_t i = 0; i < n; i++) d_rotated[i] = d[(i + 5) % n];
+    const std::vector<std::span<const float>> decoded{d, d_reversed, d_negated, d_rotated};
+    const std::vector<double> weights{10.0, 10.0, 10.0, 1e9};
+    std::vector<float> phi_d(n, 0.0f), momentum_d(n, 0.0f), scratch(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
+    REQUIRE(step.members == 4);
+    const double cap = kMaxTokenRatio * 10.0, total = 30.0 + cap;
+    for (size_t i = 0; i < n; i++) {
+        const double mean =
+            (10.0 * (double(d[i]) + d_reversed[i] + d_negated[i]) + cap * d_rotated[i]) / total;
+        CHECK(phi_d[i] == Approx(mean).epsilon(1e-4).margin(1e-6));
+    }
+}
