@@ -18,6 +18,12 @@ std::string partner_name(uint64_t node_id) {
     return buffer;
 }
 
+// The middle value, the lower of the two middle ones for an even count.
+double lower_median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[(values.size() - 1) / 2];
+}
+
 }  // namespace
 
 std::string_view message_mode_name(MessageMode mode) {
@@ -86,6 +92,8 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     if (!weights.empty() && weights.size() != decoded.size())
         throw Error("DiLoCo step: " + std::to_string(weights.size()) + " weights for " +
                     std::to_string(decoded.size()) + " members");
+    for (const double w : weights)
+        if (!(w > 0.0) || !std::isfinite(w)) throw Error("DiLoCo step: a weight is not positive");
     DiLoCoStep result;
     std::vector<size_t> kept;
     std::vector<double> norms(decoded.size());
@@ -96,33 +104,35 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
         (std::isfinite(norms[k]) ? kept : result.not_finite).push_back(k);
     }
     if (kept.empty()) return result;
-    std::vector<double> sorted;
-    for (const size_t k : kept) sorted.push_back(norms[k]);
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted[(sorted.size() - 1) / 2];
 
     std::vector<std::span<const float>> members;
-    std::vector<double> kept_weights, scales;
+    std::vector<double> kept_weights;
     for (const size_t k : kept) {
         members.push_back(decoded[k]);
         kept_weights.push_back(weights.empty() ? 1.0 : weights[k]);
-        scales.push_back(norms[k] > median ? median / norms[k] : 1.0);
-        if (norms[k] > median) result.clipped.push_back(k);
     }
-    std::vector<double> sorted_weights = kept_weights;
-    std::sort(sorted_weights.begin(), sorted_weights.end());
-    const double weight_cap = kMaxTokenRatio * sorted_weights[(sorted_weights.size() - 1) / 2];
+    const double weight_cap = kMaxTokenRatio * lower_median(kept_weights);
     for (double& w : kept_weights) w = std::min(w, weight_cap);
+    // A member that trained more tokens than the median one may send a D of a proportionally
+    // larger norm (an honest one sends less: its steps partly cancel); the rest are held to the
+    // median norm. With equal weights every D is held to the median norm.
+    const double median_weight = lower_median(kept_weights);
+    std::vector<double> kept_norms;
+    for (const size_t k : kept) kept_norms.push_back(norms[k]);
+    const double median_norm = lower_median(kept_norms);
+    std::vector<double> scales;
+    for (size_t m = 0; m < members.size(); m++) {
+        const double allowed = median_norm * std::max(1.0, kept_weights[m] / median_weight);
+        const bool clip = kept_norms[m] > allowed;
+        scales.push_back(clip ? allowed / kept_norms[m] : 1.0);
+        if (clip) result.clipped.push_back(kept[m]);
+    }
     result.members = static_cast<int>(members.size());
     if (result.clipped.empty()) {
         group_mean(scratch, members, weights.empty() ? std::span<const double>() : kept_weights);
     } else {
         double total = 0.0;
-        for (const double w : kept_weights) {
-            if (!(w > 0.0) || !std::isfinite(w))
-                throw Error("DiLoCo step: a weight is not positive");
-            total += w;
-        }
+        for (const double w : kept_weights) total += w;
         std::vector<float> shares;
         for (size_t m = 0; m < members.size(); m++)
             shares.push_back(static_cast<float>(kept_weights[m] * scales[m] / total));

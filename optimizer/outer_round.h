@@ -61,17 +61,18 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
 struct DiLoCoStep {
     int members = 0;                 // D's that entered the mean; 0: no step was taken
     std::vector<size_t> not_finite;  // indices into decoded left out: a NaN or infinity
-    std::vector<size_t> clipped;     // indices scaled down to the median norm
+    std::vector<size_t> clipped;     // indices scaled down to the norm allowed
 };
 
 // DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
 // in the order given (node-id order), then the outer step; every member gets the same bits, for
 // every member decides alike on the same inputs. weights, when given, weigh each member's D by
 // the tokens it trained (group_mean), each at most kMaxTokenRatio times the median weight of the
-// members kept. A minority cannot steer the mean: a D that is not finite is
-// left out, and a D whose norm exceeds the median norm (the lower of the two middle ones for an
-// even count) is scaled down to it, so a member's share of the step is at most its weight's share
-// of one typical update. With no finite D the node takes no step.
+// members kept. A minority cannot steer the mean: a D that is not finite is left out, and a D whose
+// norm exceeds the median norm (the lower of the two middle ones for an even count), times its
+// weight over the median weight where that is above 1, is scaled down to it. A member that claims
+// its real tokens thus moves phi by at most its share of one typical update. With no finite D the
+// node takes no step.
 DiLoCoStep diloco_outer_step(const OuterConfig& config,
                              std::span<const std::span<const float>> decoded, std::span<float> phi,
                              std::span<float> momentum, std::span<float> scratch,

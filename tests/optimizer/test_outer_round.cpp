@@ -230,3 +230,21 @@ TEST_CASE("a claim of tokens counts at most kMaxTokenRatio times the reference")
         CHECK(phi_d[i] == Approx(mean).epsilon(1e-4).margin(1e-6));
     }
 }
+
+TEST_CASE("diloco_outer_step lets a member that trained more tokens send a larger D") {
+    // Weights 10, 10, 10 and 30: the last may send up to 3 times the median norm unclipped; a
+    // member at the median weight sending twice the median norm is held to it.
+    const size_t n = 12;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};
+    const std::vector<float> d = ramp(n, 0.01f, 1e-3f);
+    std::vector<float> twice = d, negated = d;
+    for (float& x : twice) x *= 2.0f;
+    for (float& x : negated) x = -x;
+    std::vector<float> phi(n, 0.0f), momentum(n, 0.0f), scratch(n);
+    const std::vector<std::span<const float>> fast{d, negated, d, twice};
+    const std::vector<double> weights{10.0, 10.0, 10.0, 30.0};
+    CHECK(diloco_outer_step(config, fast, phi, momentum, scratch, weights).clipped.empty());
+    const std::vector<std::span<const float>> loud{d, negated, twice, d};
+    const DiLoCoStep step = diloco_outer_step(config, loud, phi, momentum, scratch, weights);
+    CHECK(step.clipped == std::vector<size_t>{2});
+}
