@@ -39,7 +39,8 @@ const char* level_word(CheckLevel level) {
 }
 
 std::string gpu_summary(int devices, const std::string& reason) {
-    return devices > 0 ? fmt::format("{} CUDA device(s) usable", devices)
+    return devices > 0 ? fmt::format("{} {}CUDA device(s) usable", devices,
+                                     cuda_devices_emulated() ? "emulated " : "")
                        : "no usable GPU (" + reason + ")";
 }
 
@@ -110,13 +111,21 @@ CheckResult check_device(const NodeConfig& config) {
                             train.device, train.batch_size, gpus.size()),
                 fmt::format("make [train].batch_size a multiple of {}", gpus.size())};
     }
-    const std::string runs_on = gpus.size() > 1
-                                    ? fmt::format("trains on {} GPUs, data-parallel", gpus.size())
-                                : choice.kind == DeviceChoice::Kind::Cuda ? "trains on that GPU"
-                                : devices > 0 && !cuda_devices_emulated() ? "trains on GPU 0"
-                                                                          : "trains on " + cpu;
+    if (choice.kind == DeviceChoice::Kind::Cuda) {
+        const std::string runs_on =
+            gpus.size() > 1 ? fmt::format("trains on {} GPUs, data-parallel", gpus.size())
+                            : "trains on that GPU";
+        return {CheckLevel::Ok, "device",
+                fmt::format("{}: {}; {}", train.device, runs_on, gpu_summary(devices, reason)), ""};
+    }
+    // "auto", in the words of the trainer's own log line about it (kernels/backend.h).
+    std::string auto_reason;
+    if (auto_cuda_devices(&auto_reason) > 0)
+        return {CheckLevel::Ok, "device",
+                fmt::format("{}: trains on GPU 0; {}", train.device, gpu_summary(devices, reason)),
+                ""};
     return {CheckLevel::Ok, "device",
-            fmt::format("{}: {}; {}", train.device, runs_on, gpu_summary(devices, reason)), ""};
+            fmt::format("{}: trains on {}; no usable GPU: {}", train.device, cpu, auto_reason), ""};
 }
 
 CheckResult check_data(const NodeConfig& config) {

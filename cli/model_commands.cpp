@@ -10,6 +10,7 @@
 #include "cli/control_client.h"
 #include "common/error.h"
 #include "daemon/checkpoint_dir.h"
+#include "daemon/config.h"
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "daemon/swarm/swarm_snapshot.h"
@@ -41,34 +42,33 @@ std::vector<std::filesystem::path> checkpoints_newest_first(const std::filesyste
     return paths;
 }
 
-SwarmCheckpoint newest_readable(const std::filesystem::path& root, const std::string& fingerprint) {
-    std::string skipped;
-    for (const std::filesystem::path& dir : checkpoints_newest_first(root)) {
-        try {
-            return read_swarm_checkpoint(dir, fingerprint);
-        } catch (const CheckpointOfAnotherModel&) {
-            throw;
-        } catch (const Error& e) {
-            spdlog::warn("skipping {}: {}", dir.string(), e.what());
-            skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
-        }
-    }
-    throw Error(
-        "no checkpoint under " + root.string() + " reads back whole" +
-        (skipped.empty()
-             ? " (there is none: a node writes one every [node].checkpoint_every rounds and "
-               "when it leaves)"
-             : ": " + skipped));
+// The step or round a checkpoint directory's name says, for messages: "step 300 of DIR".
+std::string checkpoint_origin(const char* unit, const std::filesystem::path& dir) {
+    const auto step = CheckpointDir::parse_step_dir_name(dir.filename().string());
+    return step ? std::string(unit) + " " + std::to_string(*step) + " of " + dir.string()
+                : dir.string();
 }
 
-LoadedModel load_swarm_checkpoint(const ModelSource& source) {
-    NodeConfig config = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints);
-    if (source.data_dir) config.data_dir = *source.data_dir;
-    const ModelConfig& model = config.swarm.train.model;
+// One checkpoint directory of either kind: a swarm node's (checkpoint.json and state.bin,
+// daemon/swarm/swarm_checkpoint.h) or `starling train`'s (the model in Hugging Face form beside
+// training_state.safetensors, daemon/train_checkpoint.h). Either must hold `model`: one of
+// another throws an Error naming its file.
+LoadedModel read_checkpoint(const std::filesystem::path& dir, const ModelConfig& model) {
     const ParameterManifest manifest(model);
-    const SwarmCheckpoint checkpoint =
-        source.checkpoint ? read_swarm_checkpoint(*source.checkpoint, manifest.fingerprint())
-                          : newest_readable(config.checkpoint_dir(), manifest.fingerprint());
+    const bool swarm = std::filesystem::exists(dir / "checkpoint.json");
+    if (!swarm && !std::filesystem::exists(dir / "model.safetensors"))
+        throw Error(dir.string() +
+                    " holds no checkpoint: neither a node's (checkpoint.json) nor `starling "
+                    "train`'s (model.safetensors)");
+    if (!swarm) {
+        HfModel hf = read_hf_model_dir(dir);
+        const std::string theirs = ParameterManifest(hf.config).fingerprint();
+        if (theirs != manifest.fingerprint())
+            throw Error((dir / "config.json").string() + ": saved for model " + theirs +
+                        ", but the config's model is " + manifest.fingerprint());
+        return {hf.config, std::move(hf.params), checkpoint_origin("step", dir), ""};
+    }
+    const SwarmCheckpoint checkpoint = read_swarm_checkpoint(dir, manifest.fingerprint());
     const size_t n = manifest.total();
     std::vector<float> arenas(4 * n);
     const std::span<float> all(arenas);
@@ -77,6 +77,42 @@ LoadedModel load_swarm_checkpoint(const ModelSource& source) {
     arenas.resize(n);  // phi, the model the swarm agrees on; theta equals it at a round's start
     return {model, std::move(arenas),
             "round " + std::to_string(checkpoint.round) + " of " + checkpoint.path.string(), ""};
+}
+
+// The newest checkpoint of `model` that reads back whole: the node's (starlingd's, under
+// [node].data_dir), else `starling train`'s (under [checkpoint].dir), each newest first. Others
+// are skipped with a warning: a corrupt one, and one of another model (configs may share a
+// data directory); nothing is written, so none is lost.
+LoadedModel newest_readable(const std::filesystem::path& node_root,
+                            const std::filesystem::path& train_root, const ModelConfig& model) {
+    std::vector<std::filesystem::path> dirs = checkpoints_newest_first(node_root);
+    for (std::filesystem::path& dir : checkpoints_newest_first(train_root))
+        dirs.push_back(std::move(dir));
+    std::string skipped;
+    for (const std::filesystem::path& dir : dirs) {
+        try {
+            return read_checkpoint(dir, model);
+        } catch (const Error& e) {
+            spdlog::warn("skipping {}: {}", dir.string(), e.what());
+            skipped += std::string(skipped.empty() ? "" : "; ") + e.what();
+        }
+    }
+    throw Error("no checkpoint under " + node_root.string() + " or " + train_root.string() +
+                " reads back whole" +
+                (skipped.empty() ? " (there is none: starlingd writes one every "
+                                   "[swarm].checkpoint_every rounds and when it leaves, `starling "
+                                   "train` every [checkpoint].every steps and at its end)"
+                                 : ": " + skipped));
+}
+
+LoadedModel load_checkpoint(const ModelSource& source) {
+    NodeConfig config = load_node_config(*source.config_path, NodeConfigUse::ReadCheckpoints);
+    if (source.data_dir) config.data_dir = *source.data_dir;
+    const ModelConfig& model = config.swarm.train.model;
+    if (source.checkpoint) return read_checkpoint(*source.checkpoint, model);
+    // [checkpoint].dir is `starling train`'s key, which the node's config leaves aside.
+    const std::string run_dir = load_train_config(source.config_path->string()).run_dir;
+    return newest_readable(config.checkpoint_dir(), run_dir, model);
 }
 
 LoadedModel load_live_model(const std::string& address) {
@@ -147,7 +183,7 @@ LoadedModel load_model(const ModelSource& source) {
         HfModel hf = read_hf_model_dir(*source.hf_dir);
         return {hf.config, std::move(hf.params), source.hf_dir->string(), ""};
     }
-    if (source.config_path) return load_swarm_checkpoint(source);
+    if (source.config_path) return load_checkpoint(source);
     if (source.checkpoint || source.data_dir)
         throw Error("--checkpoint and --data-dir need the node's --config");
     return load_live_model(source.control);
@@ -178,7 +214,11 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source,
             " tokens, not the byte vocabulary's 256: give its tokenizer.json with --tokenizer FILE");
     if (!tokenizer->fits(vocab))
         throw Error(tokenizer->describe() + " does not fit " + model.origin +
-                    ", whose vocabulary has " + std::to_string(vocab) + " tokens");
+                    ", whose vocabulary has " + std::to_string(vocab) +
+                    " tokens (a tokenizer.json fits a model of its own vocabulary, padded by at "
+                    "most " +
+                    std::to_string(kMaxPaddingRows) +
+                    " rows): give the model's own tokenizer.json with --tokenizer FILE");
     return tokenizer;
 }
 

@@ -1,5 +1,6 @@
 // `starling export` and `starling sample`: the model a node trained. The source is a node's config
-// (its model and data directory) with the newest checkpoint that reads back whole or one named,
+// (its model, data directory and [checkpoint].dir) with the newest checkpoint that reads back
+// whole (the node's, else `starling train`'s) or one named,
 // a Hugging Face directory (an export, or a `starling train` checkpoint step), or, with neither,
 // the running node at the control address (its newest round start, through GetModel). Nothing
 // is written under the node's data directory, so all of them are safe while starlingd runs.
@@ -22,7 +23,7 @@ struct ModelSource {
     std::optional<std::filesystem::path>
         config_path;                                  // a node's config (with data_dir, checkpoint)
     std::optional<std::filesystem::path> data_dir;    // overrides [node].data_dir
-    std::optional<std::filesystem::path> checkpoint;  // one swarm checkpoint directory (step_*)
+    std::optional<std::filesystem::path> checkpoint;  // one checkpoint directory, either kind
     std::optional<std::filesystem::path> hf_dir;      // or a Hugging Face model directory
     std::string control;                              // or else the running node's Control API
     std::optional<std::filesystem::path>
@@ -45,12 +46,14 @@ public:
 
 // Throws starling::Error naming the file and what is wrong: two sources, no checkpoint, a corrupt
 // or other model's checkpoint; ControlCallFailed when the live node does not give its model.
+// Checkpoints are a swarm node's (daemon/swarm/swarm_checkpoint.h) or `starling train`'s
+// (daemon/train_checkpoint.h), told apart by their files.
 LoadedModel load_model(const ModelSource& source);
 
 // The model's tokenizer: source.tokenizer, else the config's [data].tokenizer, else the Hugging
-// Face directory's tokenizer.json, else bytes. Throws Error when it does not fit the model (a
-// vocabulary larger than the model's; bytes for a model whose vocabulary is not 256, which needs
-// --tokenizer).
+// Face directory's tokenizer.json, else bytes. Throws Error naming both vocabularies when it does
+// not fit the model (Tokenizer::fits: one larger than the model's, or smaller by more than padding;
+// bytes for a model whose vocabulary is not 256, which needs --tokenizer).
 std::unique_ptr<Tokenizer> load_model_tokenizer(const ModelSource& source,
                                                 const LoadedModel& model);
 

@@ -145,9 +145,17 @@ int run_join(const std::string& control, const std::vector<std::string>& seeds) 
     v1::JoinSwarmResponse response;
     const grpc::Status result = client.join(seeds, response);
     if (!result.ok()) return report(result, true, client);
-    std::printf("%u of %zu seed(s) added; starlingd at %s joins through them\n",
-                response.seeds_added(), seeds.size(), client.address().c_str());
-    return kExitOk;
+    // The node dialled each seed before it answered; it keeps only those that answered.
+    for (const v1::SeedOutcome& outcome : response.seeds()) {
+        if (outcome.joined())
+            std::printf("starlingd at %s joined the swarm through %s\n", client.address().c_str(),
+                        outcome.seed().c_str());
+        else
+            std::fprintf(stderr, "error: starlingd at %s cannot join through seed %s: %s\n",
+                         client.address().c_str(), outcome.seed().c_str(), outcome.error().c_str());
+    }
+    return response.seeds_added() == static_cast<uint32_t>(response.seeds_size()) ? kExitOk
+                                                                                  : kExitError;
 }
 
 int run_leave(const std::string& control) {

@@ -3,6 +3,7 @@
 // through its Control API (status, peers, watch, join, leave), and exports and samples the model
 // from a node's checkpoints.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "cli/node_commands.h"
 #include "common/atomic_file.h"
 #include "daemon/config.h"
+#include "engine/config_reader.h"
 #include "daemon/trainer.h"
 #include "data/bpe_trainer.h"
 #include "data/corpus.h"
@@ -44,6 +46,8 @@ struct TrainFlags {
 
 int run_train(const TrainFlags& flags) {
     starling::TrainConfig config = starling::load_train_config(flags.config_path);
+    // starlingd's keys ([peer].secret...) may be set for it in the same shell.
+    starling::warn_unknown_starling_variables(starling::node_config_keys());
     if (flags.steps) config.steps = *flags.steps;
     if (flags.threads) config.threads = *flags.threads;
     if (flags.device) config.device = *flags.device;
@@ -213,7 +217,10 @@ struct NodeCommands {
             ->capture_default_str();
 
         join =
-            app.add_subcommand("join", "give the running node members to join the swarm through");
+            app.add_subcommand("join",
+                               "give the running node members to join the swarm through; it dials "
+                               "each before it answers and keeps those that answered (exit 1 "
+                               "naming any other)");
         join->add_option("seeds", seeds, "HOST:PORT of members (the address they announce)")
             ->required();
 
@@ -291,7 +298,8 @@ struct ModelCommands {
         export_cmd = app.add_subcommand(
             "export",
             "write a node's model as a Hugging Face directory (model.safetensors, config.json and its "
-            "tokenizer.json): the running node's, or with --config its newest checkpoint");
+            "tokenizer.json): the running node's, or with --config its newest checkpoint (else "
+            "starling train's)");
         add_source(export_cmd);
         export_cmd->add_option("--hf", out, "the directory to write (created if missing)")
             ->required();
@@ -322,8 +330,8 @@ struct ModelCommands {
 
     void add_source(CLI::App* command) {
         command->footer(
-            "The model: with --config, the node's newest checkpoint that reads back whole (or "
-            "--checkpoint); otherwise the running node's, through its Control API at --control (default: "
+            "The model: with --config, the node's newest checkpoint that reads back whole, else "
+            "starling train's in [checkpoint].dir (or --checkpoint); otherwise the running node's, through its Control API at --control (default: "
             "STARLING_CONTROL, else " +
             std::string(starling::cli::kDefaultControlAddress) +
             ").\nExit status: 0 done, 1 bad input or an error, 2 no node answered.");
@@ -333,7 +341,8 @@ struct ModelCommands {
                             "[node].data_dir, where checkpoints/ is");
         command->add_option(
             "--checkpoint", source.checkpoint,
-            "one checkpoint directory (checkpoints/step_*) instead of the newest that reads back whole");
+            "one checkpoint directory instead of the newest that reads back whole: a node's "
+            "(checkpoints/step_*) or starling train's (its run directory's step_*)");
         command->add_option(
             "--tokenizer", source.tokenizer,
             "the model's tokenizer.json (default: the config's [data].tokenizer, the --model "
@@ -347,6 +356,39 @@ struct ModelCommands {
         return std::nullopt;
     }
 };
+
+// Edits (insert, delete, replace, swap two neighbours) that turn a into b: optimal string
+// alignment.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); i++) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); j++) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); i++)
+        for (size_t j = 1; j <= b.size(); j++) {
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                                d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    return d[a.size()][b.size()];
+}
+
+// "unknown command 'stauts' (did you mean 'status'?)": the command nearest the word is suggested
+// when two edits or fewer make it.
+std::string unknown_command_message(CLI::App& app, const std::string& word) {
+    std::string nearest;
+    size_t best = 3;
+    for (const CLI::App* command : app.get_subcommands({})) {
+        const size_t distance = edit_distance(word, command->get_name());
+        if (distance < best) {
+            best = distance;
+            nearest = command->get_name();
+        }
+    }
+    return "error: unknown command '" + word + "'" +
+           (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)") +
+           "; starling --help lists the commands";
+}
 
 // The keys of a command's config file, under its --help.
 std::string config_keys_footer(const std::vector<starling::KeyDescription>& keys) {
@@ -475,6 +517,13 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
+        // A word where the command belongs is left over, and CLI11 would only say that a command
+        // is required.
+        const std::vector<std::string> left = app.remaining();
+        if (app.get_subcommands().empty() && !left.empty() && left.front().rfind('-', 0) != 0) {
+            std::fprintf(stderr, "%s\n", unknown_command_message(app, left.front()).c_str());
+            return 1;
+        }
         // --help is a ParseError too, with code 0; any real mistake on the command line is bad
         // input.
         return app.exit(e) == 0 ? 0 : 1;

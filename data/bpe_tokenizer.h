@@ -33,7 +33,9 @@ public:
     std::string hf_json() const override { return json_text_; }  // the file as it was read
     const std::string& path() const override { return source_; }
     std::string describe() const override;
-    bool fits(int model_vocab_size) const override { return model_vocab_size >= vocab_size_; }
+    bool fits(int model_vocab_size) const override {
+        return model_vocab_size >= vocab_size_ && model_vocab_size - vocab_size_ <= kMaxPaddingRows;
+    }
 
     size_t merge_count() const { return merge_count_; }
 

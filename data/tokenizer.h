@@ -29,9 +29,15 @@ public:
     // "bytes (256 tokens)" or "byte-level BPE FILE (4096 tokens, 3839 merges)", for messages.
     virtual std::string describe() const = 0;
     // Whether a model with this many embedding rows goes with this tokenizer: the byte tokenizer
-    // needs exactly 256, a file's vocabulary at most model_vocab_size (the rest is padding).
+    // needs exactly 256, a file's vocabulary model_vocab_size less at most kMaxPaddingRows
+    // (padding).
     virtual bool fits(int model_vocab_size) const = 0;
 };
+
+// Embedding rows a model may have past its tokenizer.json's vocabulary: padding to a multiple of
+// 64 adds at most 63. More means a model of another, larger vocabulary (a 256-token file for a
+// 4096-row model is the wrong file, and its text would come out as garbage).
+inline constexpr int kMaxPaddingRows = 63;
 
 class ByteTokenizer : public Tokenizer {
 public:

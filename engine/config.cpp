@@ -35,7 +35,10 @@ void TrainConfig::validate() const {
             need(false, "[data].tokenizer: " + std::string(e.what()));
         }
         need(tokenizer->fits(model.vocab_size),
-             "[model].vocab_size " + std::to_string(model.vocab_size) + " is below the " +
+             "[model].vocab_size " + std::to_string(model.vocab_size) +
+                 (model.vocab_size < tokenizer->vocab_size()
+                      ? " is below the "
+                      : " pads more than " + std::to_string(kMaxPaddingRows) + " rows past the ") +
                  std::to_string(tokenizer->vocab_size()) + " tokens of [data].tokenizer " +
                  data.tokenizer);
     }

@@ -1,5 +1,10 @@
 #include "engine/config_reader.h"
 
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 extern char** environ;
@@ -47,7 +52,34 @@ std::vector<std::string> unknown_starling_variables() {
     return unknown;
 }
 
+std::string config_variable_name(std::string_view section, std::string_view key) {
+    std::string name = "STARLING_" + std::string(section) + "_" + std::string(key);
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return name;
+}
+
+void warn_unknown_starling_variables(const std::vector<KeyDescription>& also_known) {
+    for (const std::string& name : unknown_starling_variables()) {
+        if (std::any_of(also_known.begin(), also_known.end(), [&](const KeyDescription& k) {
+                return config_variable_name(k.section, k.key) == name;
+            }))
+            continue;
+        spdlog::warn(
+            "environment variable {} is not a Starling setting and is ignored (a setting's variable "
+            "is STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
+            name);
+    }
+}
+
 toml::table parse_config_file(const std::string& path) {
+    // toml++ says only "path:0:0: File could not be opened for reading"; the OS says why.
+    if (std::FILE* file = std::fopen(path.c_str(), "r")) {
+        std::fclose(file);
+    } else {
+        throw Error(errno == ENOENT
+                        ? "config file '" + path + "' does not exist"
+                        : "config file '" + path + "' cannot be read: " + std::strerror(errno));
+    }
     try {
         return toml::parse_file(path);
     } catch (const toml::parse_error& e) {

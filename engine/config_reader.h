@@ -30,6 +30,12 @@ void note_config_variable(const std::string& name);
 // and that no other part of Starling reads (STARLING_CONTROL, the emulator's): a misspelt
 // override such as STARLING_TRAIN_STPES, which would otherwise be ignored without a word.
 std::vector<std::string> unknown_starling_variables();
+// The variable that overrides [section].key: STARLING_<SECTION>_<KEY>.
+std::string config_variable_name(std::string_view section, std::string_view key);
+// Logs a warning for each of unknown_starling_variables() but those of `also_known`: the keys of
+// another program's config (starlingd's, say, for `starling train`), which a shell shared by both
+// may set for it.
+void warn_unknown_starling_variables(const std::vector<KeyDescription>& also_known = {});
 
 // Reads typed keys out of one TOML table and remembers which were used, so leftovers can be
 // reported as unknown. An environment variable STARLING_<SECTION>_<KEY> (e.g. STARLING_TRAIN_STEPS)
@@ -81,9 +87,7 @@ public:
 
 private:
     std::string environment_name(const char* key) const {
-        std::string name = "STARLING_" + section_ + "_" + key;
-        for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        return name;
+        return config_variable_name(section_, key);
     }
 
     template <typename V>

@@ -87,6 +87,17 @@ int usable_cuda_devices(std::string* reason) {
 #endif
 }
 
+int auto_cuda_devices(std::string* reason) {
+#if STARLING_CUDA_EMULATION
+    // Emulated devices check the kernels; they train far slower than the CPU backend, so only a
+    // device named cuda:N uses them.
+    if (reason) *reason = "this build's CUDA devices are emulated (name cuda:N to use one)";
+    return 0;
+#else
+    return usable_cuda_devices(reason);
+#endif
+}
+
 #ifdef STARLING_HAVE_CUDA
 namespace {
 
@@ -148,25 +159,19 @@ Backend make_backend(const BackendOptions& options) {
         return gpu_backend(choice.all_gpus ? every_usable_gpu(options.device) : choice.gpus,
                            options);
     }
-#if STARLING_CUDA_EMULATION
-    // Emulated devices check the kernels; they train far slower than the CPU backend, so only a
-    // device named cuda:N uses them.
-    reason = "this build's CUDA devices are emulated (name cuda:N to use one)";
-#else
-    if (usable_cuda_devices(&reason) > 0) {
+    if (auto_cuda_devices(&reason) > 0) {
         try {
             return gpu_backend({0}, options);
         } catch (const Error& e) {
             reason = e.what();
         }
     }
-#endif
 #else
     if (choice.kind == DeviceChoice::Kind::Cuda) {
         throw Error("device \"" + options.device +
                     "\": this build has no CUDA backend (nvcc was not found when it was built)");
     }
-    usable_cuda_devices(&reason);
+    auto_cuda_devices(&reason);
 #endif
     backend.devices.push_back(cpu_backend(options.cpu_threads, backend.description));
     backend.description += "; no usable GPU: " + reason;

@@ -40,6 +40,10 @@ bool cuda_devices_emulated();
 // Usable CUDA devices: 0 where the build has no CUDA backend or the machine no working driver or
 // device, and then *reason (when given) says which.
 int usable_cuda_devices(std::string* reason = nullptr);
+// The CUDA devices device "auto" may take (it takes GPU 0 when there is one): the usable ones,
+// none where they are emulated; when none, *reason (when given) says why. `starling check` tells
+// what auto will pick by this, so it says what `starling train` and starlingd do.
+int auto_cuda_devices(std::string* reason = nullptr);
 
 struct Backend {
     // One backend per device the node trains on: the CPU, one GPU, or several GPUs of one box.

@@ -12,6 +12,25 @@ namespace {
 
 constexpr const char* kFingerprintKey = "starling.fingerprint";
 
+// The one special token of the tokenizers data/ writes (the BPE trainer's last id; GPT-2's files
+// have it too). Spelt here since the model's layer does not see data/.
+constexpr const char* kEndOfText = "<|endoftext|>";
+
+// The id of <|endoftext|> among the tokenizer.json's added tokens; null where it has none (the
+// byte tokenizer) or no tokenizer is given.
+nlohmann::json end_of_text_id(const std::optional<std::string>& tokenizer_json) {
+    if (!tokenizer_json) return nullptr;
+    const nlohmann::json tokenizer = nlohmann::json::parse(*tokenizer_json, nullptr, false);
+    if (!tokenizer.is_object() || !tokenizer.contains("added_tokens") ||
+        !tokenizer["added_tokens"].is_array())
+        return nullptr;
+    for (const nlohmann::json& token : tokenizer["added_tokens"])
+        if (token.is_object() && token.value("content", "") == kEndOfText && token.contains("id") &&
+            token["id"].is_number_integer())
+            return token["id"];
+    return nullptr;
+}
+
 }  // namespace
 
 nlohmann::json llama_config_json(const ModelConfig& c) {
@@ -113,12 +132,24 @@ void write_hf_model_dir(const std::filesystem::path& dir, const ModelConfig& con
                         const std::optional<std::string>& tokenizer_json) {
     std::filesystem::create_directories(dir);
     write_model_safetensors(dir / "model.safetensors", manifest, params);
-    write_file_atomic(dir / "config.json", llama_config_json(config).dump(2) + "\n");
+    // Written even when null: LlamaConfig takes bos 1 and eos 2 for a missing key, ordinary tokens
+    // here (2 is '#' in the KJV's BPE), on which generate() would stop. <|endoftext|> begins and
+    // ends a text, as in GPT-2; without it (bytes) no id does. No vocabulary here has a padding
+    // token: the embedding's padding rows are not tokens.
+    const nlohmann::json end_of_text = end_of_text_id(tokenizer_json);
+    nlohmann::json config_json = llama_config_json(config);
+    config_json["bos_token_id"] = end_of_text;
+    config_json["eos_token_id"] = end_of_text;
+    config_json["pad_token_id"] = nullptr;
+    write_file_atomic(dir / "config.json", config_json.dump(2) + "\n");
     if (!tokenizer_json) return;
     write_file_atomic(dir / "tokenizer.json", *tokenizer_json);
+    const nlohmann::json token = end_of_text.is_null() ? nlohmann::json() : kEndOfText;
     const nlohmann::json tokenizer_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
                                              {"model_max_length", config.context},
-                                             {"clean_up_tokenization_spaces", false}};
+                                             {"clean_up_tokenization_spaces", false},
+                                             {"bos_token", token},
+                                             {"eos_token", token}};
     write_file_atomic(dir / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
 }
 

@@ -403,15 +403,44 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
     return {std::get<Member>(std::move(parsed)), ""};
 }
 
-PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why) {
+std::vector<std::string> PeerNode::join_seeds(const std::vector<std::string>& seeds,
+                                              SteadyClock::time_point by) {
+    std::vector<std::future<std::string>> tries;
+    for (const std::string& seed : seeds)
+        tries.push_back(std::async(std::launch::async, [this, seed, by]() -> std::string {
+            std::string why;
+            switch (try_join(seed, &why, by)) {
+                case JoinResult::Joined: return "";
+                case JoinResult::Self: return "it is this node's own address";
+                case JoinResult::Unreachable: return why.empty() ? "no answer" : why;
+                case JoinResult::Duplicate: return why;
+            }
+            return why;
+        }));
+    std::vector<std::string> problems, joined;
+    for (size_t i = 0; i < seeds.size(); i++) {
+        problems.push_back(tries[i].get());
+        if (problems.back().empty()) {
+            joined.push_back(seeds[i]);
+        } else {
+            spdlog::warn("peer: cannot join through seed {}: {}; not kept", seeds[i],
+                         problems.back());
+        }
+    }
+    if (!joined.empty()) add_seeds(joined);
+    return problems;
+}
+
+PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* why,
+                                        SteadyClock::time_point by) {
     const std::vector<std::string> targets = config_.resolve_seed(seed);
-    if (targets.size() <= 1) return join_through(seed, channel(seed), why);
+    if (targets.size() <= 1) return join_through(seed, channel(seed), why, by);
     // A name for several members (a headless service): any of them will do, but one may be this
     // node.
     size_t self = 0;
     for (const std::string& target : targets) {
         const JoinResult result =
-            join_through(seed + " at " + target, seed_address_channel(target, seed), why);
+            join_through(seed + " at " + target, seed_address_channel(target, seed), why, by);
         if (result == JoinResult::Joined || result == JoinResult::Duplicate) return result;
         if (result == JoinResult::Self) ++self;
     }
@@ -420,12 +449,18 @@ PeerNode::JoinResult PeerNode::try_join(const std::string& seed, std::string* wh
 
 PeerNode::JoinResult PeerNode::join_through(const std::string& seed,
                                             const std::shared_ptr<grpc::Channel>& channel,
-                                            std::string* why) {
+                                            std::string* why, SteadyClock::time_point by) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(by - SteadyClock::now());
+    if (left <= std::chrono::milliseconds(0)) {
+        *why = "no time was left to dial it";
+        return JoinResult::Unreachable;
+    }
     v1::JoinRequest request;
     to_digest(table_->self(), request.mutable_joiner());
     v1::JoinResponse response;
     grpc::ClientContext context;
-    set_deadline(context, config_.probe_timeout * 4);
+    set_deadline(context, std::min(config_.probe_timeout * 4, left));
     auth_.attach(context, "Join");
     const auto status = v1::Peer::NewStub(channel)->Join(&context, request, &response);
     if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {

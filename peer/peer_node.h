@@ -133,8 +133,15 @@ public:
     // A failure a layer above sees: a message its outer step refused, a failed state copy or
     // checkpoint.
     void count_failure(FailureReason reason) { failures_.count(reason); }
-    // More addresses to join through (`starling join HOST:PORT`); tried on the next tick.
+    // More addresses to join through (a reloaded config's); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
+    // More addresses to join through now (`starling join HOST:PORT`): each is dialled at once, all
+    // of them together, each address within 4 probe timeouts and all before `by`. One that
+    // answers is kept as a seed (tried again like the config's); one that does not is logged at
+    // warn and not kept. Returns per seed, in order, "" when the node joined through it, else why
+    // not.
+    std::vector<std::string> join_seeds(const std::vector<std::string>& seeds,
+                                        SteadyClock::time_point by);
     // Puts the TLS files at `tls`'s paths in use for connections made from now on, once they pass
     // check_tls_files (peer/tls.h); throws starling::Error naming the problem and keeps the old
     // ones otherwise, or when `tls` would turn TLS on or off, which takes a restart. Nothing to do
@@ -184,9 +191,11 @@ private:
     grpc::ChannelArguments channel_arguments(ChannelUse use) const;
     std::shared_ptr<grpc::Channel> channel(const std::string& address,
                                            ChannelUse use = ChannelUse::Membership);
-    JoinResult try_join(const std::string& seed, std::string* why);
+    // Each address of the seed gets 4 probe timeouts, or what is left before `by` when less.
+    JoinResult try_join(const std::string& seed, std::string* why,
+                        SteadyClock::time_point by = SteadyClock::time_point::max());
     JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
-                            std::string* why);
+                            std::string* why, SteadyClock::time_point by);
     // A channel of its own to one of the addresses of a seed with several, verified (with TLS)
     // against the seed's host name, since the certificate names that and not the address.
     std::shared_ptr<grpc::Channel> seed_address_channel(const std::string& target,

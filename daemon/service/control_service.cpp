@@ -1,10 +1,12 @@
 #include "daemon/service/control_service.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <span>
+#include <string_view>
 #include <thread>
 
 #include "common/error.h"
@@ -13,6 +15,46 @@
 #include "peer/address.h"
 
 namespace starling {
+
+namespace {
+
+// The seeds of a Join are dialled before the node answers, so they must be done while the caller
+// still waits (`starling join` waits 5 s): its deadline less this, for the answer's way back.
+constexpr std::chrono::milliseconds kJoinAnswerMargin{500};
+
+std::chrono::steady_clock::time_point join_deadline(const grpc::ServerContext& context) {
+    const auto left = context.deadline() - std::chrono::system_clock::now();
+    // A caller without a deadline (grpcurl) waits as long as the dialling takes: each address
+    // has its own bound of 4 probe timeouts.
+    if (left > std::chrono::hours(1)) return std::chrono::steady_clock::time_point::max();
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(left) -
+           kJoinAnswerMargin;
+}
+
+// gRPC logs a port it cannot bind itself, at ERROR, as a raw error tree from chttp2_server.cc,
+// before BuildAndStart returns; the constructor then says the same in one line naming
+// [control].listen. While this lives, gRPC's lines from that file are dropped and the rest go to
+// spdlog; afterwards gRPC logs as before (a null log function is its default one). The process
+// builds one Control server, so no two of these overlap.
+class QuietBindFailures {
+public:
+    QuietBindFailures() { gpr_set_log_function(&log); }
+    ~QuietBindFailures() { gpr_set_log_function(nullptr); }
+    QuietBindFailures(const QuietBindFailures&) = delete;
+    QuietBindFailures& operator=(const QuietBindFailures&) = delete;
+
+private:
+    static void log(gpr_log_func_args* args) {
+        if (std::string_view(args->file).ends_with("chttp2_server.cc")) return;
+        spdlog::log(args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
+                    : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
+                                                              : spdlog::level::debug,
+                    "grpc: {}:{}: {}", args->file, args->line, args->message);
+    }
+};
+
+}  // namespace
 
 class ControlServer::Service final : public v1::Control::Service {
 public:
@@ -37,7 +79,7 @@ public:
         return grpc::Status::OK;
     }
 
-    grpc::Status Join(grpc::ServerContext*, const v1::JoinSwarmRequest* request,
+    grpc::Status Join(grpc::ServerContext* context, const v1::JoinSwarmRequest* request,
                       v1::JoinSwarmResponse* response) override {
         if (request->seeds().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "no seed given"};
         std::vector<std::string> seeds;
@@ -48,8 +90,16 @@ public:
                         "seed \"" + seed + "\" is not host:port"};
             seeds.push_back(parsed->str());
         }
-        handlers_.join(seeds);
-        response->set_seeds_added(static_cast<uint32_t>(seeds.size()));
+        const std::vector<std::string> problems = handlers_.join(seeds, join_deadline(*context));
+        uint32_t joined = 0;
+        for (size_t i = 0; i < seeds.size(); i++) {
+            v1::SeedOutcome* outcome = response->add_seeds();
+            outcome->set_seed(seeds[i]);
+            outcome->set_joined(problems[i].empty());
+            outcome->set_error(problems[i]);
+            joined += problems[i].empty();
+        }
+        response->set_seeds_added(joined);
         return grpc::Status::OK;
     }
 
@@ -132,7 +182,10 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
     // Without SO_REUSEPORT (gRPC's default), so a second daemon cannot answer on this port too.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
+    {
+        const QuietBindFailures quiet;
+        server_ = builder.BuildAndStart();
+    }
     // A unix socket reports no port.
     if (!server_ || (port == 0 && address.rfind("unix:", 0) != 0))
         throw Error("[control].listen: cannot listen on " + address +

@@ -7,6 +7,7 @@
 #include <grpcpp/server.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,7 +21,10 @@
 namespace starling {
 
 struct ControlHandlers {
-    std::function<void(const std::vector<std::string>& seeds)> join;
+    // Dials the seeds before `by`; per seed, "" when the node joined through it, else why not.
+    std::function<std::vector<std::string>(const std::vector<std::string>& seeds,
+                                           std::chrono::steady_clock::time_point by)>
+        join;
     std::function<void()> leave;  // starts the drain; returns at once
 };
 

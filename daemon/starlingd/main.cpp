@@ -227,11 +227,7 @@ int main(int argc, char** argv) {
         const NodeConfig config = load(config_path, flags);
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         use_log_format(config.log_format);
-        for (const std::string& name : unknown_starling_variables())
-            spdlog::warn(
-                "environment variable {} is not a Starling setting and is ignored (a setting's variable is "
-                "STARLING_<SECTION>_<KEY>, e.g. STARLING_TRAIN_STEPS)",
-                name);
+        warn_unknown_starling_variables();
         raise_open_file_limit();
         prepare_data_dir(config.data_dir);
         const DataDirLock data_dir_lock(config.data_dir);  // held until the process ends
@@ -257,7 +253,10 @@ int main(int argc, char** argv) {
         control = std::make_unique<ControlServer>(
             config.control_listen, runner.state(), runner.peer(), config.swarm.train.model,
             load_tokenizer(config.swarm.train.data.tokenizer)->hf_json(),
-            ControlHandlers{[&](const std::vector<std::string>& seeds) { runner.add_seeds(seeds); },
+            ControlHandlers{[&](const std::vector<std::string>& seeds,
+                                std::chrono::steady_clock::time_point by) {
+                                return runner.peer().join_seeds(seeds, by);
+                            },
                             drain});
         serving_control = control.get();
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}",

@@ -10,8 +10,12 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck source=tests/cli/expect.sh
 source "$(dirname "$0")/expect.sh"
 
-expect 1 "missing config" "error:" "$work/none.toml" -- \
+expect 1 "missing config" "error: config file '$work/none.toml' does not exist" -- \
     "$starling" train --config "$work/none.toml"
+expect 1 "a misspelt command" "unknown command 'stauts'" "did you mean 'status'" -- \
+    "$starling" stauts
+expect 1 "a word that is no command" "unknown command 'frobnicate'" "starling --help" -- \
+    "$starling" --control 127.0.0.1:1 frobnicate
 
 printf '[model]\nn_layers = 2\n' > "$work/typo.toml"
 expect 1 "unknown config key" "typo.toml" "unknown key \[model\].n_layers" -- \
@@ -48,7 +52,9 @@ cp "$source_dir/configs/pico.toml" "$work/pico.toml"
 expect 1 "corrupt checkpoint" "step_00000010" -- \
     "$starling" train --config "$work/pico.toml" --data-dir "$work/prepared" --run-dir "$work/run"
 
-expect 1 "export without a checkpoint" "no checkpoint under $work/empty-node/checkpoints" -- \
+expect 1 "export without a checkpoint" "no checkpoint under $work/empty-node/checkpoints or $work/no-runs" \
+    "\[swarm\].checkpoint_every" "\[checkpoint\].every" -- \
+    env STARLING_CHECKPOINT_DIR="$work/no-runs" \
     "$starling" export --config "$work/pico.toml" --data-dir "$work/empty-node" --hf "$work/hf"
 expect 1 "sample from a directory that holds no model" "$work/prepared/config.json" -- \
     "$starling" sample --model "$work/prepared" --prompt "In the"
@@ -56,6 +62,44 @@ expect 1 "sample from a directory that holds no model" "$work/prepared/config.js
     > /dev/null 2>&1 || { echo "FAIL train 60 steps"; failures=$((failures + 1)); }
 expect 0 "sample from a training checkpoint" "^In the beginning" -- \
     "$starling" sample --model "$work/good/step_00000060" --prompt "In the beginning" --tokens 8 --temperature 0
+# `starling train`'s checkpoints through the config, as the single-node flow exports them: one
+# named, or the newest of [checkpoint].dir when the node has none.
+expect 0 "export a training checkpoint named" "exported step 60 of $work/good/step_00000060" -- \
+    "$starling" export --config "$work/pico.toml" --checkpoint "$work/good/step_00000060" --hf "$work/hf-60"
+expect 0 "export the newest training checkpoint" "exported step 60 of $work/good/step_00000060" -- \
+    env STARLING_CHECKPOINT_DIR="$work/good" \
+    "$starling" export --config "$work/pico.toml" --data-dir "$work/empty-node" --hf "$work/hf-newest"
+expect 0 "sample from a training checkpoint through its config" "^In the" -- \
+    "$starling" sample --config "$work/pico.toml" --checkpoint "$work/good/step_00000060" --prompt "In the" --tokens 4
+
+# A misspelt setting is named; the variables of starlingd's settings, which the shell may hold for
+# it, are not.
+cases=$((cases + 1))
+out=$(env STARLING_TRAIN_STPES=5 STARLING_PEER_SECRET=x "$starling" train --config "$work/pico.toml" \
+    --data-dir "$work/prepared" --run-dir "$work/warned" --steps 1 2>&1)
+if ! grep -q "environment variable STARLING_TRAIN_STPES is not a Starling setting" <<<"$out" ||
+    grep -q "STARLING_PEER_SECRET is not" <<<"$out"; then
+    echo "FAIL train names a misspelt variable, and only that"; echo "$out"; failures=$((failures + 1))
+else
+    echo "ok   train names a misspelt variable, and only that"
+fi
+
+# A 320-token model (a BPE vocabulary of 300 padded) refuses a 256-token tokenizer.json, naming both.
+"$starling" data train-tokenizer --input "$work/text.txt" --vocab-size 300 --out "$work/bpe.json" > /dev/null 2>&1 &&
+    "$starling" data prepare --input "$work/text.txt" --tokenizer "$work/bpe.json" --out "$work/prepared-bpe" \
+        > /dev/null 2>&1 || { echo "FAIL prepare BPE shards"; failures=$((failures + 1)); }
+sed "s/^vocab_size = 256/vocab_size = 320/; s|^\[data\]|[data]\ntokenizer = \"$work/bpe.json\"|" \
+    "$work/pico.toml" > "$work/pico-bpe.toml"
+STARLING_OPTIMIZER_WARMUP_STEPS=1 "$starling" train --config "$work/pico-bpe.toml" --data-dir "$work/prepared-bpe" \
+    --run-dir "$work/bpe-run" --steps 2 > /dev/null 2>&1 || { echo "FAIL train the BPE model"; failures=$((failures + 1)); }
+expect 1 "sample with a tokenizer of another vocabulary" "(256 tokens" "320 tokens" -- \
+    "$starling" sample --model "$work/bpe-run/step_00000002" --tokenizer "$work/good/step_00000060/tokenizer.json" \
+    --prompt "In the"
+expect 1 "export with a tokenizer of another vocabulary" "(256 tokens" "320 tokens" -- \
+    "$starling" export --config "$work/pico-bpe.toml" --checkpoint "$work/bpe-run/step_00000002" \
+    --tokenizer "$work/good/step_00000060/tokenizer.json" --hf "$work/hf-wrong"
+expect 0 "sample with the model's own tokenizer" "^In the" -- \
+    "$starling" sample --model "$work/bpe-run/step_00000002" --prompt "In the" --tokens 4
 expect 1 "sample with a negative temperature" "temperature" -- \
     "$starling" sample --model "$work/good/step_00000060" --prompt "In" --temperature -1
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `starling train` on emulated CUDA devices (builds with STARLING_CUDA_EMULATION): cuda:0 follows
 # the CPU backend's losses, cuda:all over two devices trains with the host all-reduce, and a
-# device that does not exist, or more devices than the batch splits into, is refused by name.
+# device that does not exist, or more devices than the batch splits into, is refused by name;
+# "auto" trains on the CPU, and `starling check` says so, and why.
 # usage: emulated_devices.sh STARLING_BINARY SOURCE_DIR
 set -u
 starling=$1
@@ -37,4 +38,11 @@ expect 0 "train on cuda:all over two devices" "emulated device 1" "host all-redu
 expect 1 "a device that does not exist" "cuda:3" -- "$starling" "${args[@]}" --device cuda:3 --run-dir "$work/none"
 expect 1 "a batch that does not split over three devices" "16" -- \
     env STARLING_EMULATED_DEVICES=3 "$starling" "${args[@]}" --device cuda:all --run-dir "$work/three"
+# Device "auto" on emulated devices: `starling check` says what the trainer does and why.
+expect 0 "train on auto takes the CPU, saying why" "no usable GPU: this build's CUDA devices are emulated" -- \
+    "$starling" "${args[@]}" --device auto --run-dir "$work/auto"
+expect 0 "check of auto says the same" "device: auto: trains on the CPU" \
+    "no usable GPU: this build's CUDA devices are emulated" -- \
+    env STARLING_PEER_SECRET=x STARLING_DATA_DIR="$work/data" STARLING_NODE_DATA_DIR="$work/node" \
+    "$starling" check --config "$work/pico.toml" --listen 127.0.0.1:0 --control 127.0.0.1:0 --metrics 127.0.0.1:0
 finish

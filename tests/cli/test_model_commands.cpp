@@ -18,9 +18,11 @@
 #include "cli/model_commands.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "daemon/checkpoint_dir.h"
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "daemon/swarm/swarm_snapshot.h"
+#include "daemon/train_checkpoint.h"
 #include "data/bpe_tokenizer.h"
 #include "data/bpe_trainer.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -66,6 +68,15 @@ fs::path save_checkpoint(const fs::path& data_dir, uint64_t round, const std::ve
 
 std::string fingerprint() { return ParameterManifest(pico_model()).fingerprint(); }
 
+// A special token's id as transformers' LlamaConfig reads config.json: the file's value, null
+// included, or for a missing key its defaults (bos 1, eos 2, pad None).
+nlohmann::json llama_config_token(const nlohmann::json& config, const std::string& key) {
+    if (config.contains(key)) return config[key];
+    if (key == "bos_token_id") return 1;
+    if (key == "eos_token_id") return 2;
+    return nullptr;
+}
+
 ModelSource node_source(const fs::path& data_dir) {
     ModelSource source;
     source.config_path = kPico;
@@ -86,7 +97,14 @@ TEST_CASE(
     const fs::path out = dir.path() / "hf";
     REQUIRE(run_export(node_source(data_dir), out) == 0);
     const ModelConfig config = pico_model();
-    CHECK(nlohmann::json::parse(test::slurp(out / "config.json")) == llama_config_json(config));
+    nlohmann::json written = nlohmann::json::parse(test::slurp(out / "config.json"));
+    // Bytes have no special token: as LlamaConfig reads the file, none begins or ends a text
+    // (a missing key would make them 1 and 2, two ordinary bytes).
+    CHECK(llama_config_token(written, "bos_token_id").is_null());
+    CHECK(llama_config_token(written, "eos_token_id").is_null());
+    CHECK(llama_config_token(written, "pad_token_id").is_null());
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) written.erase(key);
+    CHECK(written == llama_config_json(config));
     const HfModel exported = read_hf_model_dir(out);
     REQUIRE(exported.params.size() == phi.size());
     CHECK(std::memcmp(exported.params.data(), phi.data(), phi.size() * sizeof(float)) == 0);
@@ -215,7 +233,20 @@ TEST_CASE(
     const fs::path out = dir.path() / "hf";
     REQUIRE(run_export(source, out) == 0);
     CHECK(test::slurp(out / "tokenizer.json") == trained.hf_json);
-    CHECK(fs::exists(out / "tokenizer_config.json"));
+    // generate() begins and stops on <|endoftext|>, the tokenizer's last id, as LlamaConfig reads
+    // config.json, and AutoTokenizer names it from tokenizer_config.json.
+    const std::vector<uint16_t> end_of_text =
+        BpeTokenizer::parse(trained.hf_json, "trained").encode("<|endoftext|>");
+    REQUIRE(end_of_text.size() == 1);
+    CHECK(end_of_text[0] == trained.token_bytes.size() - 1);
+    const nlohmann::json exported_config = nlohmann::json::parse(test::slurp(out / "config.json"));
+    CHECK(llama_config_token(exported_config, "eos_token_id") == end_of_text[0]);
+    CHECK(llama_config_token(exported_config, "bos_token_id") == end_of_text[0]);
+    CHECK(llama_config_token(exported_config, "pad_token_id").is_null());
+    const nlohmann::json tokenizer_config =
+        nlohmann::json::parse(test::slurp(out / "tokenizer_config.json"));
+    CHECK(tokenizer_config["eos_token"] == "<|endoftext|>");
+    CHECK(tokenizer_config["bos_token"] == "<|endoftext|>");
 
     // The prompt through the trained tokenizer ("In" " the" " beginning" are whole tokens of a
     // corpus made of them), the greedy continuation decoded by it.
@@ -249,6 +280,15 @@ TEST_CASE(
                           Contains("--tokenizer FILE"));
     exported.tokenizer = tokenizer_path;
     CHECK(load_model_tokenizer(exported, loaded)->vocab_size() == tokenizer.vocab_size());
+    // A tokenizer.json of 256 tokens is not this 320-row model's: more rows than padding adds.
+    const fs::path bytes_file = dir.path() / "bytes-tokenizer.json";
+    test::put(bytes_file, ByteTokenizer().hf_json());
+    exported.tokenizer = bytes_file;
+    CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded),
+                      Contains("(256 tokens") && Contains("does not fit") &&
+                          Contains("320 tokens") && Contains("--tokenizer FILE"));
+    CHECK_THROWS_WITH(run_export(exported, dir.path() / "refused"), Contains("does not fit"));
+    CHECK_FALSE(fs::exists(dir.path() / "refused"));
     exported.tokenizer = fs::path(STARLING_SOURCE_DIR) / "tests/data/gpt2_style_tokenizer.json";
     CHECK_THROWS_WITH(load_model_tokenizer(exported, loaded), Contains("50257 tokens") &&
                                                                   Contains("does not fit") &&
@@ -263,4 +303,87 @@ TEST_CASE(
     live.tokenizer_json = ByteTokenizer().hf_json();
     live.config.vocab_size = 256;
     CHECK(load_model_tokenizer(ModelSource{}, live)->describe() == ByteTokenizer().describe());
+}
+
+TEST_CASE(
+    "export and sample read `starling train` checkpoints too: the newest of [checkpoint].dir, or "
+    "the one named") {
+    test::TempDir dir;
+    // pico with its run directory here, where `starling train --config` writes its checkpoints.
+    std::string toml = test::slurp(kPico);
+    const std::string run_key = "dir = \"out/runs/pico\"";
+    REQUIRE(toml.find(run_key) != std::string::npos);
+    const fs::path run_dir = dir.path() / "runs";
+    toml.replace(toml.find(run_key), run_key.size(), "dir = \"" + run_dir.string() + "\"");
+    const fs::path config_path = dir.path() / "pico.toml";
+    test::put(config_path, toml);
+
+    // Written as the trainer writes them: atomically, model and training state.
+    const auto save_step = [](const fs::path& root, const ModelConfig& model, int64_t step,
+                              const std::vector<float>& params) {
+        const TrainingArenas arenas{params, std::vector<float>(params.size()),
+                                    std::vector<float>(params.size())};
+        TrainingState state;
+        state.step = state.adamw_steps = step;
+        return CheckpointDir(root, 0).save(uint64_t(step), [&](const fs::path& staging) {
+            write_training_checkpoint(staging, model, ParameterManifest(model), arenas, state,
+                                      ByteTokenizer().hf_json());
+        });
+    };
+    const fs::path step_10 = save_step(run_dir, pico_model(), 10, peaked_phi(1));
+    save_step(run_dir, pico_model(), 20, peaked_phi(2));
+
+    ModelSource source;
+    source.config_path = config_path;
+    source.data_dir = dir.path() / "node";  // no node checkpoint there
+    LoadedModel loaded = load_model(source);
+    CHECK(loaded.origin == "step 20 of " + (run_dir / "step_00000020").string());
+    CHECK(loaded.params == peaked_phi(2));
+
+    source.checkpoint = step_10;
+    loaded = load_model(source);
+    CHECK(loaded.origin == "step 10 of " + step_10.string());
+    CHECK(loaded.params == peaked_phi(1));
+    const fs::path out = dir.path() / "hf";
+    REQUIRE(run_export(source, out) == 0);
+    CHECK(read_hf_model_dir(out).params == peaked_phi(1));
+    SampleOptions greedy;
+    greedy.temperature = 0.0f;
+    greedy.tokens = 4;
+    CHECK(captured_stdout([&] {
+              REQUIRE(run_sample(source, "In the", greedy) == 0);
+          }).starts_with("In the"));
+
+    // A node's checkpoint comes before the trainer's; one of another model is refused by name.
+    source.checkpoint.reset();
+    save_checkpoint(dir.path() / "node", 3, peaked_phi(3), fingerprint());
+    CHECK(load_model(source).origin.find("round 3 of") == 0);
+    ModelConfig other = pico_model();
+    other.n_layer += 1;
+    CpuOps<float> ops;
+    Model<float> other_model(other, ops, 1, 4);
+    other_model.init_weights(1);
+    source.checkpoint = save_step(
+        dir.path() / "other-runs", other, 5,
+        std::vector<float>(other_model.params(), other_model.params() + other_model.num_params()));
+    CHECK_THROWS_WITH(load_model(source),
+                      Contains("step_00000005/config.json: saved for model") &&
+                          Contains("but the config's model is " + fingerprint()));
+
+    // A node directory shared with another model's node (pico and nano share out/node): its
+    // checkpoints are skipped, and the trainer's of this model found.
+    source.checkpoint.reset();
+    source.data_dir = dir.path() / "other-node";
+    save_checkpoint(*source.data_dir, 7, peaked_phi(3), "another model's fingerprint");
+    CHECK(load_model(source).origin == "step 20 of " + (run_dir / "step_00000020").string());
+
+    // Neither kind: the message names both places and the keys that make checkpoints.
+    source.checkpoint.reset();
+    source.data_dir = dir.path() / "empty-node";
+    fs::remove_all(run_dir);
+    CHECK_THROWS_WITH(
+        load_model(source),
+        Contains("no checkpoint under " + (dir.path() / "empty-node" / "checkpoints").string() +
+                 " or " + run_dir.string()) &&
+            Contains("[swarm].checkpoint_every") && Contains("[checkpoint].every"));
 }

@@ -164,6 +164,14 @@ TEST_CASE("[data].tokenizer is read, and the model's vocabulary must hold the to
     CHECK(ConfigFile(config(50257, fixture)).load().data.tokenizer == fixture);
     CHECK(ConfigFile(config(50304, fixture)).load().model.vocab_size ==
           50304);  // padded to a multiple of 64
+    CHECK(ConfigFile(config(50257 + 63, fixture)).load().model.vocab_size == 50320);
+    // More rows than padding adds: a model of another vocabulary, whose text the tokenizer would
+    // garble.
+    const ConfigFile large(config(50257 + 64, fixture));
+    CHECK_THROWS_WITH(large.load(),
+                      Catch::Contains("[model].vocab_size 50321 pads more than 63 rows past the "
+                                      "50257 tokens of [data].tokenizer " +
+                                      fixture));
     const ConfigFile missing(config(50304, "/nonexistent/tokenizer.json"));
     CHECK_THROWS_WITH(missing.load(),
                       Catch::Contains("[data].tokenizer: /nonexistent/tokenizer.json"));
