@@ -44,6 +44,11 @@ double rms_distance(std::span<const float> a, std::span<const float> b) {
     return a.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(a.size()));
 }
 
+// Adds one reason to the round's failure text, which the round log line and status show.
+void add_failure(SwarmRound& report, const std::string& why) {
+    report.failure += (report.failure.empty() ? "" : "; ") + why;
+}
+
 }  // namespace
 
 void SwarmConfig::validate() const {
@@ -363,7 +368,7 @@ void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
                                               replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
     for (const std::string& why : step.refused) {
-        report.failure += (report.failure.empty() ? "" : "; ") + why;
+        add_failure(report, why);
         peer_->count_failure(FailureReason::RefusedMessage);
     }
 }
@@ -406,7 +411,7 @@ bool SwarmNode::exchange_with(uint64_t partner, std::span<const float> theta, Sw
         report.partner_tokens = r.partner_tokens;
         if (!r.received) {
             received = false;
-            report.failure += (report.failure.empty() ? "" : "; ") + r.error;
+            add_failure(report, r.error);
         }
     }
     return received;
@@ -468,7 +473,7 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     }
     if (std::find(weights.begin(), weights.end(), 0.0) != weights.end()) weights.clear();
     for (const PeerNode::Gathered& g : fetched)
-        if (!g.error.empty()) report.failure += (report.failure.empty() ? "" : "; ") + g.error;
+        if (!g.error.empty()) add_failure(report, g.error);
     report.bytes_sent = own->bytes() * others.size();
     report.quorum = decoded.size();
     report.solo = decoded.size() < 2;
@@ -476,8 +481,8 @@ void SwarmNode::diloco_step(SwarmRound& report) {
     const DiLoCoStep step = diloco_outer_step(config_.outer, decoded, replica_->phi(),
                                               replica_->momentum(), scratch_a_, weights);
     for (const size_t k : step.not_finite) {
-        report.failure += (report.failure.empty() ? "" : "; ") +
-                          fmt::format("member {:016x}: its D is not finite, left out", authors[k]);
+        add_failure(report,
+                    fmt::format("member {:016x}: its D is not finite, left out", authors[k]));
         peer_->count_failure(FailureReason::RefusedMessage);
     }
 }
