@@ -2,11 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "common/error.h"
 
 namespace starling {
+namespace {
+
+// Six significant digits: a norm of 3e+11 reads as one.
+std::string short_number(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
+}
+
+}  // namespace
 
 MessageSanity::MessageSanity(double factor, size_t window) : factor_(factor), window_(window) {
     if (!(factor > 1.0) || window < 3) {
@@ -54,6 +65,28 @@ double euclidean_distance(std::span<const float> a, std::span<const float> b) {
         sum_squares += d * d;
     }
     return std::sqrt(sum_squares);
+}
+
+std::optional<std::string> far_from_median(double norm, std::span<const double> votes,
+                                           double factor) {
+    if (!(factor > 1.0)) throw Error("far_from_median: the factor must exceed 1");
+    if (!std::isfinite(norm)) return "norm " + short_number(norm) + " is not finite";
+    std::vector<double> counted;
+    for (const double vote : votes) {
+        if (std::isfinite(vote) && vote > 0.0) counted.push_back(vote);
+    }
+    if (counted.empty()) return std::nullopt;
+    std::sort(counted.begin(), counted.end());
+    const size_t middle = counted.size() / 2;
+    const double median = counted.size() % 2 == 1 ? counted[middle]
+                                                  : std::sqrt(counted[middle - 1]) *
+                                                        std::sqrt(counted[middle]);  // no overflow
+    if (norm > factor * median || norm * factor < median) {
+        return "norm " + short_number(norm) + " is not within a factor of " + short_number(factor) +
+               " of the median " + short_number(median) + " of " + std::to_string(counted.size()) +
+               " norms";
+    }
+    return std::nullopt;
 }
 
 }  // namespace starling

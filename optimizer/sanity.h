@@ -37,4 +37,16 @@ private:
 // |a - b|, or |a| when b is empty, summed in double in index order (the same bits everywhere).
 double euclidean_distance(std::span<const float> a, std::span<const float> b);
 
+// The same judgement for whole states, where there is no own update to measure against: a state
+// copy (daemon/swarm/snapshot_check.h) weighs a donor's norm of phi against the median of `votes`
+// (the norms of every donor's phi and this node's own). Empty when `norm` is finite and within
+// `factor` of that median, above or below; otherwise why not. Far is a ratio, so the median is
+// taken on a log scale: for an even count, the geometric mean of the middle two. Two votes (a
+// lone donor beside this node's own) may then be up to factor squared apart before either is far,
+// room for a swarm whose weights grew well past a fresh node's initialisation; a diverged one's
+// 1e11 is not. Votes that are not finite and positive are left out; with none left every finite
+// norm passes.
+std::optional<std::string> far_from_median(double norm, std::span<const double> votes,
+                                           double factor);
+
 }  // namespace starling

@@ -1,5 +1,6 @@
-// The joiner's side of state sync: manifests from every donor, the offers race, and a fetch of one
-// snapshot's chunks from all of its holders at once, each chunk checked against its hash.
+// The joiner's side of state sync: manifests from every donor, the offers judged and raced, and a
+// fetch of one snapshot's chunks from all of its holders at once, each chunk checked against its
+// hash, the whole judged again before it is returned.
 #include "peer/state_sync.h"
 
 #include <grpcpp/create_channel.h>
@@ -9,10 +10,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <future>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "common/error.h"
 
@@ -271,34 +274,34 @@ private:
     std::string last_error_;
 };
 
-// A snapshot on offer and the donors holding it.
-using Offer = std::pair<SnapshotManifestInfo, std::vector<std::string>>;
-
 // In a NoLoCo swarm every node's snapshot is its own, so the best offers have one holder each, and
 // a holder may sit behind a link of any speed: among the newest kRacedOffers with the most
-// holders, the first to deliver a probe of kRaceProbeBytes (or its whole first chunk, if smaller)
-// is the one fetched. Losers' calls are
+// holders (and donors refused before only when there are none else), the first to deliver a probe
+// of kRaceProbeBytes (or its whole first chunk, if smaller) is the one fetched. Losers' calls are
 // cancelled at once. None when there is nothing to race (one such offer) or no racer delivered.
 constexpr size_t kRacedOffers = 3;
-const Offer* race_offers(const std::vector<const Offer*>& ranked,
-                         const std::map<std::string, std::shared_ptr<grpc::Channel>>& channels,
-                         SwarmAuth& auth, const FetchOptions& options) {
-    std::vector<const Offer*> racers;
-    for (const Offer* offer : ranked)
-        if (offer->second.size() == ranked.front()->second.size() && racers.size() < kRacedOffers)
+const SnapshotOffer* race_offers(
+    const std::vector<const SnapshotOffer*>& ranked,
+    const std::map<std::string, std::shared_ptr<grpc::Channel>>& channels, SwarmAuth& auth,
+    const FetchOptions& options, const std::function<bool(const SnapshotOffer&)>& refused_before) {
+    const SnapshotOffer& first = *ranked.front();
+    std::vector<const SnapshotOffer*> racers;
+    for (const SnapshotOffer* offer : ranked)
+        if (offer->donors.size() == first.donors.size() &&
+            refused_before(*offer) == refused_before(first) && racers.size() < kRacedOffers)
             racers.push_back(offer);
-    if (racers.size() < 2 || ranked.front()->second.size() > 1) return nullptr;
-    std::atomic<const Offer*> winner{nullptr};
+    if (racers.size() < 2 || first.donors.size() > 1) return nullptr;
+    std::atomic<const SnapshotOffer*> winner{nullptr};
     FetchOptions race = options;
     race.donor_gone = [&](const std::string& donor) {
         return winner.load() != nullptr || (options.donor_gone && options.donor_gone(donor));
     };
     std::vector<std::thread> threads;
-    for (const Offer* offer : racers) {
+    for (const SnapshotOffer* offer : racers) {
         threads.emplace_back([&, offer] {
-            const std::string& donor = offer->second.front();
+            const std::string& donor = offer->donors.front();
             v1::FetchChunkRequest request;
-            request.set_snapshot_id(offer->first.id.data(), offer->first.id.size());
+            request.set_snapshot_id(offer->manifest.id.data(), offer->manifest.id.size());
             request.set_index(0);
             request.set_max_bytes(kRaceProbeBytes);
             v1::SnapshotChunk probe;
@@ -308,15 +311,27 @@ const Offer* race_offers(const std::vector<const Offer*>& ranked,
             CancelIfGone watch(context, race, donor);
             const grpc::Status status =
                 v1::StateSync::NewStub(channels.at(donor))->FetchChunk(&context, request, &probe);
-            const Offer* none = nullptr;
+            const SnapshotOffer* none = nullptr;
             if (status.ok() && !probe.data().empty()) winner.compare_exchange_strong(none, offer);
         });
     }
     for (auto& t : threads) t.join();
-    if (const Offer* won = winner.load())
+    if (const SnapshotOffer* won = winner.load())
         spdlog::info("state sync: {} offers of one donor each raced with a {} KiB probe; {} won",
-                     racers.size(), kRaceProbeBytes >> 10, won->second.front());
+                     racers.size(), kRaceProbeBytes >> 10, won->donors.front());
     return winner.load();
+}
+
+// A judge refused the offer: logged naming its donors and why; they serve nothing more in this
+// fetch.
+void refuse(const SnapshotOffer& offer, const std::string& why,
+            std::map<std::string, std::shared_ptr<grpc::Channel>>& channels,
+            std::string& last_error) {
+    last_error = fmt::format("snapshot {} of round {} from {} refused: {}",
+                             short_snapshot_id(offer.manifest.id), offer.manifest.round,
+                             fmt::join(offer.donors, ", "), why);
+    spdlog::warn("state sync: {}", last_error);
+    for (const std::string& donor : offer.donors) channels.erase(donor);
 }
 
 }  // namespace
@@ -336,10 +351,16 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
             static_cast<int>(kMaxSnapshotChunkBytes + kMaxSnapshotMetadataBytes + (64u << 10)));
         channels[address] = grpc::CreateCustomChannel(address, credentials, args);
     }
+    const auto refused_before = [&](const SnapshotOffer& offer) {
+        return std::all_of(offer.donors.begin(), offer.donors.end(), [&](const std::string& d) {
+            return options.refused_before.contains(d);
+        });
+    };
     FetchResult result;
     std::vector<char> done;
     std::string last_error = "no donor offered a snapshot";
-    for (int attempt = 0; attempt < options.attempts && !channels.empty(); ++attempt) {
+    // A refused snapshot is not a failed attempt: its donors are gone, so refusals end with them.
+    for (int failed = 0; failed < options.attempts && !channels.empty();) {
         // Every donor's manifest at once; group the donors by the snapshot they offer.
         std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
         for (const auto& [address, channel] : channels) {
@@ -357,31 +378,45 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
                     return std::make_pair(status, manifest);
                 });
         }
-        std::map<Hash256, Offer> offers;
+        std::map<Hash256, SnapshotOffer> offers;
         for (auto& [address, answer] : asked) {
             auto [status, manifest] = answer.get();
             try {
                 if (!status.ok()) throw Error(status.error_message());
                 SnapshotManifestInfo info = check_manifest(manifest, expected);
-                offers[info.id].first = info;
-                offers[info.id].second.push_back(address);
+                offers[info.id].manifest = info;
+                offers[info.id].donors.push_back(address);
             } catch (const Error& e) {
                 last_error = fmt::format("donor {}: {}", address, e.what());
                 spdlog::warn("state sync: {}", last_error);
                 channels.erase(address);
             }
         }
+        if (options.refuse_offer) {
+            std::vector<SnapshotOffer> offered;
+            for (const auto& [id, offer] : offers) offered.push_back(offer);
+            for (const SnapshotOffer& offer : offered) {
+                if (const auto why = options.refuse_offer(offer, offered)) {
+                    refuse(offer, *why, channels, last_error);
+                    offers.erase(offer.manifest.id);
+                }
+            }
+        }
         if (offers.empty()) break;
-        // The snapshot most donors hold, the newest among equals: the most bandwidth to fetch from.
-        std::vector<const Offer*> ranked;
+        // Donors refused before last; then the snapshot most donors hold, the newest among equals:
+        // the most bandwidth to fetch from.
+        const auto rank = [&](const SnapshotOffer* offer) {
+            return std::make_tuple(!refused_before(*offer), offer->donors.size(),
+                                   offer->manifest.round);
+        };
+        std::vector<const SnapshotOffer*> ranked;
         for (const auto& [id, offer] : offers) ranked.push_back(&offer);
-        std::sort(ranked.begin(), ranked.end(), [](const Offer* a, const Offer* b) {
-            return std::make_pair(a->second.size(), a->first.round) >
-                   std::make_pair(b->second.size(), b->first.round);
-        });
-        const Offer* raced = race_offers(ranked, channels, auth, options);
-        const Offer& best = raced ? *raced : *ranked.front();
-        const SnapshotManifestInfo& manifest = best.first;
+        std::sort(
+            ranked.begin(), ranked.end(),
+            [&](const SnapshotOffer* a, const SnapshotOffer* b) { return rank(a) > rank(b); });
+        const SnapshotOffer* raced = race_offers(ranked, channels, auth, options, refused_before);
+        const SnapshotOffer& best = raced ? *raced : *ranked.front();
+        const SnapshotManifestInfo& manifest = best.manifest;
         // Chunks already fetched for an earlier snapshot stay where their hash is unchanged.
         std::vector<char> keep(manifest.chunk_count(), 0);
         if (!done.empty() && result.manifest.chunk_bytes == manifest.chunk_bytes)
@@ -390,17 +425,29 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
         done = std::move(keep);
         result.manifest = manifest;
         std::map<std::string, std::shared_ptr<grpc::Channel>> holders;
-        for (const auto& address : best.second) holders[address] = channels[address];
+        for (const auto& address : best.donors) holders[address] = channels[address];
         spdlog::info("state sync: snapshot {} of round {} ({} bytes, {} chunks) from {} donor(s)",
                      short_snapshot_id(manifest.id), manifest.round, manifest.total_bytes,
                      manifest.chunk_count(), holders.size());
         ChunkFetch fetch(manifest, done, destination, auth, options);
         for (const auto& address : fetch.run(holders, result.chunks_per_donor, last_error))
             channels.erase(address);
-        if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) return result;
+        if (!std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) {
+            ++failed;
+            continue;
+        }
+        if (options.refuse_snapshot) {
+            if (const auto why = options.refuse_snapshot(best, destination)) {
+                refuse(best, *why, channels, last_error);
+                done.clear();  // the refused state's chunks are no start for another snapshot
+                continue;
+            }
+        }
+        return result;
     }
-    throw Error("state sync: no donor could deliver a verified snapshot (last problem: " +
-                last_error + ")");
+    throw Error(
+        "state sync: no donor could deliver a verified snapshot this node accepts (last problem: " +
+        last_error + ")");
 }
 
 }  // namespace starling

@@ -9,7 +9,8 @@
 // so a joiner does not copy from a member behind a slow link when others are near. A donor that
 // dies or lies is dropped and its chunks go to the others; when no holder of that snapshot is
 // left, the joiner starts over from another snapshot and keeps every chunk whose hash is
-// unchanged.
+// unchanged. What the bytes mean is the daemon's: its judges (FetchOptions) may refuse an offer
+// from the manifests or from the fetched bytes, and the joiner goes on with the next one.
 #pragma once
 
 #include <grpcpp/security/credentials.h>
@@ -23,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -164,6 +167,18 @@ struct SnapshotExpectation {
 SnapshotManifestInfo check_manifest(const v1::SnapshotManifest& manifest,
                                     const SnapshotExpectation& expected);
 
+// A snapshot on offer and the donors holding it.
+struct SnapshotOffer {
+    SnapshotManifestInfo manifest;
+    std::vector<std::string> donors;
+};
+
+// Why an offer is refused, or empty to take it.
+using OfferJudge = std::function<std::optional<std::string>(const SnapshotOffer& offer,
+                                                            std::span<const SnapshotOffer> offers)>;
+using SnapshotJudge = std::function<std::optional<std::string>(const SnapshotOffer& offer,
+                                                               std::span<const std::byte> bytes)>;
+
 struct FetchOptions {
     // A manifest call's deadline, and the least a chunk call gets. A chunk call's deadline follows
     // the rate measured from that donor's chunks (four times the expected transfer time), and,
@@ -184,6 +199,16 @@ struct FetchOptions {
     std::function<bool(const std::string& donor)> donor_gone;
     // Called after every verified chunk, from the fetching threads.
     std::function<void(uint32_t done, uint32_t total)> progress;
+    // Matching hashes prove the bytes are the donor's, not that its state is any good; what the
+    // bytes mean is the daemon's to judge. refuse_offer sees each offer beside every offer made
+    // (manifests only, so an offer refused there costs no transfer), refuse_snapshot an offer's
+    // whole verified bytes before the fetch returns them. A refused offer is logged at warn
+    // naming its donors and why, its donors are dropped from this fetch, and the fetch goes on
+    // with the next offer. Empty: every offer taken.
+    OfferJudge refuse_offer;
+    SnapshotJudge refuse_snapshot;
+    // Donors refused by an earlier fetch: their offers come after every other one.
+    std::set<std::string> refused_before;
 };
 
 struct FetchResult {
@@ -192,7 +217,8 @@ struct FetchResult {
 };
 
 // Fetches a snapshot into destination (expected.total_bytes long) from the donors at the given
-// addresses. Throws starling::Error naming the problem when no donor can deliver a verified one.
+// addresses. Throws starling::Error naming the problem when no donor can deliver a verified one
+// that the judges in options accept.
 FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
                            std::shared_ptr<grpc::ChannelCredentials> credentials,
                            const SnapshotExpectation& expected, std::span<std::byte> destination,

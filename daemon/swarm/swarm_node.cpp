@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "daemon/swarm/round_rule.h"
+#include "daemon/swarm/snapshot_check.h"
 #include "daemon/swarm/swarm_snapshot.h"
 #include "codec/codec.h"
 #include "engine/overlap.h"
@@ -16,6 +17,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/manifest.h"
 #include "optimizer/outer_round.h"
+#include "optimizer/sanity.h"
 
 namespace starling {
 
@@ -120,6 +122,18 @@ FetchResult SwarmNode::join_from_swarm(std::function<void()> on_chunk) {
     options.max_call_timeout = config_.peer.state_sync_timeout_max;
     options.min_rate_bytes_per_s = config_.peer.state_sync_min_link_bytes_per_s;
     if (on_chunk) options.progress = [&](uint32_t, uint32_t) { on_chunk(); };
+    const double own_phi_norm = euclidean_distance(replica_->phi(), {});
+    const auto remembered = [this](const SnapshotOffer& offer, std::optional<std::string> why) {
+        if (why) refused_donors_.insert(offer.donors.begin(), offer.donors.end());
+        return why;
+    };
+    options.refuse_offer = [&](const SnapshotOffer& offer, std::span<const SnapshotOffer> offers) {
+        return remembered(offer, refuse_offered_snapshot(offer, offers, own_phi_norm));
+    };
+    options.refuse_snapshot = [&](const SnapshotOffer& offer, std::span<const std::byte> fetched) {
+        return remembered(offer, refuse_fetched_snapshot(offer, fetched, replica_->size()));
+    };
+    options.refused_before = refused_donors_;
     FetchResult fetched =
         peer_->fetch_state({replica_->manifest().fingerprint(), bytes.size()}, bytes, options);
     const SwarmCounters counters = adopt(bytes);
@@ -518,9 +532,9 @@ void SwarmNode::publish_snapshot(const SwarmCounters& counters, const LoaderStat
         snapshot_buffers_.push_back(buffer);
     }
     pack_snapshot(*buffer, counters);
-    round_start_.snapshot =
-        std::make_shared<const Snapshot>(config_.peer.fingerprint, counters.round, "swarm-node v1",
-                                         std::shared_ptr<const std::vector<std::byte>>(buffer));
+    round_start_.snapshot = std::make_shared<const Snapshot>(
+        config_.peer.fingerprint, counters.round, swarm_snapshot_metadata(replica_->phi()),
+        std::shared_ptr<const std::vector<std::byte>>(buffer));
     round_start_.data = data;
     peer_->snapshots().publish(round_start_.snapshot);
 }

@@ -33,6 +33,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -115,7 +116,10 @@ public:
 
     // A fresh node's catch-up: fetches the snapshot most live members hold and adopts it (phi,
     // outer momentum, AdamW state, counters; theta = phi, residual zero). Keeps its own node id,
-    // so its own data order. Throws starling::Error when no member delivers a valid snapshot.
+    // so its own data order. An offer far from the others' and this node's own phi, or one whose
+    // bytes are not finite or not what it stated, is refused (daemon/swarm/snapshot_check.h) and
+    // its donors are asked last in later copies. Throws starling::Error when no member delivers a
+    // valid snapshot this check accepts.
     // on_chunk, if given, is called after every verified chunk (from the fetching threads).
     FetchResult join_from_swarm(std::function<void()> on_chunk = {});
     // Between rounds: lands an exchange in flight, then moves the round on to `round` with the
@@ -230,6 +234,8 @@ private:
     RoundStart round_start_;
     std::vector<std::shared_ptr<std::vector<std::byte>>>
         snapshot_buffers_;  // recycled by publish_snapshot
+    // Donors whose snapshots a state copy refused: asked last by the next one.
+    std::set<std::string> refused_donors_;
     std::function<void(RoundPhase)> phase_listener_;
     std::function<void(const SwarmRound&)> round_listener_;
     std::unique_ptr<Evaluator> evaluator_;

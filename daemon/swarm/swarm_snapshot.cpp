@@ -1,17 +1,22 @@
 #include "daemon/swarm/swarm_snapshot.h"
 
 #include <bit>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "common/error.h"
+#include "optimizer/sanity.h"
 
 namespace starling {
 
 static_assert(std::endian::native == std::endian::little, "the snapshot layout is little-endian");
 
 namespace {
+
+constexpr const char* kMetadataPrefix = "swarm-node v2 phi-norm ";
 
 void put_u64(std::byte* at, uint64_t value) { std::memcpy(at, &value, sizeof value); }
 
@@ -63,6 +68,21 @@ std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters,
     std::vector<std::byte> bytes(swarm_snapshot_bytes(phi.size()));
     pack_swarm_snapshot_into(bytes, counters, phi, momentum, adamw_m, adamw_v);
     return bytes;
+}
+
+std::string swarm_snapshot_metadata(std::span<const float> phi) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%s%.17g", kMetadataPrefix, euclidean_distance(phi, {}));
+    return text;
+}
+
+std::optional<double> stated_phi_norm(std::string_view metadata) {
+    if (!metadata.starts_with(kMetadataPrefix)) return std::nullopt;
+    const std::string_view number = metadata.substr(std::strlen(kMetadataPrefix));
+    double norm = 0.0;
+    const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), norm);
+    if (error != std::errc() || end != number.data() + number.size()) return std::nullopt;
+    return norm;
 }
 
 SwarmCounters unpack_swarm_snapshot(std::span<const std::byte> bytes, const SwarmArenas& out) {

@@ -8,12 +8,17 @@
 //   offset 24  u64 n            checked against the joiner's model
 //   offset 32  f32 phi[n], f32 outer_momentum[n], f32 adamw_m[n], f32 adamw_v[n]
 // so 32 + 16 n bytes. Theta is not sent (it equals phi at a round's start) and neither is the
-// error-feedback residual (a joiner starts it at zero, docs/spec.md section 6).
+// error-feedback residual (a joiner starts it at zero, docs/spec.md section 6). The manifest's
+// metadata states the L2 norm of phi, by which a joiner weighs offers before fetching one
+// (daemon/swarm/snapshot_check.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace starling {
@@ -42,6 +47,13 @@ std::vector<std::byte> pack_swarm_snapshot(const SwarmCounters& counters,
                                            std::span<const float> momentum,
                                            std::span<const float> adamw_m,
                                            std::span<const float> adamw_v);
+
+// The metadata a snapshot is published with: "swarm-node v2 phi-norm " and euclidean_distance(phi)
+// (optimizer/sanity.h) in as many digits as give back the same double.
+std::string swarm_snapshot_metadata(std::span<const float> phi);
+// The norm of phi that a snapshot's metadata states; empty when it states none (another layout,
+// or a donor of a version before the norm was stated).
+std::optional<double> stated_phi_norm(std::string_view metadata);
 
 // Copies a snapshot into the arenas and returns its counters. The bytes come from other nodes, so
 // a wrong size or parameter count, a non-finite value or a negative second moment throws

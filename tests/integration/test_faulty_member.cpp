@@ -1,10 +1,16 @@
 // One member with a mistyped learning rate among honest starlingd processes (the config typo of
 // docs/spec.md's sane() and DiLoCo clip): its messages are refused or clipped, and the honest
 // nodes keep finite weights and learn. Before those defences one partner's message at a learning
-// rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN.
+// rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN. A fresh
+// node joining such a swarm refuses the faulty member's state (daemon/swarm/snapshot_check.h);
+// before that check it copied whichever snapshot won the race, the faulty one's included.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <signal.h>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
@@ -15,6 +21,41 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint64_t kRounds = 40;
+
+// A status field; 0 until the daemon answers.
+uint64_t status_u64(const TestDaemon& daemon, const char* key) {
+    try {
+        const nlohmann::json s = daemon.status();
+        return s.contains(key) ? json_u64(s[key]) : 0;
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
+bool status_has(const TestDaemon& daemon, const char* key) {
+    try {
+        return daemon.status().contains(key);
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+// The log's lines that hold every one of `words`.
+std::vector<std::string> lines_with(const std::string& log, const std::vector<std::string>& words) {
+    std::vector<std::string> found;
+    std::istringstream in(log);
+    std::string line;
+    while (std::getline(in, line))
+        if (std::all_of(words.begin(), words.end(),
+                        [&](const std::string& w) { return line.find(w) != std::string::npos; }))
+            found.push_back(line);
+    return found;
+}
+
+bool trained_to_nan(const std::string& log) {
+    return log.find("| loss nan") != std::string::npos ||
+           log.find("| loss -nan") != std::string::npos;
+}
 
 // Three honest daemons and one whose [optimizer].lr is `faulty_lr`, all with `method`, evaluated
 // every 8 rounds. Each honest node must reach kRounds with a finite validation loss and a training
@@ -34,9 +75,7 @@ std::string run_with_faulty_member(const std::string& method, const std::string&
     for (TestDaemon* d : {&a, &b, &c}) {
         eventually(d->name() + " reaches round " + std::to_string(kRounds), 180s, [&] {
             const std::string log = d->log();
-            if (log.find("| loss nan") != std::string::npos ||
-                log.find("| loss -nan") != std::string::npos)
-                FAIL(d->name() << " trained to NaN\n" << daemon_log_tails());
+            if (trained_to_nan(log)) FAIL(d->name() << " trained to NaN\n" << daemon_log_tails());
             const auto rounds = method == "diloco" ? logged_diloco_rounds(log) : logged_rounds(log);
             return !rounds.empty() && rounds.back().round >= kRounds;
         });
@@ -72,4 +111,52 @@ TEST_CASE("a NoLoCo member whose learning rate is mistyped 1e2 is refused and si
 TEST_CASE("a DiLoCo member whose learning rate is mistyped 1e3 cannot steer the mean",
           "[integration]") {
     run_with_faulty_member("diloco", "1e3");
+}
+
+TEST_CASE(
+    "a fresh node refuses the state of a member whose learning rate is mistyped 1e2, naming it, "
+    "and copies an honest one's",
+    "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path()), faulty("faulty", root.path());
+    const Environment honest{{"STARLING_SWARM_EVAL_EVERY", "2"}};
+    Environment typo = honest;
+    typo["STARLING_OPTIMIZER_LR"] = "1e2";
+    a.start({}, honest);
+    b.start({a.peer_address()}, honest);
+    faulty.start({a.peer_address()}, typo);
+    // After two rounds at a learning rate of 1e2 the faulty member's phi is orders of magnitude
+    // from the others' (or NaN); the joiner learns every member from a's view when it joins.
+    eventually("the faulty member reaches round 2", 120s,
+               [&] { return status_u64(faulty, "round") >= 2; });
+    eventually("a sees both members", 60s, [&] { return status_u64(a, "peers_alive") == 2; });
+
+    TestDaemon joiner("joiner", root.path());
+    joiner.start({a.peer_address()}, honest);
+    eventually("the joiner copies a state or gives up", 120s, [&] {
+        const std::string log = joiner.log();
+        return log.find("joined at round") != std::string::npos ||
+               log.find("copying the state failed") != std::string::npos;
+    });
+    const std::string copied = joiner.log();
+    INFO(copied);
+    REQUIRE(copied.find("joined at round") != std::string::npos);
+    const auto refusals = lines_with(copied, {"warn", faulty.peer_address(), "refused"});
+    REQUIRE(refusals.size() == 1);
+    CHECK_THAT(refusals.front(), Catch::Contains("phi's norm"));
+    CHECK(lines_with(copied, {"refused", a.peer_address()}).empty());
+    CHECK(lines_with(copied, {"refused", b.peer_address()}).empty());
+
+    // What it copied trains on: finite losses, and a finite validation loss of phi.
+    eventually("the joiner trains 4 rounds and evaluates phi", 180s, [&] {
+        const std::string log = joiner.log();
+        if (trained_to_nan(log)) FAIL("the joiner trained to NaN\n" << daemon_log_tails());
+        return logged_rounds(log).size() >= 4 && status_has(joiner, "val_loss");
+    });
+    const nlohmann::json status = joiner.status();
+    INFO("the joiner's validation loss: " << status["val_loss"]);
+    CHECK(std::isfinite(status["val_loss"].get<double>()));
+    CHECK(status["val_loss"].get<double>() < 5.0);  // ln 256 = 5.55 untrained
+    for (TestDaemon* d : {&a, &b, &faulty, &joiner}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b, &faulty, &joiner}) d->process().wait(20s);
 }

@@ -103,3 +103,38 @@ TEST_CASE("MessageSanity refuses a factor of 1 or less and a window under 3") {
     CHECK_THROWS_AS(MessageSanity(10.0, 2), Error);
     CHECK_NOTHROW(MessageSanity(1.5, 3));
 }
+
+TEST_CASE("far_from_median judges a norm by the median of finite, positive votes on a log scale") {
+    const std::vector<double> votes = {4.0, 5.0, 5e11};  // median 5: 0.5 .. 50 pass
+    CHECK_FALSE(far_from_median(50.0, votes, 10.0));
+    CHECK_FALSE(far_from_median(0.5, votes, 10.0));
+    CHECK(far_from_median(50.01, votes, 10.0));
+    CHECK(far_from_median(0.49, votes, 10.0));
+    const auto above = far_from_median(5e11, votes, 10.0);
+    REQUIRE(above);
+    CHECK_THAT(*above, Catch::Contains("norm 5e+11") && Catch::Contains("factor of 10") &&
+                           Catch::Contains("median 5 of 3"));
+    // An even count: the geometric mean of the middle two, sqrt(20 * 500) = 100. A lone donor 25
+    // times a fresh node's norm passes; 1e11 beside 20 does not (the mean is 1.4e6).
+    const std::vector<double> two = {20.0, 500.0};
+    CHECK_FALSE(far_from_median(500.0, two, 10.0));
+    CHECK_FALSE(far_from_median(999.0, two, 10.0));
+    CHECK_FALSE(far_from_median(10.01, two, 10.0));
+    CHECK(far_from_median(1001.0, two, 10.0));
+    CHECK(far_from_median(9.99, two, 10.0));
+    CHECK(far_from_median(1e11, std::vector<double>{20.0, 1e11}, 10.0));
+
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double inf = std::numeric_limits<double>::infinity();
+    const auto not_finite = far_from_median(inf, votes, 10.0);
+    REQUIRE(not_finite);
+    CHECK_THAT(*not_finite, Catch::Contains("not finite"));
+    CHECK(far_from_median(nan, votes, 10.0));
+    CHECK(far_from_median(0.0, votes, 10.0));
+    // NaN, infinite and zero votes are no votes: 4, 5 and 5e11 are left.
+    const std::vector<double> broken = {nan, inf, 0.0, 4.0, 5.0, 5e11};
+    CHECK_FALSE(far_from_median(5.0, broken, 10.0));
+    CHECK(far_from_median(5e11, broken, 10.0));
+    CHECK_FALSE(far_from_median(1e20, std::vector<double>{nan}, 10.0));  // nothing to judge by
+    CHECK_THROWS_AS(far_from_median(1.0, votes, 1.0), Error);
+}

@@ -536,3 +536,81 @@ TEST_CASE("a donor that freezes mid-copy is let go when it is declared gone, not
     // Its chunks came back when it was declared gone, far sooner than their 60 s deadline.
     CHECK(std::chrono::steady_clock::now() - started < 30s);
 }
+
+TEST_CASE(
+    "an offer a judge refuses is dropped, naming its donor, and the fetch goes on with the next") {
+    // The newest snapshot, held by two donors, would be fetched first; its metadata marks it bad.
+    const auto bad_bytes = random_bytes(kTotal, 20), good_bytes = random_bytes(kTotal, 21);
+    Donor bad_1, bad_2, good;
+    for (Donor* d : {&bad_1, &bad_2})
+        d->store.publish(std::make_shared<Snapshot>(kFingerprint, 12, "bad", bad_bytes, kChunk));
+    good.store.publish(std::make_shared<Snapshot>(kFingerprint, 10, "good", good_bytes, kChunk));
+    const std::vector<std::string> everyone = {bad_1.address, bad_2.address, good.address};
+    Joiner joiner;
+
+    SECTION("before fetching, from the manifests") {
+        FetchOptions options;
+        std::vector<size_t> offers_seen;
+        options.refuse_offer =
+            [&](const SnapshotOffer& offer,
+                std::span<const SnapshotOffer> offers) -> std::optional<std::string> {
+            offers_seen.push_back(offers.size());
+            if (offer.manifest.metadata == "bad") return "it says bad";
+            return std::nullopt;
+        };
+        const FetchResult result = joiner.fetch(everyone, options);
+        CHECK(joiner.state == good_bytes);
+        CHECK(result.manifest.metadata == "good");
+        CHECK(result.chunks_per_donor.size() == 1);
+        CHECK(offers_seen == std::vector<size_t>{2, 2});  // each offer judged beside both
+    }
+    SECTION("after fetching, from the bytes, and chunks of the refused one are not kept") {
+        FetchOptions options;
+        std::vector<std::vector<std::string>> refused;
+        options.refuse_snapshot =
+            [&](const SnapshotOffer& offer,
+                std::span<const std::byte> bytes) -> std::optional<std::string> {
+            if (!std::equal(bytes.begin(), bytes.end(), bad_bytes.begin())) return std::nullopt;
+            refused.push_back(offer.donors);
+            return "the bytes are bad";
+        };
+        const FetchResult result = joiner.fetch(everyone, options);
+        CHECK(joiner.state == good_bytes);
+        CHECK(result.manifest.metadata == "good");
+        REQUIRE(refused.size() == 1);
+        CHECK(refused.front().size() == 2);
+    }
+    SECTION("nothing acceptable left: the error names the donors and why") {
+        FetchOptions options;
+        options.refuse_offer = [](const SnapshotOffer& offer, std::span<const SnapshotOffer>) {
+            return std::optional<std::string>("judged " + offer.manifest.metadata);
+        };
+        try {
+            joiner.fetch(everyone, options);
+            FAIL("fetched a refused snapshot");
+        } catch (const Error& e) {
+            REQUIRE_THAT(e.what(), Catch::Contains("no donor could deliver") &&
+                                       Catch::Contains("from 127.0.0.1:") &&
+                                       Catch::Contains("refused: judged"));
+        }
+    }
+}
+
+TEST_CASE("offers of donors refused before come after every other one") {
+    // Two offers of one donor each: the newer one's donor was refused by an earlier copy, so the
+    // older one is fetched without a race.
+    const auto newer = random_bytes(kTotal, 22), older = random_bytes(kTotal, 23);
+    Donor refused, fresh;
+    refused.store.publish(snapshot_of(newer, 12));
+    fresh.store.publish(snapshot_of(older, 10));
+    Joiner joiner;
+    FetchOptions options;
+    options.refused_before = {refused.address};
+    const FetchResult result = joiner.fetch({refused.address, fresh.address}, options);
+    CHECK(joiner.state == older);
+    CHECK(result.manifest.round == 10);
+    // Alone, it is still asked.
+    options.refused_before = {refused.address, fresh.address};
+    joiner.fetch({refused.address}, options);
+    CHECK(joiner.state == newer);
+}
