@@ -54,17 +54,24 @@ std::span<const unsigned char> bytes_of(std::string_view text) {
 
 }  // namespace
 
-SwarmAuth::SwarmAuth(std::string_view swarm_secret, const NodeIdentity& identity, RateLimit limit,
-                     std::chrono::seconds clock_window)
-    : identity_(identity), limit_(limit), clock_window_(clock_window) {
+std::array<unsigned char, 32> swarm_derived_key(std::string_view domain,
+                                                std::string_view swarm_secret) {
     ensure_sodium();
     if (swarm_secret.empty())
         throw Error("peer.swarm_secret is empty: every node of a swarm needs the same secret");
+    std::array<unsigned char, 32> key{};
     crypto_generichash_state state;
-    crypto_generichash_init(&state, nullptr, 0, swarm_key_.size());
-    crypto_generichash_update(&state, bytes_of(kDomain).data(), kDomain.size());
+    crypto_generichash_init(&state, nullptr, 0, key.size());
+    crypto_generichash_update(&state, bytes_of(domain).data(), domain.size());
     crypto_generichash_update(&state, bytes_of(swarm_secret).data(), swarm_secret.size());
-    crypto_generichash_final(&state, swarm_key_.data(), swarm_key_.size());
+    crypto_generichash_final(&state, key.data(), key.size());
+    return key;
+}
+
+SwarmAuth::SwarmAuth(std::string_view swarm_secret, const NodeIdentity& identity, RateLimit limit,
+                     std::chrono::seconds clock_window)
+    : identity_(identity), limit_(limit), clock_window_(clock_window) {
+    swarm_key_ = swarm_derived_key(kDomain, swarm_secret);
 }
 
 std::string SwarmAuth::canonical(std::string_view method, std::string_view node,

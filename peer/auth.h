@@ -10,6 +10,7 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,11 @@ struct RateLimit {
     double burst = 400;
     size_t max_callers = 4096;  // callers tracked at once; the stalest is forgotten beyond it
 };
+
+// A 32-byte key for one use (named by `domain`) derived from the swarm secret; throws
+// starling::Error when the secret is empty.
+std::array<unsigned char, 32> swarm_derived_key(std::string_view domain,
+                                                std::string_view swarm_secret);
 
 class SwarmAuth {
 public:

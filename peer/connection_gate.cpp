@@ -14,6 +14,7 @@
 
 #include "peer/address.h"
 #include "peer/listen_address.h"
+#include "peer/tcp_received.h"
 
 namespace starling {
 namespace {
@@ -207,6 +208,8 @@ void ConnectionGate::sweep() {
             } else if (now_standing == Standing::ClosedHere) {
                 note_closed("gRPC closed it (an unfinished handshake or a protocol error)",
                             watched.source);
+            } else if (tcp_bytes_received(watched.duplicate).value_or(0) > 0) {
+                note_abandoned(watched.source);
             }
             ::close(watched.duplicate);
             it = watched_.erase(it);
@@ -229,6 +232,19 @@ void ConnectionGate::authenticated(const grpc::ServerContextBase& call) {
     ::close(it->second.duplicate);
     watched_.erase(it);
     watching_ = watched_.size();
+}
+
+void ConnectionGate::note_abandoned(const std::string& source) {
+    abandoned_++;
+    unwarned_abandoned_++;
+    if (!abandoned_warning_.due()) return;
+    spdlog::warn(
+        "peer: {} connection(s) were closed by the far end after it sent something but before a "
+        "call, the last from {} ({} so far): a TLS handshake that refused this node's "
+        "certificate, from a node with a wrong swarm secret or a certificate from another CA, or "
+        "a stranger",
+        unwarned_abandoned_, source, abandoned_.load());
+    unwarned_abandoned_ = 0;
 }
 
 void ConnectionGate::note_closed(std::string_view why, const std::string& source) {

@@ -62,6 +62,9 @@ public:
 
     // Connections the gate closed before they authenticated, over a cap or out of time.
     uint64_t closed() const { return closed_.load(); }
+    // Connections the far end closed after sending something but before an authenticated call:
+    // nearly always a TLS handshake in which it refused this node's certificate.
+    uint64_t abandoned() const { return abandoned_.load(); }
 
 private:
     struct Watched {
@@ -75,6 +78,7 @@ private:
     void admit(int fd, const asio::ip::tcp::endpoint& remote);
     void sweep();
     void note_closed(std::string_view why, const std::string& source);
+    void note_abandoned(const std::string& source);
 
     const ConnectionLimits limits_;
     asio::io_context io_;
@@ -89,10 +93,13 @@ private:
     std::unordered_map<std::string, Watched> watched_;  // by connection key
     std::atomic<size_t> watching_{0};                   // watched_.size(), read without mutex_
     Throttle closed_warning_{std::chrono::seconds(30)};
-    uint64_t unwarned_ = 0;                              // closed since the last warning
-    Throttle accept_warning_{std::chrono::seconds(30)};  // the io thread's alone
+    uint64_t unwarned_ = 0;                                 // closed since the last warning
+    Throttle accept_warning_{std::chrono::seconds(30)};     // the io thread's alone
+    Throttle abandoned_warning_{std::chrono::seconds(30)};  // guarded by mutex_
+    uint64_t unwarned_abandoned_ = 0;                       // guarded by mutex_
 
     std::atomic<uint64_t> closed_{0};
+    std::atomic<uint64_t> abandoned_{0};
 };
 
 }  // namespace starling

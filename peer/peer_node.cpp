@@ -19,6 +19,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "peer/address.h"
+#include "peer/grpc_log.h"
 #include "peer/identity.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
@@ -239,8 +240,8 @@ PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
                ? std::make_unique<TlsCertificates>(config_.tls, config_.data_dir.empty()
                                                                     ? std::filesystem::path()
                                                                     : config_.data_dir / "tls")
-               : nullptr),
-      channel_credentials_(tls_ ? tls_->channel_credentials() : grpc::InsecureChannelCredentials()),
+               : std::make_unique<TlsCertificates>(config_.swarm_secret)),
+      channel_credentials_(tls_->channel_credentials()),
       // A joiner's next call (its first chunk after its manifests, the next chunk after one)
       // follows within a call timeout.
       snapshots_(config_.snapshots_kept, config_.state_sync_timeout),
@@ -250,6 +251,8 @@ PeerNode::~PeerNode() { stop(false); }
 
 void PeerNode::start() {
     if (running_) throw Error("peer node already started");
+    route_grpc_log();
+    tls_failures_before_ = failed_tls_handshakes();
     service_ = std::make_unique<Service>(*this);
     grpc::ResourceQuota quota("starling-peer");
     quota.SetMaxThreads(config_.max_server_threads);
@@ -259,7 +262,7 @@ void PeerNode::start() {
     gate_ = std::make_unique<ConnectionGate>(config_.listen, config_.connections);
     auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-        tls_ ? tls_->server_credentials() : grpc::InsecureServerCredentials());
+        tls_->server_credentials());
     auth_.on_proven([this](const grpc::ServerContextBase& call) { gate_->authenticated(call); });
     builder.RegisterService(service_.get());
     builder.RegisterService(state_sync_.get());
@@ -335,9 +338,9 @@ void PeerNode::start() {
 }
 
 void PeerNode::reload_tls(const TlsConfig& tls) {
-    if (!tls_ && !tls.enabled()) return;
-    if (!tls_ || !tls.enabled())
-        throw Error(std::string("TLS cannot be turned ") + (tls_ ? "off" : "on") +
+    if (tls_->from_secret() && !tls.enabled()) return;
+    if (tls_->from_secret() || !tls.enabled())
+        throw Error(std::string("TLS files cannot be turned ") + (tls.enabled() ? "on" : "off") +
                     " while the node runs: restart it");
     tls_->reload(tls);
     spdlog::info("peer: TLS certificate {} in use for new connections", tls.cert.string());
@@ -391,8 +394,10 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
     request.set_target_id(0);  // whoever answers
     v1::PingResponse response;
     const auto status =
-        v1::Peer::NewStub(grpc::CreateChannel(seed, channel_credentials(config.tls)))
+        v1::Peer::NewStub(
+            grpc::CreateChannel(seed, channel_credentials(config.tls, config.swarm_secret)))
             ->Ping(&context, request, &response);
+    if (refused_in_tls_handshake(status)) return {std::nullopt, kTlsRefusal};
     if (!status.ok())
         return {std::nullopt, status.error_message().empty()
                                   ? "gRPC status " + std::to_string(status.error_code())
@@ -473,9 +478,11 @@ PeerNode::JoinResult PeerNode::join_through(const std::string& seed,
         return JoinResult::Self;
     }
     if (!status.ok()) {
-        *why = status.error_message();
-        if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-            failures_.count(FailureReason::Auth);
+        const bool refused_tls = refused_in_tls_handshake(status);
+        *why = refused_tls ? kTlsRefusal : status.error_message();
+        if (refused_tls || status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+            // A refused handshake is counted where gRPC logs it (peer/grpc_log.h).
+            if (!refused_tls) failures_.count(FailureReason::Auth);
             spdlog::warn(
                 "peer: seed {} refused this node: {}; until that is fixed this node trains alone",
                 seed, *why);

@@ -240,7 +240,7 @@ private:
     PeerConfig config_;
     NodeIdentity identity_;
     SwarmAuth auth_;
-    std::unique_ptr<TlsCertificates> tls_;  // with TLS: the files in use, replaceable by reload_tls
+    std::unique_ptr<TlsCertificates> tls_;  // configured files (reload_tls) or the secret's
     std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
     SnapshotStore snapshots_;
     RoundMessageBoard round_messages_;
@@ -250,6 +250,7 @@ private:
     std::unique_ptr<PairingBook> pairing_;
     std::unique_ptr<ExchangeBoard> exchanges_;
     std::unique_ptr<Service> service_;
+    uint64_t tls_failures_before_ = 0;      // the process's failed TLS handshakes when it started
     std::unique_ptr<ConnectionGate> gate_;  // the peer port's accept loop, in front of server_
     std::unique_ptr<grpc::Server> server_;
 

@@ -12,6 +12,8 @@
 #include "peer/identity.h"
 #include "peer/partners.h"
 #include "peer/peer_node.h"
+
+#include "peer/grpc_log.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -232,8 +234,13 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeSer
 
 FailureCounts PeerNode::failures() const {
     FailureCounts totals = failures_.totals();
-    totals[static_cast<size_t>(FailureReason::Auth)] += auth_.refusals();
-    if (gate_) totals[static_cast<size_t>(FailureReason::Connection)] += gate_->closed();
+    // Handshakes are counted for the whole process, this node's calls and its server's alike.
+    totals[static_cast<size_t>(FailureReason::Auth)] +=
+        auth_.refusals() + failed_tls_handshakes() - tls_failures_before_;
+    if (gate_) {
+        totals[static_cast<size_t>(FailureReason::Connection)] += gate_->closed();
+        totals[static_cast<size_t>(FailureReason::Auth)] += gate_->abandoned();
+    }
     return totals;
 }
 

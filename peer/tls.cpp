@@ -14,6 +14,7 @@
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "peer/secret_tls.h"
 
 namespace starling {
 namespace {
@@ -47,11 +48,7 @@ std::vector<Certificate> read_certificates(const std::string& pem, const std::st
     return certificates;
 }
 
-struct TlsFiles {
-    std::string ca, cert, key;
-};
-
-TlsFiles read_tls_files(const TlsConfig& tls) {
+TlsPem read_tls_files(const TlsConfig& tls) {
     const auto read = [](const std::filesystem::path& path, const char* setting) {
         if (path.empty())
             throw Error(
@@ -69,24 +66,57 @@ TlsFiles read_tls_files(const TlsConfig& tls) {
 
 }  // namespace
 
-std::shared_ptr<grpc::ServerCredentials> server_credentials(const TlsConfig& tls) {
-    if (!tls.enabled()) return grpc::InsecureServerCredentials();
-    const TlsFiles files = read_tls_files(tls);
-    grpc::SslServerCredentialsOptions options(
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    options.pem_root_certs = files.ca;
-    options.pem_key_cert_pairs.push_back({files.key, files.cert});
-    return grpc::SslServerCredentials(options);
+namespace {
+
+std::shared_ptr<grpc::ChannelCredentials> tls_channel_credentials(
+    std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider,
+    bool check_host_name) {
+    grpc::experimental::TlsChannelCredentialsOptions options;
+    options.set_certificate_provider(std::move(provider));
+    options.watch_root_certs();
+    options.watch_identity_key_cert_pairs();
+    // The chain is verified against the CA either way; the verifier adds the host name check.
+    options.set_verify_server_certs(true);
+    if (check_host_name) {
+        options.set_certificate_verifier(
+            std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
+    } else {
+        options.set_certificate_verifier(
+            std::make_shared<grpc::experimental::NoOpCertificateVerifier>());
+        options.set_check_call_host(false);
+    }
+    return grpc::experimental::TlsCredentials(options);
 }
 
-std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsConfig& tls) {
-    if (!tls.enabled()) return grpc::InsecureChannelCredentials();
-    const TlsFiles files = read_tls_files(tls);
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> static_provider(
+    const TlsPem& pem) {
+    return std::make_shared<grpc::experimental::StaticDataCertificateProvider>(
+        pem.ca, std::vector<grpc::experimental::IdentityKeyCertPair>{{pem.key, pem.cert}});
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsConfig& tls,
+                                                              std::string_view swarm_secret) {
+    if (!tls.enabled())
+        return tls_channel_credentials(static_provider(tls_from_secret(swarm_secret)), false);
+    const TlsPem files = read_tls_files(tls);
     grpc::SslCredentialsOptions options;
     options.pem_root_certs = files.ca;
     options.pem_private_key = files.key;
     options.pem_cert_chain = files.cert;
     return grpc::SslCredentials(options);
+}
+
+bool refused_in_tls_handshake(const grpc::Status& status) {
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+    const std::string& text = status.error_message();
+    // OpenSSL's words: this side's verification failed, or the far end's alert says it refused.
+    for (const char* sign :
+         {"certificate verify failed", "alert unknown ca", "alert bad certificate",
+          "alert certificate required", "alert decrypt error"})
+        if (text.find(sign) != std::string::npos) return true;
+    return false;
 }
 
 std::string trust_anchor(const TlsConfig& tls) {
@@ -95,7 +125,7 @@ std::string trust_anchor(const TlsConfig& tls) {
 
 namespace {
 
-void check_tls_pem(const TlsConfig& tls, const TlsFiles& files) {
+void check_tls_pem(const TlsConfig& tls, const TlsPem& files) {
     const std::string ca = "peer.tls_ca (" + tls.ca.string() + ")";
     const std::string cert = "peer.tls_cert (" + tls.cert.string() + ")";
     const std::string key_setting = "peer.tls_key (" + tls.key.string() + ")";
@@ -155,6 +185,9 @@ TlsCertificates::TlsCertificates(const TlsConfig& tls, std::filesystem::path sta
         (stage_dir_ / "ca.pem").string(), kRefreshSeconds);
 }
 
+TlsCertificates::TlsCertificates(std::string_view swarm_secret)
+    : provider_(static_provider(tls_from_secret(swarm_secret))) {}
+
 TlsCertificates::~TlsCertificates() {
     // Credentials made from the provider share it and can outlive this object (a channel still
     // open): gRPC then keeps the certificates it read last, logging that the removed temporary
@@ -163,10 +196,14 @@ TlsCertificates::~TlsCertificates() {
     if (temporary_) std::filesystem::remove_all(stage_dir_, ec);
 }
 
-void TlsCertificates::reload(const TlsConfig& tls) { stage(tls); }
+void TlsCertificates::reload(const TlsConfig& tls) {
+    if (from_secret())
+        throw Error("the certificates made from the swarm secret cannot be replaced by files");
+    stage(tls);
+}
 
 void TlsCertificates::stage(const TlsConfig& tls) {
-    const TlsFiles files = read_tls_files(tls);
+    const TlsPem files = read_tls_files(tls);
     check_tls_pem(tls, files);
     std::lock_guard lock(stage_mutex_);
     // The key before its certificate: the watcher may read between the two, and gRPC then keeps
@@ -185,14 +222,7 @@ std::shared_ptr<grpc::ServerCredentials> TlsCertificates::server_credentials() c
 }
 
 std::shared_ptr<grpc::ChannelCredentials> TlsCertificates::channel_credentials() const {
-    grpc::experimental::TlsChannelCredentialsOptions options;
-    options.set_certificate_provider(provider_);
-    options.watch_root_certs();
-    options.watch_identity_key_cert_pairs();
-    options.set_verify_server_certs(true);
-    options.set_certificate_verifier(
-        std::make_shared<grpc::experimental::HostNameCertificateVerifier>());
-    return grpc::experimental::TlsCredentials(options);
+    return tls_channel_credentials(provider_, !from_secret());
 }
 
 }  // namespace starling

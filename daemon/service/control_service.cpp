@@ -1,6 +1,6 @@
 #include "daemon/service/control_service.h"
 
-#include <grpc/support/log.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server_builder.h>
 #include <spdlog/spdlog.h>
 
@@ -13,10 +13,15 @@
 #include "daemon/swarm/swarm_snapshot.h"
 #include "model/hf_format.h"
 #include "peer/address.h"
+#include "peer/grpc_log.h"
 
 namespace starling {
 
 namespace {
+
+// The Control server's threads and the streams one connection may have open at once.
+constexpr int kMaxControlThreads = 16;
+constexpr int kMaxControlStreams = 16;
 
 // The seeds of a Join are dialled before the node answers, so they must be done while the caller
 // still waits (`starling join` waits 5 s): its deadline less this, for the answer's way back.
@@ -31,28 +36,6 @@ std::chrono::steady_clock::time_point join_deadline(const grpc::ServerContext& c
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(left) -
            kJoinAnswerMargin;
 }
-
-// gRPC logs a port it cannot bind itself, at ERROR, as a raw error tree from chttp2_server.cc,
-// before BuildAndStart returns; the constructor then says the same in one line naming
-// [control].listen. While this lives, gRPC's lines from that file are dropped and the rest go to
-// spdlog; afterwards gRPC logs as before (a null log function is its default one). The process
-// builds one Control server, so no two of these overlap.
-class QuietBindFailures {
-public:
-    QuietBindFailures() { gpr_set_log_function(&log); }
-    ~QuietBindFailures() { gpr_set_log_function(nullptr); }
-    QuietBindFailures(const QuietBindFailures&) = delete;
-    QuietBindFailures& operator=(const QuietBindFailures&) = delete;
-
-private:
-    static void log(gpr_log_func_args* args) {
-        if (std::string_view(args->file).ends_with("chttp2_server.cc")) return;
-        spdlog::log(args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
-                    : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
-                                                              : spdlog::level::debug,
-                    "grpc: {}:{}: {}", args->file, args->line, args->message);
-    }
-};
 
 }  // namespace
 
@@ -182,8 +165,19 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
     // Without SO_REUSEPORT (gRPC's default), so a second daemon cannot answer on this port too.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(service_.get());
+    // gRPC's sync server starts a thread for every call it cannot hand to an idle one, and a
+    // local client that opens streams and resets them at once (HTTP/2 rapid reset) makes calls
+    // faster than threads finish: unbounded, that was tens of thousands of threads and
+    // gigabytes, a node whose status timed out and that did not exit on SIGTERM. Control calls
+    // are short and few callers use them at once; past the cap gRPC answers RESOURCE_EXHAUSTED.
+    grpc::ResourceQuota quota("starling-control");
+    quota.SetMaxThreads(kMaxControlThreads);
+    builder.SetResourceQuota(quota);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxControlStreams);
     {
-        const QuietBindFailures quiet;
+        // gRPC logs a port it cannot bind itself, at ERROR, as a raw error tree, before
+        // BuildAndStart returns; the line below says the same naming [control].listen.
+        const QuietGrpcSource quiet("chttp2_server.cc");
         server_ = builder.BuildAndStart();
     }
     // A unix socket reports no port.

@@ -348,11 +348,17 @@ TEST_CASE("three starlingd in DiLoCo mode gather every member's message each rou
 
 namespace {
 
-// grpc.health.v1.Health/Check on `address`, as a Kubernetes gRPC probe sends it.
+// The peer port speaks TLS made from the swarm secret; the control port plain gRPC.
+std::shared_ptr<grpc::ChannelCredentials> peer_port_credentials() {
+    return starling::channel_credentials({}, daemon_environment().at("STARLING_PEER_SECRET"));
+}
+
+// grpc.health.v1.Health/Check on `address`, as a Kubernetes gRPC probe sends it (plain gRPC
+// unless told).
 std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(
-    const std::string& address) {
-    auto stub = grpc::health::v1::Health::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
+    auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, credentials));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 5s);
     grpc::health::v1::HealthCheckResponse response;
@@ -362,8 +368,10 @@ std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> health_of(
 
 // The status of one ServerReflectionInfo call carrying an empty request: OK where reflection is
 // served, UNIMPLEMENTED where it is not.
-grpc::StatusCode reflection_status(const std::string& address) {
-    grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+grpc::StatusCode reflection_status(
+    const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
+    grpc::GenericStub stub(grpc::CreateChannel(address, credentials));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 5s);
     grpc::Slice empty;
@@ -379,21 +387,26 @@ grpc::StatusCode reflection_status(const std::string& address) {
 }  // namespace
 
 TEST_CASE(
-    "the gRPC health service answers SERVING on the peer and the control ports, reflection on control only",
+    "the gRPC health service answers SERVING on the control port and to holders of the secret on "
+    "the peer port, reflection on control only",
     "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path());
     a.start();
     eventually("a answers", 30s, [&] { return a.cli({"status"}).status == 0; });
-    CHECK(health_of(a.peer_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
     CHECK(health_of(a.control_address()) == grpc::health::v1::HealthCheckResponse::SERVING);
+    CHECK(health_of(a.peer_address(), peer_port_credentials()) ==
+          grpc::health::v1::HealthCheckResponse::SERVING);
+    // Without the secret the peer port ends the connection in the TLS handshake.
+    CHECK_FALSE(health_of(a.peer_address()).has_value());
     // Reflection lists every service and method: for grpcurl on the local control port, not for
     // anyone who reaches the peer port.
     CHECK(reflection_status(a.control_address()) == grpc::StatusCode::OK);
-    CHECK(reflection_status(a.peer_address()) == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK(reflection_status(a.peer_address(), peer_port_credentials()) ==
+          grpc::StatusCode::UNIMPLEMENTED);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
-    CHECK_FALSE(health_of(a.peer_address()).has_value());
+    CHECK_FALSE(health_of(a.peer_address(), peer_port_credentials()).has_value());
 }
 
 TEST_CASE(

@@ -2,14 +2,23 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <grpcpp/create_channel.h>
 #include <chrono>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "peer/local_cluster.h"
+#include "peer/tls.h"
 
 namespace starling::test {
+
+// A channel to a cluster node's peer port that gets through TLS (a holder of the secret), for
+// tests that make calls a node never would.
+inline std::shared_ptr<grpc::Channel> swarm_channel(const std::string& address) {
+    return grpc::CreateChannel(address,
+                               channel_credentials({}, local_cluster_config().swarm_secret));
+}
 
 // Polls `done` every 10 ms until it holds or `limit` passes; returns the time it took, or fails
 // the test naming `what`.

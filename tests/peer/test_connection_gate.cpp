@@ -32,11 +32,11 @@ bool sent_preface(int fd) {
     return write(fd, preface, sizeof(preface) - 1) == static_cast<ssize_t>(sizeof(preface) - 1);
 }
 
-// A TCP connection to `port` on 127.0.0.1 from `source`, having sent the HTTP/2 preface and
-// nothing more, as a hostile client would.
-class PrefaceOnly {
+// A TCP connection to `port` on 127.0.0.1 from `source` that sends nothing, as a stranger who
+// cannot finish the TLS handshake would: it holds a place until its time is up.
+class Silent {
 public:
-    PrefaceOnly(uint16_t port, const char* source = "127.0.0.1")
+    Silent(uint16_t port, const char* source = "127.0.0.1")
         : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
         REQUIRE(fd_ >= 0);
         sockaddr_in from{};
@@ -45,14 +45,13 @@ public:
         REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
         const sockaddr_in to = loopback(port);
         REQUIRE(connect(fd_, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0);
-        REQUIRE(sent_preface(fd_));
     }
-    ~PrefaceOnly() { close(fd_); }
-    PrefaceOnly(const PrefaceOnly&) = delete;
-    PrefaceOnly& operator=(const PrefaceOnly&) = delete;
+    ~Silent() { close(fd_); }
+    Silent(const Silent&) = delete;
+    Silent& operator=(const Silent&) = delete;
 
-    // Whether the node closed it within `limit`: what it sends (its HTTP/2 settings) is read and
-    // dropped until the end of the stream or a reset.
+    // Whether the node closed it within `limit`: anything it sends is read and dropped until the
+    // end of the stream or a reset.
     bool closed_within(std::chrono::milliseconds limit) const {
         const auto until = std::chrono::steady_clock::now() + limit;
         for (;;) {
@@ -71,7 +70,8 @@ private:
     int fd_;
 };
 
-// Whether the node sent anything (its HTTP/2 settings: gRPC has the connection) within `limit`.
+// Whether the node sent anything or closed the connection (gRPC has it: these bytes are no TLS
+// hello) within `limit`.
 bool answered_within(int fd, std::chrono::milliseconds limit) {
     pollfd p{fd, POLLIN, 0};
     return poll(&p, 1, static_cast<int>(limit.count())) == 1 && (p.revents & POLLIN);
@@ -112,9 +112,9 @@ TEST_CASE(
     PeerNode& node = cluster.node(0);
     const uint16_t port = port_of(node);
 
-    std::vector<std::unique_ptr<PrefaceOnly>> held;
-    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
-    const PrefaceOnly fifth(port);
+    std::vector<std::unique_ptr<Silent>> held;
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<Silent>(port));
+    const Silent fifth(port);
     CHECK(fifth.closed_within(1000ms));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(10ms));
     CHECK(connections_closed(node) == 1);
@@ -129,7 +129,7 @@ TEST_CASE(
     PeerNode& member = cluster.add(second);
     wait_for("the member is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
     held.clear();
-    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<PrefaceOnly>(port));
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<Silent>(port));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(200ms));
     std::this_thread::sleep_for(2000ms);
     wait_for("the member alive", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
@@ -143,9 +143,9 @@ TEST_CASE("one source address holds no more unauthenticated connections than its
     LocalCluster cluster(1, config);
     const uint16_t port = port_of(cluster.node(0));
 
-    const PrefaceOnly first(port), second(port), third(port);
+    const Silent first(port), second(port), third(port);
     CHECK(third.closed_within(1000ms));
-    const PrefaceOnly elsewhere(port, "127.0.0.2");
+    const Silent elsewhere(port, "127.0.0.2");
     CHECK_FALSE(elsewhere.closed_within(200ms));
     CHECK_FALSE(first.closed_within(10ms));
     CHECK_FALSE(second.closed_within(10ms));

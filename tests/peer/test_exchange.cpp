@@ -381,8 +381,7 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
     const NodeIdentity outsider = NodeIdentity::generate();
     SwarmAuth auth(cluster.base().swarm_secret, outsider);
     PeerNode& target = GENERATE(0, 1) == 0 ? *lower : *higher;
-    const auto stub = v1::Peer::NewStub(
-        grpc::CreateChannel(target.address(), grpc::InsecureChannelCredentials()));
+    const auto stub = v1::Peer::NewStub(swarm_channel(target.address()));
     const auto stream_status = [&](uint64_t round, bool authenticate) {
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + 2s);

@@ -24,9 +24,7 @@ struct RawCaller {
     NodeIdentity identity = NodeIdentity::generate();
     std::unique_ptr<v1::Peer::Stub> stub;
     explicit RawCaller(const std::string& address)
-        : stub(
-              v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
-    }
+        : stub(v1::Peer::NewStub(swarm_channel(address))) {}
 };
 
 void deadline(grpc::ClientContext& context) {

@@ -408,8 +408,7 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     LocalCluster cluster(2);
     const auto nodes = wait_for_one_view(cluster);
     const NodeIdentity identity = NodeIdentity::generate();
-    const auto stub = v1::Peer::NewStub(
-        grpc::CreateChannel(cluster.node(1).address(), grpc::InsecureChannelCredentials()));
+    const auto stub = v1::Peer::NewStub(swarm_channel(cluster.node(1).address()));
     SwarmAuth auth(cluster.base().swarm_secret, identity);
     v1::PairRequest request;
     request.set_round(1);

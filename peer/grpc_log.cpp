@@ -1,0 +1,82 @@
+#include "peer/grpc_log.h"
+
+#include <grpc/support/log.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "common/throttle.h"
+
+namespace starling {
+namespace {
+
+std::atomic<uint64_t> failed_handshakes{0};
+std::mutex quiet_mutex;
+std::string quiet_file;  // guarded by quiet_mutex
+
+struct HandshakeWarning {
+    std::mutex mutex;
+    Throttle throttle{std::chrono::seconds(30)};
+    uint64_t unwarned = 0;  // guarded by mutex
+};
+HandshakeWarning handshake_warning;
+
+void warn_failed_handshake(std::string_view message) {
+    const uint64_t total = ++failed_handshakes;
+    std::lock_guard lock(handshake_warning.mutex);
+    handshake_warning.unwarned++;
+    if (!handshake_warning.throttle.due()) return;
+    spdlog::warn(
+        "peer: {} TLS handshake(s) failed ({} so far), the last: {}: a node with a wrong swarm "
+        "secret or a certificate from another CA, or a stranger",
+        handshake_warning.unwarned, total, message);
+    handshake_warning.unwarned = 0;
+}
+
+void log(gpr_log_func_args* args) {
+    const std::string_view file(args->file);
+    const std::string_view message(args->message);
+    {
+        std::lock_guard lock(quiet_mutex);
+        if (!quiet_file.empty() && file.ends_with(quiet_file)) return;
+    }
+    if (file.ends_with("ssl_transport_security.cc") &&
+        message.find("Handshake failed") != std::string_view::npos) {
+        warn_failed_handshake(message);
+        return;
+    }
+    // Logged for every connection whose client names an address the certificate does not: with
+    // certificates from the secret that is every connection, and where the name matters the
+    // call fails and says so.
+    const bool name_unmatched = file.ends_with("ssl_transport_security.cc") &&
+                                message.find("No match found for server name") != std::string_view::npos;
+    spdlog::log(name_unmatched                               ? spdlog::level::debug
+                : args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
+                : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
+                                                          : spdlog::level::debug,
+                "grpc: {}:{}: {}", file, args->line, message);
+}
+
+}  // namespace
+
+void route_grpc_log() {
+    static std::once_flag once;
+    std::call_once(once, [] { gpr_set_log_function(&log); });
+}
+
+uint64_t failed_tls_handshakes() { return failed_handshakes.load(); }
+
+QuietGrpcSource::QuietGrpcSource(std::string_view file) {
+    route_grpc_log();
+    std::lock_guard lock(quiet_mutex);
+    quiet_file = file;
+}
+
+QuietGrpcSource::~QuietGrpcSource() {
+    std::lock_guard lock(quiet_mutex);
+    quiet_file.clear();
+}
+
+}  // namespace starling
