@@ -50,12 +50,13 @@ void log(gpr_log_func_args* args) {
     // Logged for every connection whose client names an address the certificate does not: with
     // certificates from the secret that is every connection, and where the name matters the
     // call fails and says so.
-    const bool name_unmatched = file.ends_with("ssl_transport_security.cc") &&
-                                message.find("No match found for server name") != std::string_view::npos;
-    spdlog::log(name_unmatched                               ? spdlog::level::debug
-                : args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
-                : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
-                                                          : spdlog::level::debug,
+    const bool name_unmatched =
+        file.ends_with("ssl_transport_security.cc") &&
+        message.find("No match found for server name") != std::string_view::npos;
+    spdlog::log(name_unmatched                             ? spdlog::level::debug
+                : args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::err
+                : args->severity == GPR_LOG_SEVERITY_INFO  ? spdlog::level::info
+                                                           : spdlog::level::debug,
                 "grpc: {}:{}: {}", file, args->line, message);
 }
 

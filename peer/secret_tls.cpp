@@ -87,8 +87,8 @@ Certificate unsigned_certificate(const char* common_name, uint64_t serial, EVP_P
              ASN1_TIME_set_string(X509_getm_notBefore(certificate.get()), kNotBefore) == 1 &&
              ASN1_TIME_set_string(X509_getm_notAfter(certificate.get()), kNotAfter) == 1 &&
              X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                        reinterpret_cast<const unsigned char*>(common_name), -1,
-                                        -1, 0) == 1 &&
+                                        reinterpret_cast<const unsigned char*>(common_name), -1, -1,
+                                        0) == 1 &&
              X509_set_pubkey(certificate.get(), key) == 1,
          "cannot fill in a certificate");
     return certificate;
@@ -115,8 +115,7 @@ TlsPem tls_from_secret(std::string_view swarm_secret) {
     uint64_t serial = 0;
     need(RAND_bytes(reinterpret_cast<unsigned char*>(&serial), sizeof(serial)) == 1,
          "no random bytes for a serial number");
-    Certificate node =
-        unsigned_certificate("starling node", (serial >> 1) | 2, node_key.get());
+    Certificate node = unsigned_certificate("starling node", (serial >> 1) | 2, node_key.get());
     need(X509_set_issuer_name(node.get(), X509_get_subject_name(ca.get())) == 1,
          "cannot fill in the node's certificate");
     add_extension(node.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE");

@@ -46,8 +46,7 @@ template <typename Watch>
 Usage under_rapid_reset(pid_t pid, uint16_t port, Watch watch) {
     std::atomic<bool> stop{false};
     std::vector<std::thread> attackers;
-    for (int i = 0; i < 2; i++)
-        attackers.emplace_back([&] { rapid_reset_until(port, stop); });
+    for (int i = 0; i < 2; i++) attackers.emplace_back([&] { rapid_reset_until(port, stop); });
     Usage peak;
     std::atomic<bool> watching{true};
     std::thread sampler([&] {

@@ -55,8 +55,10 @@ std::pair<std::string, bool> send_and_read(uint16_t port, const std::string& byt
         if (poll(&p, 1, 100) <= 0) continue;
         char buffer[4096];
         const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-        if (n > 0) received.append(buffer, static_cast<size_t>(n));
-        else closed = true;
+        if (n > 0)
+            received.append(buffer, static_cast<size_t>(n));
+        else
+            closed = true;
     }
     close(fd);
     return {received, closed};
@@ -97,14 +99,16 @@ TEST_CASE("the swarm secret makes one CA, and a node certificate only it verifie
 
 TEST_CASE("a stranger's HTTP/2 frames end at the TLS handshake, and holders of the secret get in") {
     LocalCluster cluster(2);
-    wait_for("two members", 20000ms,
-             [&] { return all_see_all_alive({&cluster.node(0), &cluster.node(1)}); });
+    wait_for("two members", 20000ms, [&] {
+        return all_see_all_alive({&cluster.node(0), &cluster.node(1)});
+    });
     const std::string address = cluster.node(0).address();
     const std::string secret = local_cluster_config().swarm_secret;
 
     // A plaintext server would answer the preface with its SETTINGS frame; TLS has nothing but
     // an alert record (0x15) for bytes that are no hello, and closes the connection.
-    const auto [received, closed] = send_and_read(port_of(cluster.node(0)), rapid_reset_bytes(2000));
+    const auto [received, closed] =
+        send_and_read(port_of(cluster.node(0)), rapid_reset_bytes(2000));
     CHECK(closed);
     INFO("the node sent " << received.size() << " bytes");
     CHECK((received.empty() || received[0] == '\x15'));

@@ -25,9 +25,10 @@ inline std::string rapid_reset_bytes(int streams, uint32_t first_stream = 1,
     const auto frame = [&](uint8_t type, uint8_t flags, uint32_t stream, std::string payload) {
         const uint32_t length = static_cast<uint32_t>(payload.size());
         bytes += {static_cast<char>(length >> 16), static_cast<char>(length >> 8),
-                  static_cast<char>(length), static_cast<char>(type), static_cast<char>(flags),
-                  static_cast<char>(stream >> 24), static_cast<char>(stream >> 16),
-                  static_cast<char>(stream >> 8), static_cast<char>(stream)};
+                  static_cast<char>(length),       static_cast<char>(type),
+                  static_cast<char>(flags),        static_cast<char>(stream >> 24),
+                  static_cast<char>(stream >> 16), static_cast<char>(stream >> 8),
+                  static_cast<char>(stream)};
         bytes += payload;
     };
     if (with_preface) frame(0x4, 0, 0, "");  // SETTINGS
@@ -36,13 +37,12 @@ inline std::string rapid_reset_bytes(int streams, uint32_t first_stream = 1,
     const auto literal = [](std::string name_or_index, const std::string& value) {
         return name_or_index + static_cast<char>(value.size()) + value;
     };
-    const std::string headers = std::string("\x83\x86") + literal("\x04", path) +
-                                literal("\x01", "localhost") +
-                                literal("\x0f\x10", "application/grpc") +
-                                literal(std::string("\x00\x02te", 4), "trailers");
+    const std::string headers =
+        std::string("\x83\x86") + literal("\x04", path) + literal("\x01", "localhost") +
+        literal("\x0f\x10", "application/grpc") + literal(std::string("\x00\x02te", 4), "trailers");
     for (int i = 0; i < streams; i++) {
         const uint32_t stream = first_stream + 2 * static_cast<uint32_t>(i);
-        frame(0x1, 0x4, stream, headers);                      // HEADERS, END_HEADERS
+        frame(0x1, 0x4, stream, headers);                    // HEADERS, END_HEADERS
         frame(0x3, 0, stream, std::string("\0\0\0\x8", 4));  // RST_STREAM CANCEL
     }
     return bytes;
