@@ -159,19 +159,14 @@ bool SwarmAuth::admit(uint64_t caller) {
     if (it == buckets_.end()) {
         if (buckets_.size() >= limit_.max_callers) {
             const auto stalest = std::min_element(
-                buckets_.begin(), buckets_.end(),
-                [](const auto& a, const auto& b) { return a.second.refilled < b.second.refilled; });
+                buckets_.begin(), buckets_.end(), [](const auto& a, const auto& b) {
+                    return a.second.refilled() < b.second.refilled();
+                });
             buckets_.erase(stalest);
         }
-        it = buckets_.emplace(caller, Bucket{limit_.burst, now}).first;
+        it = buckets_.emplace(caller, TokenBucket(limit_.per_second, limit_.burst, now)).first;
     }
-    Bucket& bucket = it->second;
-    const double elapsed = std::chrono::duration<double>(now - bucket.refilled).count();
-    bucket.tokens = std::min(limit_.burst, bucket.tokens + elapsed * limit_.per_second);
-    bucket.refilled = now;
-    if (bucket.tokens < 1.0) return false;
-    bucket.tokens -= 1.0;
-    return true;
+    return it->second.take(1.0, now);
 }
 
 }  // namespace starling

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "common/throttle.h"
+#include "common/token_bucket.h"
 #include "peer/identity.h"
 
 namespace starling {
@@ -70,12 +71,8 @@ private:
     std::chrono::seconds clock_window_;
     std::function<void(const grpc::ServerContextBase&)> on_proven_;
 
-    struct Bucket {
-        double tokens;
-        std::chrono::steady_clock::time_point refilled;
-    };
     std::mutex mutex_;
-    std::unordered_map<uint64_t, Bucket> buckets_;
+    std::unordered_map<uint64_t, TokenBucket> buckets_;
     std::atomic<uint64_t> refusals_{0};
     std::atomic<uint64_t> wrong_secret_refusals_{0};           // for the warning's count
     Throttle wrong_secret_warning_{std::chrono::seconds(30)};  // guarded by mutex_

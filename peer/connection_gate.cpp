@@ -170,8 +170,9 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
         const int duplicate = refused ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (!refused && duplicate < 0) refused = "no descriptor left to watch it with";
         if (refused) {
-            ::close(fd);
+            // Counted first: whoever sees the connection end may read the count at once.
             note_closed(refused, source);
+            ::close(fd);
             return;
         }
         const std::string key = connection_key(remote.address(), remote.port());
@@ -202,9 +203,9 @@ void ConnectionGate::sweep() {
                 continue;
             }
             if (now_standing == Standing::Open) {
+                note_closed("no authenticated call in time", watched.source);
                 // gRPC reads the end of the stream and closes its descriptor in turn.
                 ::shutdown(watched.duplicate, SHUT_RDWR);
-                note_closed("no authenticated call in time", watched.source);
             } else if (now_standing == Standing::ClosedHere) {
                 note_closed("gRPC closed it (an unfinished handshake or a protocol error)",
                             watched.source);

@@ -161,31 +161,37 @@ ControlServer::ControlServer(const std::string& address, NodeState& state, PeerN
                                          std::move(handlers), stopping_)) {
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-    // Without SO_REUSEPORT (gRPC's default), so a second daemon cannot answer on this port too.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor;
+    // A unix socket's file mode decides who may connect; a TCP port is open to every local user,
+    // so its connections pass the gate (control_gate.h).
+    const bool unix_socket = address.rfind("unix:", 0) == 0;
+    if (unix_socket) {
+        builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    } else {
+        gate_ = std::make_unique<ControlGate>(address);
+        acceptor = builder.experimental().AddExternalConnectionAcceptor(
+            grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+            grpc::InsecureServerCredentials());
+    }
     builder.RegisterService(service_.get());
-    // gRPC's sync server starts a thread for every call it cannot hand to an idle one, and a
-    // local client that opens streams and resets them at once (HTTP/2 rapid reset) makes calls
-    // faster than threads finish: unbounded, that was tens of thousands of threads and
-    // gigabytes, a node whose status timed out and that did not exit on SIGTERM. Control calls
-    // are short and few callers use them at once; past the cap gRPC answers RESOURCE_EXHAUSTED.
+    // gRPC's sync server starts a thread for every call it cannot hand to an idle one: past the
+    // cap it answers RESOURCE_EXHAUSTED. Control calls are short and few callers use them at once.
     grpc::ResourceQuota quota("starling-control");
     quota.SetMaxThreads(kMaxControlThreads);
     builder.SetResourceQuota(quota);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxControlStreams);
     {
-        // gRPC logs a port it cannot bind itself, at ERROR, as a raw error tree, before
+        // gRPC logs a unix socket it cannot bind itself, at ERROR, as a raw error tree, before
         // BuildAndStart returns; the line below says the same naming [control].listen.
         const QuietGrpcSource quiet("chttp2_server.cc");
         server_ = builder.BuildAndStart();
     }
-    // A unix socket reports no port.
-    if (!server_ || (port == 0 && address.rfind("unix:", 0) != 0))
-        throw Error("[control].listen: cannot listen on " + address +
-                    " (address in use or not local?)");
-    if (const auto parsed = parse_host_port(address); parsed && port != 0)
-        address_ = HostPort{parsed->host, static_cast<uint16_t>(port)}.str();
+    if (!server_) throw Error("[control].listen: cannot listen on " + address);
+    if (gate_) {
+        gate_->start(std::move(acceptor));
+        if (const auto parsed = parse_host_port(address))
+            address_ = HostPort{parsed->host, gate_->port()}.str();
+    }
     spdlog::info("control: listening on {}", address_);
 }
 
@@ -198,7 +204,9 @@ void ControlServer::set_serving(bool serving) {
 
 void ControlServer::shutdown(std::chrono::milliseconds grace) {
     if (stopping_.exchange(true)) return;
+    if (gate_) gate_->stop_reading();
     server_->Shutdown(std::chrono::system_clock::now() + grace);
+    if (gate_) gate_->stop();
 }
 
 }  // namespace starling

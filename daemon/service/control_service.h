@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/service/control_gate.h"
 #include "daemon/service/node_state.h"
 #include "model/config.h"
 #include "peer/peer_node.h"
@@ -47,6 +48,7 @@ private:
     std::string address_;
     std::atomic<bool> stopping_{false};
     std::unique_ptr<Service> service_;
+    std::unique_ptr<ControlGate> gate_;  // in front of a TCP port; none for a unix socket
     std::unique_ptr<grpc::Server> server_;
 };
 

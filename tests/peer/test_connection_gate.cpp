@@ -1,10 +1,6 @@
 // The peer port's accept loop: connections that carry no authenticated call are capped, in all
 // and per source address, and closed when their time is up; authenticated ones are left alone.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -12,6 +8,7 @@
 #include "peer/connection_gate.h"
 #include "peer/local_cluster.h"
 #include "tests/peer/cluster_util.h"
+#include "tests/support/raw_tcp.h"
 
 using namespace starling;
 using namespace starling::test;
@@ -19,56 +16,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-sockaddr_in loopback(uint16_t port) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return address;
-}
-
 bool sent_preface(int fd) {
     const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     return write(fd, preface, sizeof(preface) - 1) == static_cast<ssize_t>(sizeof(preface) - 1);
 }
-
-// A TCP connection to `port` on 127.0.0.1 from `source` that sends nothing, as a stranger who
-// cannot finish the TLS handshake would: it holds a place until its time is up.
-class Silent {
-public:
-    Silent(uint16_t port, const char* source = "127.0.0.1")
-        : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-        REQUIRE(fd_ >= 0);
-        sockaddr_in from{};
-        from.sin_family = AF_INET;
-        REQUIRE(inet_pton(AF_INET, source, &from.sin_addr) == 1);
-        REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
-        const sockaddr_in to = loopback(port);
-        REQUIRE(connect(fd_, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0);
-    }
-    ~Silent() { close(fd_); }
-    Silent(const Silent&) = delete;
-    Silent& operator=(const Silent&) = delete;
-
-    // Whether the node closed it within `limit`: anything it sends is read and dropped until the
-    // end of the stream or a reset.
-    bool closed_within(std::chrono::milliseconds limit) const {
-        const auto until = std::chrono::steady_clock::now() + limit;
-        for (;;) {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                until - std::chrono::steady_clock::now());
-            if (left <= 0ms) return false;
-            pollfd p{fd_, POLLIN, 0};
-            if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-            char buffer[4096];
-            const ssize_t n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
-        }
-    }
-
-private:
-    int fd_;
-};
 
 // Whether the node sent anything or closed the connection (gRPC has it: these bytes are no TLS
 // hello) within `limit`.
@@ -112,9 +63,11 @@ TEST_CASE(
     PeerNode& node = cluster.node(0);
     const uint16_t port = port_of(node);
 
-    std::vector<std::unique_ptr<Silent>> held;
-    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<Silent>(port));
-    const Silent fifth(port);
+    // Connections that send nothing, as strangers who cannot finish the TLS handshake would: each
+    // holds a place until its time is up.
+    std::vector<std::unique_ptr<RawConnection>> held;
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<RawConnection>(port));
+    const RawConnection fifth(port);
     CHECK(fifth.closed_within(1000ms));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(10ms));
     CHECK(connections_closed(node) == 1);
@@ -129,7 +82,7 @@ TEST_CASE(
     PeerNode& member = cluster.add(second);
     wait_for("the member is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
     held.clear();
-    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<Silent>(port));
+    for (int i = 0; i < 4; i++) held.push_back(std::make_unique<RawConnection>(port));
     for (const auto& connection : held) CHECK_FALSE(connection->closed_within(200ms));
     std::this_thread::sleep_for(2000ms);
     wait_for("the member alive", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
@@ -143,9 +96,9 @@ TEST_CASE("one source address holds no more unauthenticated connections than its
     LocalCluster cluster(1, config);
     const uint16_t port = port_of(cluster.node(0));
 
-    const Silent first(port), second(port), third(port);
+    const RawConnection first(port), second(port), third(port);
     CHECK(third.closed_within(1000ms));
-    const Silent elsewhere(port, "127.0.0.2");
+    const RawConnection elsewhere(port, "127.0.0.2");
     CHECK_FALSE(elsewhere.closed_within(200ms));
     CHECK_FALSE(first.closed_within(10ms));
     CHECK_FALSE(second.closed_within(10ms));
