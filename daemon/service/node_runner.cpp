@@ -255,7 +255,11 @@ void NodeRunner::checkpoint() {
                                             node_->replica().manifest().fingerprint(), start);
     checkpointed_round_ = round;
     state_->record_checkpoint(round);
-    spdlog::info("checkpoint {} written", path.string());
+    if (failed_checkpoints_ == 0) return spdlog::info("checkpoint {} written", path.string());
+    spdlog::info("checkpoint {} written, after {} round(s) of failed checkpoints", path.string(),
+                 failed_checkpoints_);
+    failed_checkpoints_ = 0;
+    checkpoint_failure_log_ = Throttle(std::chrono::minutes(1));  // the next failure is news
 }
 
 void NodeRunner::after_round(const SwarmRound& round) {
@@ -283,7 +287,11 @@ void NodeRunner::after_round(const SwarmRound& round) {
             const Error& e) {  // a full disk, say: the node trains on and tries again next round
             const std::string why =
                 fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
-            spdlog::error("{}", why);
+            failed_checkpoints_++;
+            if (checkpoint_failure_log_.due())
+                spdlog::error("{} ({} failed in a row; tried again every round, logged once a "
+                              "minute)",
+                              why, failed_checkpoints_);
             state_->record_checkpoint_failure(why);
             node_->peer().count_failure(FailureReason::Checkpoint);
         }

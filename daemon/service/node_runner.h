@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 
+#include "common/throttle.h"
 #include "daemon/service/metrics.h"
 #include "daemon/service/node_state.h"
 #include "daemon/service/round_watch.h"
@@ -100,6 +101,10 @@ private:
     std::unique_ptr<NodeState> state_;
     bool resumed_ = false;
     std::optional<uint64_t> checkpointed_round_;
+    // Checkpoints failed since the last one written: a full disk fails every round, and one line a
+    // minute says so.
+    uint64_t failed_checkpoints_ = 0;
+    Throttle checkpoint_failure_log_{std::chrono::minutes(1)};
     // Rounds the swarm's median moved on during the last state copy: what a copy costs here.
     std::optional<uint64_t> copy_cost_rounds_;
     std::vector<std::string>

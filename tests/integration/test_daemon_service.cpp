@@ -429,11 +429,25 @@ TEST_CASE(
         return failure.find("checkpoint of round") != std::string::npos;
     });
     CHECK(failure.find(checkpoints.string()) != std::string::npos);
-    eventually("the failure counted in /metrics", 5s, [&] {
-        return sample_value(http_get(a.metrics_port(), "/metrics"),
-                            R"(starling_failures_total{reason="checkpoint"})")
-                   .value_or(0.0) >= 1.0;
+    const auto failing_since = std::chrono::steady_clock::now();
+    double failures = 0;
+    eventually("five failures counted in /metrics", 60s, [&] {
+        failures = sample_value(http_get(a.metrics_port(), "/metrics"),
+                                R"(starling_failures_total{reason="checkpoint"})")
+                       .value_or(0.0);
+        return failures >= 5.0;
     });
+    // Every round's failure is counted, but the log has a line a minute of them, not one each.
+    const auto minutes = std::chrono::duration_cast<std::chrono::minutes>(
+                             std::chrono::steady_clock::now() - failing_since)
+                             .count();
+    const std::string log = a.log();
+    size_t lines = 0;
+    for (size_t at = log.find("failed in a row"); at != std::string::npos;
+         at = log.find("failed in a row", at + 1))
+        lines++;
+    CHECK(lines >= 1);
+    CHECK(lines <= static_cast<size_t>(2 + minutes));
 
     std::filesystem::remove(checkpoints);
     eventually("the next round's checkpoint is written", 60s, [&] {
@@ -441,6 +455,7 @@ TEST_CASE(
         return s.contains("checkpoint_round") && s.value("last_failure", "").empty();
     });
     CHECK(std::filesystem::is_directory(checkpoints));
+    CHECK(a.log().find("round(s) of failed checkpoints") != std::string::npos);
     a.process().signal(SIGTERM);
     CHECK(a.process().wait(20s) == 0);
 }
