@@ -289,9 +289,10 @@ void NodeRunner::after_round(const SwarmRound& round) {
                 fmt::format("checkpoint of round {} failed: {}", node_->round(), e.what());
             failed_checkpoints_++;
             if (checkpoint_failure_log_.due())
-                spdlog::error("{} ({} failed in a row; tried again every round, logged once a "
-                              "minute)",
-                              why, failed_checkpoints_);
+                spdlog::error(
+                    "{} ({} failed in a row; tried again every round, logged once a "
+                    "minute)",
+                    why, failed_checkpoints_);
             state_->record_checkpoint_failure(why);
             node_->peer().count_failure(FailureReason::Checkpoint);
         }
