@@ -98,9 +98,10 @@ ConnectionGate::ConnectionGate(const std::string& listen, ConnectionLimits limit
 
 ConnectionGate::~ConnectionGate() { stop(); }
 
-void ConnectionGate::start(
-    std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
+void ConnectionGate::start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor,
+                           std::function<bool(const std::string& address)> member_host) {
     acceptor_ = std::move(acceptor);
+    member_host_ = std::move(member_host);
     wait_for_connections();
     sweep();
     thread_ = std::thread([this] { io_.run(); });
@@ -156,17 +157,29 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
     const std::string source = without_v4_mapping(remote.address()).to_string();
     {
         std::lock_guard lock(mutex_);
-        const size_t from_source =
-            std::count_if(watched_.begin(), watched_.end(),
-                          [&](const auto& entry) { return entry.second.source == source; });
+        const auto held = [&](auto&& which) {
+            return static_cast<size_t>(
+                std::count_if(watched_.begin(), watched_.end(),
+                              [&](const auto& entry) { return which(entry.second); }));
+        };
+        const size_t from_source = held([&](const Watched& w) { return w.source == source; });
         const char* refused = nullptr;
-        if (watched_.size() >= limits_.max_unauthenticated)
-            refused =
-                "the cap on unauthenticated connections ([peer].max_unauthenticated_connections)";
-        else if (from_source >= limits_.max_unauthenticated_per_source)
+        bool member_host = false;
+        if (from_source >= limits_.max_unauthenticated_per_source) {
             refused =
                 "the cap on unauthenticated connections from one address "
                 "([peer].max_unauthenticated_per_source)";
+        } else if (held([](const Watched& w) { return !w.member_host; }) >=
+                   limits_.max_unauthenticated) {
+            member_host = member_host_ && member_host_(source);
+            if (member_host && held([](const Watched& w) { return w.member_host; }) >=
+                                   limits_.reserved_for_members)
+                refused = "the places reserved for members' addresses, all taken";
+            else if (!member_host && !made_room_for(from_source))
+                refused =
+                    "the cap on unauthenticated connections "
+                    "([peer].max_unauthenticated_connections)";
+        }
         const int duplicate = refused ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (!refused && duplicate < 0) refused = "no descriptor left to watch it with";
         if (refused) {
@@ -180,7 +193,8 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
         if (const auto earlier = watched_.find(key); earlier != watched_.end())
             ::close(earlier->second.duplicate);
         watched_[key] = {duplicate, source,
-                         std::chrono::steady_clock::now() + limits_.authenticate_within};
+                         std::chrono::steady_clock::now() + limits_.authenticate_within,
+                         member_host};
         watching_ = watched_.size();
     }
     const int one = 1;
@@ -202,16 +216,10 @@ void ConnectionGate::sweep() {
                 ++it;
                 continue;
             }
-            if (now_standing == Standing::Open) {
-                note_closed("no authenticated call in time", watched.source);
-                // gRPC reads the end of the stream and closes its descriptor in turn.
-                ::shutdown(watched.duplicate, SHUT_RDWR);
-            } else if (now_standing == Standing::ClosedHere) {
-                note_closed("gRPC closed it (an unfinished handshake or a protocol error)",
-                            watched.source);
-            } else if (tcp_bytes_received(watched.duplicate).value_or(0) > 0) {
-                note_abandoned(watched.source);
-            }
+            if (now_standing == Standing::Open)
+                cut(watched, "no authenticated call in time");
+            else
+                note_ended(watched, now_standing == Standing::ClosedHere);
             ::close(watched.duplicate);
             it = watched_.erase(it);
         }
@@ -221,6 +229,50 @@ void ConnectionGate::sweep() {
     sweeper_.async_wait([this](const asio::error_code& error) {
         if (!error) sweep();
     });
+}
+
+bool ConnectionGate::made_room_for(size_t from_source) {
+    // Connections gRPC or the far end has closed free their places now, not at the next sweep.
+    bool freed = false;
+    for (auto it = watched_.begin(); it != watched_.end();) {
+        const Standing now_standing = standing(it->second.duplicate);
+        if (it->second.member_host || now_standing == Standing::Open) {
+            ++it;
+            continue;
+        }
+        note_ended(it->second, now_standing == Standing::ClosedHere);
+        ::close(it->second.duplicate);
+        it = watched_.erase(it);
+        freed = true;
+    }
+    if (freed) return true;
+    std::unordered_map<std::string, size_t> by_source;
+    size_t most = 0;
+    for (const auto& [key, watched] : watched_)
+        if (!watched.member_host) most = std::max(most, ++by_source[watched.source]);
+    if (most <= from_source) return false;
+    auto oldest = watched_.end();
+    for (auto it = watched_.begin(); it != watched_.end(); ++it)
+        if (!it->second.member_host && by_source[it->second.source] == most &&
+            (oldest == watched_.end() || it->second.deadline < oldest->second.deadline))
+            oldest = it;
+    cut(oldest->second, "it gave way to a connection from an address holding fewer places");
+    ::close(oldest->second.duplicate);
+    watched_.erase(oldest);
+    return true;
+}
+
+void ConnectionGate::cut(const Watched& watched, std::string_view why) {
+    note_closed(why, watched.source);
+    // gRPC reads the end of the stream and closes its descriptor in turn.
+    ::shutdown(watched.duplicate, SHUT_RDWR);
+}
+
+void ConnectionGate::note_ended(const Watched& watched, bool closed_here) {
+    if (closed_here)
+        note_closed("gRPC closed it (an unfinished handshake or a protocol error)", watched.source);
+    else if (tcp_bytes_received(watched.duplicate).value_or(0) > 0)
+        note_abandoned(watched.source);
 }
 
 void ConnectionGate::authenticated(const grpc::ServerContextBase& call) {

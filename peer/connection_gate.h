@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,8 +31,11 @@
 namespace starling {
 
 struct ConnectionLimits {
-    size_t max_unauthenticated = 64;             // from all sources together
+    size_t max_unauthenticated = 64;             // from all sources together but members' hosts
     size_t max_unauthenticated_per_source = 16;  // from one IP address
+    // Places kept for the addresses of known members, which strangers cannot take: a member that
+    // reconnects during a flood from elsewhere still gets in.
+    size_t reserved_for_members = 16;
     // A connection with no authenticated call by then is closed.
     std::chrono::milliseconds authenticate_within{10000};
 };
@@ -51,7 +55,10 @@ public:
 
     uint16_t port() const { return port_; }
     // Starts accepting; every admitted connection goes to `acceptor` (its server has started).
-    void start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
+    // `member_host` says whether an IP address is a known member's; asked with the gate's lock
+    // held, only when the strangers' places are full.
+    void start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor,
+               std::function<bool(const std::string& address)> member_host = {});
     // Stops accepting and lets go of the connections it watches (they stay gRPC's).
     void stop();
 
@@ -71,12 +78,24 @@ private:
         int duplicate;  // of gRPC's descriptor
         std::string source;
         std::chrono::steady_clock::time_point deadline;
+        bool member_host = false;  // admitted to the members' reserved places
     };
 
     void wait_for_connections();
     void accept_ready();
     void admit(int fd, const asio::ip::tcp::endpoint& remote);
     void sweep();
+    // With every stranger's place taken: whether to admit a connection that is not from a
+    // member's host, from an address holding `from_source` places, having made room. Connections
+    // already closed free their places first; then the oldest of the address holding the most gives
+    // way to an address holding fewer, so a flood from many addresses cannot keep out one that is
+    // not flooding.
+    bool made_room_for(size_t from_source);
+    // Shuts a watched connection down, counted as closed for `why`.
+    void cut(const Watched& watched, std::string_view why);
+    // Counts a watched connection that has ended: closed here (gRPC ended its handshake) or there
+    // after sending something (nearly always a refused certificate).
+    void note_ended(const Watched& watched, bool closed_here);
     void note_closed(std::string_view why, const std::string& source);
     void note_abandoned(const std::string& source);
 
@@ -87,6 +106,7 @@ private:
     asio::steady_timer sweeper_;
     uint16_t port_ = 0;
     std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
+    std::function<bool(const std::string&)> member_host_;
     std::thread thread_;
 
     mutable std::mutex mutex_;

@@ -53,7 +53,11 @@ void log(gpr_log_func_args* args) {
     const bool name_unmatched =
         file.ends_with("ssl_transport_security.cc") &&
         message.find("No match found for server name") != std::string_view::npos;
-    spdlog::log(name_unmatched                             ? spdlog::level::debug
+    // Logged for every connection whose handshake ran out of time; the connection gate counts
+    // them and says so once per 30 s.
+    const bool handshake_timed_out = file.ends_with("tls_security_connector.cc") &&
+                                     message.find("Handshake timed out") != std::string_view::npos;
+    spdlog::log(name_unmatched || handshake_timed_out      ? spdlog::level::debug
                 : args->severity == GPR_LOG_SEVERITY_ERROR ? spdlog::level::err
                 : args->severity == GPR_LOG_SEVERITY_INFO  ? spdlog::level::info
                                                            : spdlog::level::debug,

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <future>
 #include <random>
 #include <set>
@@ -274,8 +275,14 @@ void PeerNode::start() {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
     builder.SetOption(std::make_unique<WithoutReflection>());
     // A connection that never finishes its handshake (a bare TCP connect, a TLS hello and
-    // nothing more) holds a descriptor for this long at most, not gRPC's default 120 s.
-    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
+    // nothing more) holds a descriptor about as long as the gate gives it to authenticate, not
+    // gRPC's default 120 s. The gate's cut comes first, so that its count and warning name each.
+    constexpr int64_t kAfterTheGateMs = 5000;
+    builder.AddChannelArgument(
+        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+        static_cast<int>(
+            std::min<int64_t>(config_.connections.authenticate_within.count() + kAfterTheGateMs,
+                              std::numeric_limits<int>::max())));
     // Connections from peers that died or went quiet are closed rather than kept for ever: a
     // keepalive ping finds the dead ones, the idle limit the ones nobody uses any more.
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
@@ -296,7 +303,14 @@ void PeerNode::start() {
     exchanges_ = std::make_unique<ExchangeBoard>();
     server_ = builder.BuildAndStart();
     if (!server_) throw Error("cannot start the peer server on " + config_.listen);
-    gate_->start(std::move(acceptor));
+    gate_->start(std::move(acceptor), [this](const std::string& address) {
+        const std::vector<Member> members = table_->all();
+        // Not this node's own host: a stranger there is no member.
+        return std::any_of(members.begin() + 1, members.end(), [&](const Member& m) {
+            const std::optional<HostPort> at = parse_host_port(m.address);
+            return at && at->host == address;
+        });
+    });
     const uint16_t bound_port = gate_->port();
     std::vector<std::string> seeds = config_.seeds;
     try {

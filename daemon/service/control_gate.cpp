@@ -134,9 +134,7 @@ void ControlGate::start(std::unique_ptr<grpc::experimental::ExternalConnectionAc
 void ControlGate::stop_reading() {
     if (!thread_.joinable()) return;
     on_io_thread([this] {
-        asio::error_code ignored;
-        listener_.close(ignored);
-        backoff_.cancel();
+        stop_accepting();
         for (const auto& link : links_) link->hold();
     });
 }
@@ -153,14 +151,18 @@ void ControlGate::on_io_thread(const std::function<void()>& work) {
 void ControlGate::stop() {
     if (!thread_.joinable()) return;
     on_io_thread([this] {
-        asio::error_code ignored;
-        listener_.close(ignored);
-        backoff_.cancel();
+        stop_accepting();
         for (const auto& link : links_) link->close();
         links_.clear();
     });
     io_.stop();
     thread_.join();
+}
+
+void ControlGate::stop_accepting() {
+    asio::error_code ignored;
+    listener_.close(ignored);
+    backoff_.cancel();
 }
 
 void ControlGate::accept_next() {

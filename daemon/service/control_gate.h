@@ -62,6 +62,7 @@ private:
 
     // Runs `work` on the io thread and returns once it has.
     void on_io_thread(const std::function<void()>& work);
+    void stop_accepting();  // on the io thread
     void accept_next();
     void admit(asio::ip::tcp::socket client);
     void close(const std::shared_ptr<Link>& link, std::string_view why);

@@ -149,3 +149,96 @@ TEST_CASE("the peer port keeps accepting once descriptors free up after running 
     for (const int fd : callers) close(fd);
     CHECK(cluster.node(0).members().size() == 1);
 }
+
+TEST_CASE(
+    "with every place taken, a connection from an address holding fewer takes the place of the "
+    "oldest from the address holding the most") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 4;
+    config.connections.max_unauthenticated_per_source = 100;
+    LocalCluster cluster(1, config);
+    PeerNode& node = cluster.node(0);
+    const uint16_t port = port_of(node);
+
+    std::vector<std::unique_ptr<RawConnection>> from_2;
+    for (int i = 0; i < 3; i++) {
+        from_2.push_back(std::make_unique<RawConnection>(port, "127.0.0.2"));
+        // Each admitted before the next comes, so their age is their order.
+        CHECK_FALSE(from_2.back()->closed_within(50ms));
+    }
+    const RawConnection from_3(port, "127.0.0.3");
+    CHECK_FALSE(from_3.closed_within(50ms));
+
+    // 127.0.0.4 holds none, 127.0.0.2 the most: its oldest gives way.
+    const RawConnection from_4(port, "127.0.0.4");
+    CHECK(from_2[0]->closed_within(2000ms));
+    CHECK_FALSE(from_4.closed_within(200ms));
+    CHECK(connections_closed(node) == 1);
+    // 127.0.0.2 holds 2 now, as many as any: it takes no place from another.
+    const RawConnection another_from_2(port, "127.0.0.2");
+    CHECK(another_from_2.closed_within(2000ms));
+    CHECK(connections_closed(node) == 2);
+    for (size_t i = 1; i < from_2.size(); i++) CHECK_FALSE(from_2[i]->closed_within(10ms));
+    CHECK_FALSE(from_3.closed_within(10ms));
+
+    // A connection its caller closed frees its place at once, not at the gate's next look.
+    from_2.clear();
+    const RawConnection from_5(port, "127.0.0.5");
+    CHECK_FALSE(from_5.closed_within(200ms));
+    CHECK(connections_closed(node) == 2);
+}
+
+TEST_CASE("members' addresses have places of their own that strangers cannot take") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 2;
+    config.connections.max_unauthenticated_per_source = 100;
+    config.connections.reserved_for_members = 2;
+    LocalCluster cluster(1, config);
+    PeerNode& node = cluster.node(0);
+    const uint16_t port = port_of(node);
+    // A member on 127.0.0.1 makes that address a member's.
+    PeerConfig second = config;
+    second.seeds = {node.address()};
+    PeerNode& member = cluster.add(second);
+    wait_for("the member is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
+
+    const RawConnection stranger_a(port, "127.0.0.2"), stranger_b(port, "127.0.0.2");
+    CHECK_FALSE(stranger_b.closed_within(50ms));
+    const uint64_t closed_before = connections_closed(node);
+    // The strangers' two places are taken; the member's address has two more.
+    const RawConnection member_a(port), member_b(port);
+    CHECK_FALSE(member_a.closed_within(200ms));
+    CHECK_FALSE(member_b.closed_within(10ms));
+    const RawConnection member_c(port);
+    CHECK(member_c.closed_within(2000ms));
+    // 127.0.0.2 holds the most strangers' places, and none of the members'.
+    const RawConnection stranger_c(port, "127.0.0.2");
+    CHECK(stranger_c.closed_within(2000ms));
+    CHECK(connections_closed(node) == closed_before + 2);
+    CHECK_FALSE(stranger_a.closed_within(10ms));
+    wait_for("the member alive", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
+}
+
+TEST_CASE("a node joins past a flood of idle connections from many addresses") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 16;
+    config.connections.max_unauthenticated_per_source = 16;
+    // Long past the join's bound: the flood's connections do not run out of time during it.
+    config.connections.authenticate_within = 120000ms;
+    LocalCluster cluster(1, config);
+    PeerNode& node = cluster.node(0);
+    const uint16_t port = port_of(node);
+    std::vector<std::unique_ptr<RawConnection>> flood;
+    for (int source = 2; source < 42; source++)
+        for (int i = 0; i < 5; i++)
+            flood.push_back(std::make_unique<RawConnection>(
+                port, ("127.0.0." + std::to_string(source)).c_str()));
+    // All but the 16 it holds closed, refused or made to give way.
+    wait_for("the gate takes the flood in", 20000ms,
+             [&] { return connections_closed(node) == flood.size() - 16; });
+
+    PeerConfig joiner = config;
+    joiner.seeds = {node.address()};
+    PeerNode& member = cluster.add(joiner);
+    wait_for("the joiner is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
+}
