@@ -22,16 +22,14 @@ constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 // are read, gRPC's come down as they are.
 class ControlGate::Link : public std::enable_shared_from_this<Link> {
 public:
-    Link(ControlGate& gate, asio::ip::tcp::socket client, asio::local::stream_protocol::socket up)
+    Link(ControlGate& gate, asio::ip::tcp::socket client, asio::local::stream_protocol::socket up,
+         std::string source)
         : gate_(gate),
           client_(std::move(client)),
           grpc_(std::move(up)),
           delay_(gate.io_),
-          resets_(gate.limits_.resets_per_second, gate.limits_.reset_burst) {
-        asio::error_code error;
-        const auto remote = client_.remote_endpoint(error);
-        source_ = error ? "an unknown address" : remote.address().to_string();
-    }
+          source_(std::move(source)),
+          resets_(gate.limits_.resets_per_second, gate.limits_.reset_burst) {}
 
     void start() {
         read_client();
@@ -197,7 +195,7 @@ void ControlGate::admit(asio::ip::tcp::socket client) {
     connection.listener_fd = listener_.native_handle();
     connection.fd = theirs.release();  // gRPC's from here on
     acceptor_->HandleNewConnection(&connection);
-    auto link = std::make_shared<Link>(*this, std::move(client), std::move(ours));
+    auto link = std::make_shared<Link>(*this, std::move(client), std::move(ours), source);
     links_.insert(link);
     link->start();
 }
