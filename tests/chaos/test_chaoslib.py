@@ -2,12 +2,15 @@
     PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests/chaos -p 'test_*.py'
 The log lines are copied from real starlingd logs of a chaos run."""
 
+import socket
 import tempfile
+import threading
+import time
 import tomllib
 import unittest
 from pathlib import Path
 
-from chaoslib import config, logs, report
+from chaoslib import attacks, config, logs, report
 from chaoslib.daemons import StallTracker
 
 LOG = """\
@@ -153,3 +156,85 @@ class RssTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AttackBytesTest(unittest.TestCase):
+    def test_rapid_reset_frames_by_hand(self):
+        block = (b"\x83\x86" + b"\x04\x02/x" + b"\x01\x09localhost" + b"\x0f\x10\x10application/grpc"
+                 + b"\x00\x02te\x08trailers")
+        self.assertEqual(attacks.call_headers("/x"), block)
+        out = attacks.rapid_reset_bytes("/x", 2, 7)
+        headers = bytes([0, 0, len(block), 1, 4, 0, 0, 0, 7]) + block
+        reset = bytes([0, 0, 4, 3, 0, 0, 0, 0, 7, 0, 0, 0, 8])
+        self.assertEqual(out[:len(headers)], headers)
+        self.assertEqual(out[len(headers):len(headers) + len(reset)], reset)
+        self.assertEqual(out[len(headers) + len(reset) + 8], 9)  # the second pair is on stream 9
+        self.assertEqual(len(out), 2 * (len(headers) + len(reset)))
+        self.assertEqual(attacks.opening(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+
+    def test_refusals_name_the_donor(self):
+        line = ("[2026-11-28 05:57:19.922 +00:00] warning state sync: snapshot 2a21058a of round 31 from "
+                "10.251.148.1:37621 refused: phi's norm 1.40732e+13 is not within a factor of 10 of the median 53.0017")
+        text = "\n".join([line, line.replace("warning", "info"), line.replace("37621", "37622")])
+        self.assertEqual(logs.refusals_of(text, "10.251.148.1:37621"), [line])
+
+
+class Listener:
+    """A TCP server on 127.0.0.1 that records each connection's source address and closes the
+    first `close_first` connections at once."""
+
+    def __init__(self, close_first=0):
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.port = self.sock.getsockname()[1]
+        self.sources, self.kept, self.close_first = [], [], close_first
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, (host, _) = self.sock.accept()
+            except OSError:
+                return
+            self.sources.append(host)
+            if len(self.sources) <= self.close_first:
+                conn.close()
+            else:
+                self.kept.append(conn)
+
+    def close(self):
+        self.sock.close()
+        for c in self.kept:
+            c.close()
+
+
+class AttackSocketsTest(unittest.TestCase):
+    def test_preface_flood_spreads_sources_and_reopens_what_is_closed(self):
+        server = Listener(close_first=5)
+        flood = attacks.PrefaceFlood("127.0.0.1", server.port, 20, ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"])
+        flood.start()
+        self.assertTrue(flood.opened.wait(10))
+        deadline = time.monotonic() + 10
+        while len(server.sources) < 25 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        flood.stop()
+        server.close()
+        f = flood.figures()
+        self.assertEqual(f["opened"], 20)
+        self.assertEqual(f["reopened"], 5)
+        self.assertEqual(len(server.sources), 25)
+        self.assertEqual(sorted(set(server.sources[:20])), ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"])
+
+    def test_attack_counts_connections_the_node_closes(self):
+        server = Listener(close_first=3)
+        attack = attacks.Attack("rapid_reset", "127.0.0.1", server.port, "/x", source="127.0.0.9").start()
+        deadline = time.monotonic() + 10
+        while len(server.sources) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        attack.stop()
+        server.close()
+        f = attack.figures()
+        self.assertEqual(f["ended"].get("closed by node"), 3)
+        self.assertEqual(f["connections"], 4)
+        self.assertGreater(f["streams"], 0)
+        self.assertEqual(set(server.sources), {"127.0.0.9"})

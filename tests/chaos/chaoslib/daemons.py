@@ -65,19 +65,26 @@ def phase_name(status):
     return p.replace("NODE_PHASE_", "").lower()
 
 
-def read_rss_kb(pid):
-    """(VmRSS, RssAnon) in kB: all resident pages, and the heap and stacks alone (a creep shows
-    there; resident library code grows as new code paths run and is not a leak)."""
+def proc_status(pid, *keys):
+    """The given fields of /proc/PID/status as integers (the number before any unit), or None when
+    the process is gone or one is missing."""
     fields = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 key, _, rest = line.partition(":")
-                if key in ("VmRSS", "RssAnon"):
+                if key in keys:
                     fields[key] = int(rest.split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return (fields["VmRSS"], fields["RssAnon"]) if len(fields) == 2 else None
+    return fields if len(fields) == len(keys) else None
+
+
+def read_rss_kb(pid):
+    """(VmRSS, RssAnon) in kB: all resident pages, and the heap and stacks alone (a creep shows
+    there; resident library code grows as new code paths run and is not a leak)."""
+    fields = proc_status(pid, "VmRSS", "RssAnon")
+    return (fields["VmRSS"], fields["RssAnon"]) if fields else None
 
 
 def pid_running(pid):

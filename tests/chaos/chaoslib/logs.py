@@ -171,3 +171,9 @@ def largest_snapshot_bytes(path):
     except OSError:
         return 0
     return max((int(m.group(1)) for m in SNAPSHOT.finditer(text)), default=0)
+
+
+def refusals_of(text, donor):
+    """The warning lines of a log in which a state copy refused a snapshot `donor` (host:port) offered."""
+    return [line for line in text.splitlines()
+            if " warning " in line and "state sync:" in line and " refused: " in line and donor in line]

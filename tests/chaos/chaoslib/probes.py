@@ -15,9 +15,7 @@ import subprocess
 import time
 from collections import Counter
 
-from . import daemons
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+from . import attacks, daemons
 
 
 def raise_nofile(needed):
@@ -28,20 +26,6 @@ def raise_nofile(needed):
     if want > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     return soft, max(soft, want)
-
-
-def _drained_or_closed(sock):
-    """True when the server has closed (or reset) the connection; reads what it sent meanwhile."""
-    sock.setblocking(False)
-    try:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                return True
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True
 
 
 def flood(cli, inst, host, port, connections, hold_s, result):
@@ -55,7 +39,7 @@ def flood(cli, inst, host, port, connections, hold_s, result):
     for _ in range(connections):
         try:
             s = socket.create_connection((host, port), timeout=3)
-            s.sendall(PREFACE)
+            s.sendall(attacks.PREFACE)
             socks.append(s)
         except OSError as e:
             errors[errno.errorcode.get(e.errno, str(e)) if e.errno else type(e).__name__] += 1
@@ -84,7 +68,9 @@ def flood(cli, inst, host, port, connections, hold_s, result):
             ask("halfway")
         time.sleep(0.5)
     ask("end of hold")
-    result["closed_by_node"] = sum(1 for s in socks if _drained_or_closed(s))
+    for s in socks:
+        s.setblocking(False)
+    result["closed_by_node"] = sum(1 for s in socks if attacks.closed_by_peer(s))
     result["fds_max"] = fd_max
     for s in socks:
         try:

@@ -221,6 +221,8 @@ def table(rep):
         rows.append(("double start", f"{ds.get('target')}: {refused}/{len(ds.get('attempts', []))} refused, target "
                      f"{'answers' if ds.get('target_answers') and ds.get('alive') else 'DOWN'}",
                      rep["verdict"]["double_start"]))
+    for name, at in rep["attacks"].items():
+        rows.append((name, f"skipped: {at['skipped']}" if at.get("skipped") else at["summary"], at["verdict"]))
     g = rep["rss"]
 
     if g["max"]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import config as cfgmod
-from . import daemons, logs, netlink, probes, report
+from . import daemons, hostile, logs, netlink, probes, report
 from .daemons import Instance, Node, now
 
 REPO = Path(__file__).resolve().parents[3]
@@ -66,6 +66,10 @@ def parse_args(argv):
                    "the duration, 15-60 s)")
     p.add_argument("--no-flood", action="store_true")
     p.add_argument("--no-double-start", action="store_true")
+    p.add_argument("--address-flood-connections", type=int, default=1000,
+                   help="connections of the address flood a joiner must get past (default 1000, from 100 addresses)")
+    p.add_argument("--no-attacks", action="store_true",
+                   help="skip the attack probes (control rapid reset, stranger frames, address flood, poisoned donor)")
     p.add_argument("--daemon-nofile", type=int, default=1024,
                    help="soft RLIMIT_NOFILE of every starlingd (default 1024, a Linux shell's usual limit)")
     p.add_argument("--resume-bound", type=float, default=30.0,
@@ -91,8 +95,8 @@ def parse_args(argv):
         p.error("--nodes must be at least 2")
     if args.interval < 1 or args.poll < 0.2 or args.poll > 5:
         p.error("--interval must be >= 1 s and --poll within 0.2-5 s")
-    if args.flood_connections < 1:
-        p.error("--flood-connections must be at least 1")
+    if args.flood_connections < 1 or args.address_flood_connections < 100:
+        p.error("--flood-connections must be at least 1 and --address-flood-connections at least 100")
     return args
 
 
@@ -122,6 +126,7 @@ class Chaos:
         self.t0 = None
         self.flood = {"skipped": "not run"}
         self.double = {"skipped": "not run"}
+        self.attacks = [] if args.no_attacks else hostile.default_probes(args)
         self.rate_changed_wall = None
         self.max_alive = 0
         self.end_statuses = {}
@@ -168,8 +173,9 @@ class Chaos:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
         self.env["STARLING_PEER_SECRET"] = "chaos-" + secrets.token_hex(16)
         self.env["STARLING_TRAIN_THREADS"] = "1"
-        # This script holds the flood's sockets; the daemons keep --daemon-nofile.
-        self.nofile_before, self.nofile_now = probes.raise_nofile(a.flood_connections + 256)
+        # This script holds the floods' sockets; the daemons keep --daemon-nofile.
+        self.nofile_before, self.nofile_now = probes.raise_nofile(
+            max(a.flood_connections, a.address_flood_connections) + 256)
         if self.nofile_now < a.flood_connections + 64:
             say(f"chaos: RLIMIT_NOFILE {self.nofile_now} too low for {a.flood_connections} connections: the flood "
                 f"opens {self.nofile_now - 64}")
@@ -229,10 +235,11 @@ class Chaos:
         self.nodes.append(node)
         return node
 
-    def start(self, node, kind, seeds, config=None, poll=True):
+    def start(self, node, kind, seeds, config=None, poll=True, extra_env=None):
         inst = Instance(node, len(node.instances), kind, self.work / "logs" / f"{node.name}.{len(node.instances)}.log")
         node.instances.append(inst)
-        inst.start(self.argv(node, config or self.config, seeds), self.env, self.daemon_nofile)
+        inst.start(self.argv(node, config or self.config, seeds), dict(self.env, **(extra_env or {})),
+                   self.daemon_nofile)
         self.instances.append(inst)
         if poll:
             inst.start_polling(self.cli, self.args.poll)
@@ -492,22 +499,9 @@ class Chaos:
         running = self.running()
         eligible = self.eligible()
         if kind == "join":
-            members = [n for n in self.nodes if n.role == "chaos" and not n.retired]
-            if len(members) >= self.args.nodes:
-                if not eligible or len(running) - 1 < 2:
-                    self.skipped += 1
-                    self.note("join skipped: at capacity and no node can retire without leaving < 2 running")
-                    return
-                victim = self.rng.choice(eligible)
-                self.retire(victim)
-            node = self.new_node(f"n{len([n for n in self.nodes if n.role == 'chaos'])}")
-            need = self.swarm_min_round()
-            inst = self.start(node, "join", self.seeds_for(node))
-            inst.verify = {"type": "join", "need_round": need, "deadline": now() + self.join_bound(),
-                           "result": None, "why": "new node"}
-            self.actions["join"] += 1
-            self.note(f"join: new node {inst.label} on {node.listen}, seeds {', '.join(self.seeds_for(node))}; must "
-                      f"reach round >= {need} from a snapshot")
+            if self.join_new_node() is None:
+                self.skipped += 1
+                self.note("join skipped: at capacity and no node can retire without leaving < 2 running")
             return
         if not eligible or len(running) - 1 < 2:
             self.skipped += 1
@@ -524,12 +518,7 @@ class Chaos:
             inst.signal(signal.SIGKILL)
             self.note(f"kill -9 {inst.label} (round {rnd}); restart {delay:.1f} s after it exits")
         elif kind == "term":
-            delay = self.rng.uniform(1, 4)
-            self.begin_end(inst, "term")
-            inst.drain_deadline = now() + self.drain_bound()
-            node.pending = {"kind": "after SIGTERM", "delay": delay}
-            inst.signal(signal.SIGTERM)
-            self.note(f"SIGTERM {inst.label} (round {rnd}); restart {delay:.1f} s after it exits")
+            self.term(inst)
         elif kind == "leave":
             delay = self.rng.uniform(1, 4)
             node.pending = {"kind": "after leave", "delay": delay}
@@ -544,6 +533,38 @@ class Chaos:
             inst.signal(signal.SIGSTOP)
             self.cont_at[inst] = now() + secs
             self.note(f"SIGSTOP {inst.label} (round {rnd}) for {secs:.1f} s")
+
+    def join_new_node(self, seeds=None, why="new node", make_room=True):
+        """Starts a new chaos node, which must copy the swarm's state within the join bound, after
+        retiring one when the swarm is at --nodes and `make_room` (a probe's joiner is one more);
+        returns its instance, or None when no node could retire without leaving fewer than 2
+        running."""
+        members = [n for n in self.nodes if n.role == "chaos" and not n.retired]
+        if make_room and len(members) >= self.args.nodes:
+            eligible = self.eligible()
+            if not eligible or len(self.running()) - 1 < 2:
+                return None
+            self.retire(self.rng.choice(eligible))
+        node = self.new_node(f"n{len([n for n in self.nodes if n.role == 'chaos'])}")
+        need = self.swarm_min_round()
+        seeds = seeds or self.seeds_for(node)
+        inst = self.start(node, "join", seeds)
+        inst.verify = {"type": "join", "need_round": need, "deadline": now() + self.join_bound(),
+                       "result": None, "why": why}
+        self.actions["join"] += 1
+        self.note(f"join: new node {inst.label} on {node.listen}, seeds {', '.join(seeds)}; must reach round >= "
+                  f"{need} from a snapshot")
+        return inst
+
+    def term(self, inst, why=""):
+        """SIGTERM, which must end in exit 0 within the drain bound; restarted 1-4 s after."""
+        delay = self.rng.uniform(1, 4)
+        self.begin_end(inst, "term")
+        inst.drain_deadline = now() + self.drain_bound()
+        inst.node.pending = {"kind": "after SIGTERM", "delay": delay}
+        inst.signal(signal.SIGTERM)
+        self.note(f"SIGTERM {inst.label} (round {(inst.last_status or {}).get('round', '-')}{', ' + why if why else ''}); "
+                  f"restart {delay:.1f} s after it exits")
 
     def leave(self, inst, how):
         self.begin_end(inst, how)
@@ -632,7 +653,8 @@ class Chaos:
         return (any(n.pending for n in self.nodes) or self.cont_at
                 or any(i.verify and i.verify["result"] is None for i in self.instances)
                 or any(i.alive and i.drain_deadline and i.expected in ("term", "leave", "retire") for i in self.instances)
-                or getattr(self, "flood_thread", None) or getattr(self, "double_thread", None))
+                or getattr(self, "flood_thread", None) or getattr(self, "double_thread", None)
+                or any(p.started and not p.done for p in self.attacks))
 
     def run_chaos(self):
         a = self.args
@@ -648,6 +670,8 @@ class Chaos:
             self.double = {"skipped": "--no-double-start"}
         if a.no_flood:
             self.flood = {"skipped": "--no-flood"}
+        for p in self.attacks:
+            p.due = start + p.due_fraction * a.duration
         self.double_thread = self.flood_thread = None
         self.note(f"chaos for {a.duration:.0f} s: actions every ~{a.interval:.0f} s until {action_end - self.t0:.0f} s"
                   + (f", none in the last {a.calm:.0f} s of every {a.calm_every:.0f} s" if a.calm else ""))
@@ -662,6 +686,7 @@ class Chaos:
                 self.finish_double_start()
             if self.flood_thread is not None and not self.flood_thread.is_alive():
                 self.finish_flood()
+            self.drive_attacks(t < action_end)
             self.max_alive = max(self.max_alive, self.alive_count())
             if t >= end:
                 if not self.pending_work() or t >= end + 90:
@@ -686,6 +711,23 @@ class Chaos:
                     next_action = t + a.interval * self.rng.uniform(0.5, 1.5)
             time.sleep(0.2)
         self.check_verifications(final=True)
+
+    def drive_attacks(self, may_start):
+        """Starts each attack probe when due (later when no node can be its target yet), and
+        drives the ones started until they are done."""
+        for p in self.attacks:
+            if p.started:
+                if not p.done and p.poll(self):
+                    p.done = True
+                    p.finish(self)
+                    self.note(f"{p.name}: {p.result['summary']}  [{p.verdict}]")
+            elif may_start and now() >= p.due:
+                if p.start(self):
+                    p.started = True
+                else:
+                    p.due = now() + 2.0
+            elif not may_start and p.result.get("skipped") == "not run":
+                p.result = {"skipped": "no node could be its target before the actions ended"}
 
     def calm_at(self, elapsed):
         """Whether `elapsed` seconds into the chaos fall in a calm window (no actions)."""
@@ -862,6 +904,7 @@ class Chaos:
                       "all": self.joins, "bound_s": round(self.join_bound(), 1),
                       "slowest_s": max((r["seconds"] for r in self.joins if r["ok"]), default=None)},
             "flood": self.flood,
+            "attacks": {p.name: dict(p.result, verdict=p.verdict) for p in self.attacks},
             "double_start": {k: v for k, v in self.double.items() if k != "starling"},
             "rss": {"per_instance": rss_rows, "max": rss_max},
             "rounds": report.round_shares(parsed, self.churn_walls, self.calm_window()),
@@ -881,6 +924,7 @@ class Chaos:
             "flood": "-" if self.flood.get("skipped") else ("ok" if self.flood.get("ok") else "FAIL"),
             "double_start": "-" if self.double.get("skipped") else ("ok" if self.double.get("ok") else "FAIL"),
         }
+        verdict.update({p.name: p.verdict for p in self.attacks})
         rep["verdict"] = verdict
         rep["failed_checks"] = [k for k, v in verdict.items() if v == "FAIL"]
         return rep
@@ -916,6 +960,12 @@ class Chaos:
                 if not a["refused"]:
                     show(a["log"], f"second starlingd, {a['case']}")
             show(str(self.double_inst.log_path), "double-start target")
+        for p in self.attacks:
+            if p.verdict == "FAIL":
+                for key in ("target", "poisoned", "joiner"):
+                    inst = next((i for i in self.instances if i.label == p.result.get(key)), None)
+                    if inst:
+                        show(str(inst.log_path), f"{p.name}, {key}")
 
     def cleanup(self):
         daemons.kill_all(self.instances)

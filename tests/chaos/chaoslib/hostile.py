@@ -1,0 +1,300 @@
+"""The chaos suite's attack probes, each a check with its bound (tests/chaos/README.md):
+
+- control rapid reset: two connections resetting streams as fast as they can on a node's Control
+  port; its RSS stays under twice what it was, and SIGTERM in the middle of it ends the node
+  (exit 0) within the drain bound;
+- stranger frames: a rapid reset and 4 MiB request bodies on a node's peer port, each after a TLS
+  handshake without the swarm's certificate; its RSS stays under twice what it was and it answers;
+- join past an address flood: preface-only connections from 100 addresses (127.0.0.2-101), kept
+  up as the node closes them, while a new node joins through that node alone; the joiner copies
+  the swarm's state within the join bound;
+- poisoned donor: a member whose learning rate is mistyped 1e2 (STARLING_OPTIMIZER_LR), then a
+  new node whose only seed is that member; the joiner refuses its snapshot, naming its address,
+  and copies an honest one whose training loss is finite.
+
+Each probe is a small state machine the run's main loop drives: start() when it is due (False:
+no node can be its target now, try again later), poll() every loop until it returns True, then
+finish(), which sets result["ok"] and result["summary"] (the table's row)."""
+
+import math
+import threading
+import time
+
+from . import attacks, daemons, logs
+from .daemons import now
+
+STRANGER_SOURCES = ("127.0.0.200", "127.0.0.201")  # no member's address
+
+
+def rss_bounded(usage):
+    return bool(usage["rss_before_kb"]) and usage["rss_peak_kb"] <= 2 * usage["rss_before_kb"]
+
+
+def usage_text(usage):
+    return (f"RSS {usage['rss_before_kb'] // 1024} -> {usage['rss_peak_kb'] // 1024} MiB (bound 2x), threads "
+            f"{usage['threads_before']} -> {usage['threads_peak']}")
+
+
+def ask_status(chaos, inst, timeout=8):
+    """(answered, seconds, why) for one `starling status` of this process."""
+    t = now()
+    status, why = chaos.cli.status(inst.node.control, timeout=timeout)
+    if not daemons.pid_running(inst.pid):
+        status, why = None, f"process {inst.pid} has exited"
+    return status is not None, round(now() - t, 2), why
+
+
+class Probe:
+    name = ""
+
+    def __init__(self, due_fraction, hold_s):
+        self.due_fraction = due_fraction
+        self.hold_s = hold_s
+        self.result = {"skipped": "not run"}
+        self.started = False
+        self.done = False
+
+    def pick_target(self, chaos):
+        eligible = chaos.eligible()
+        if not eligible:
+            return None
+        inst = chaos.rng.choice(eligible)
+        inst.node.busy_until = math.inf
+        return inst
+
+    def release(self, inst):
+        inst.node.busy_until = now() + 5
+
+    @property
+    def verdict(self):
+        if self.result.get("skipped"):
+            return "-"
+        return "ok" if self.result.get("ok") else "FAIL"
+
+
+class ControlRapidReset(Probe):
+    name = "control rapid reset"
+
+    def start(self, chaos):
+        inst = self.pick_target(chaos)
+        if inst is None:
+            return False
+        self.inst = inst
+        host, port = inst.node.control.rsplit(":", 1)
+        self.usage = attacks.Usage(inst.pid).start()
+        self.attack = attacks.Attack("rapid_reset", host, int(port), attacks.CONTROL_STATUS, workers=2).start()
+        self.t0 = now()
+        self.term_at = None
+        self.during = None
+        self.asker = threading.Thread(target=self._ask_during, args=(chaos,), daemon=True)
+        self.asker.start()
+        self.result = {"target": inst.label, "address": inst.node.control, "started_s": round(chaos.t(), 1)}
+        chaos.note(f"control rapid reset on {inst.label} ({inst.node.control}): 2 connections for {self.hold_s:.0f} s, "
+                   f"then SIGTERM while it goes on")
+        return True
+
+    def _ask_during(self, chaos):
+        time.sleep(self.hold_s / 2)
+        self.during = ask_status(chaos, self.inst, timeout=15)
+
+    def poll(self, chaos):
+        inst = self.inst
+        if self.term_at is None:
+            if now() - self.t0 < self.hold_s:
+                return False
+            self.term_at = now()
+            chaos.term(inst, "control rapid reset")
+            return False
+        return not inst.alive or now() > self.term_at + chaos.drain_bound() + 5
+
+    def finish(self, chaos):
+        inst = self.inst
+        self.attack.stop()
+        self.usage.stop()
+        self.asker.join(timeout=20)
+        self.release(inst)
+        usage = self.usage.figures()
+        drained = inst.exit_code == 0 and inst.exited_at is not None
+        drain_s = round(inst.exited_at - self.term_at, 1) if drained else None
+        answered, secs, why = self.during or (False, None, "not asked")
+        self.result.update(usage=usage, attack=self.attack.figures(), status_during={"answered": answered,
+                           "seconds": secs, "error": why}, exit=inst.exit_code, drain_s=drain_s,
+                           drain_bound_s=round(chaos.drain_bound(), 1))
+        self.result["ok"] = rss_bounded(usage) and answered and drained and drain_s <= chaos.drain_bound()
+        a = self.result["attack"]
+        self.result["summary"] = (
+            f"{inst.label}: {a['streams']} streams reset on {a['connections']} connections, "
+            f"{a['ended'].get('closed by node', 0)} closed by node; {usage_text(usage)}; status during it "
+            + (f"in {secs:.1f} s" if answered else f"FAILED ({why})")
+            + "; SIGTERM during it: " + (f"exit 0 in {drain_s:.1f} s" if drained else f"exit {inst.exit_code}")
+            + f" / bound {chaos.drain_bound():.0f} s")
+
+
+class StrangerFrames(Probe):
+    name = "stranger frames (peer)"
+
+    def start(self, chaos):
+        inst = self.pick_target(chaos)
+        if inst is None:
+            return False
+        self.inst = inst
+        host, port = inst.node.listen.rsplit(":", 1)
+        self.usage = attacks.Usage(inst.pid).start()
+        self.attacks = [
+            attacks.Attack("rapid_reset", host, int(port), attacks.PEER_JOIN, workers=2, source=STRANGER_SOURCES[0],
+                           tls=True).start(),
+            attacks.Attack("large_bodies", host, int(port), attacks.PEER_JOIN, workers=1, source=STRANGER_SOURCES[1],
+                           tls=True).start(),
+        ]
+        self.t0 = now()
+        self.result = {"target": inst.label, "address": inst.node.listen, "started_s": round(chaos.t(), 1)}
+        chaos.note(f"stranger frames on {inst.label} ({inst.node.listen}): rapid reset and 4 MiB bodies after a TLS "
+                   f"handshake without the swarm's certificate, {self.hold_s:.0f} s")
+        return True
+
+    def poll(self, chaos):
+        return now() - self.t0 >= self.hold_s or not self.inst.alive
+
+    def finish(self, chaos):
+        inst = self.inst
+        for a in self.attacks:
+            a.stop()
+        self.usage.stop()
+        answered, secs, why = ask_status(chaos, inst)
+        self.release(inst)
+        usage = self.usage.figures()
+        reset, bodies = (a.figures() for a in self.attacks)
+        self.result.update(usage=usage, rapid_reset=reset, large_bodies=bodies, alive=inst.alive,
+                           status_after={"answered": answered, "seconds": secs, "error": why})
+        self.result["ok"] = rss_bounded(usage) and inst.alive and answered
+        self.result["summary"] = (
+            f"{inst.label}: {reset['connections'] + bodies['connections']} TLS connections, "
+            f"{reset['streams']} streams reset, {bodies['bytes'] / 1e6:.0f} MB of bodies sent; {usage_text(usage)}; "
+            + ("answers after" if answered else f"status FAILED ({why})"))
+
+
+class JoinPastAddressFlood(Probe):
+    name = "join past an address flood"
+
+    def __init__(self, due_fraction, hold_s, connections, sources):
+        super().__init__(due_fraction, hold_s)
+        self.connections, self.sources = connections, sources
+
+    def start(self, chaos):
+        inst = self.pick_target(chaos)
+        if inst is None:
+            return False
+        self.inst = inst
+        host, port = inst.node.listen.rsplit(":", 1)
+        self.flood = attacks.PrefaceFlood(host, int(port), self.connections,
+                                          [f"127.0.0.{2 + k}" for k in range(self.sources)]).start()
+        self.joiner = None
+        self.t0 = now()
+        self.result = {"target": inst.label, "address": inst.node.listen, "started_s": round(chaos.t(), 1)}
+        chaos.note(f"address flood on {inst.label} ({inst.node.listen}): {self.connections} preface connections from "
+                   f"{self.sources} addresses, reopened as they close; a new node joins through it alone")
+        return True
+
+    def poll(self, chaos):
+        if self.joiner is None:
+            if not self.flood.opened.is_set():
+                return now() - self.t0 > 60
+            self.joiner = chaos.join_new_node([self.inst.node.listen], "join past an address flood", make_room=False)
+            return False
+        v = self.joiner.verify
+        return v["result"] is not None
+
+    def finish(self, chaos):
+        self.flood.stop()
+        self.release(self.inst)
+        f = self.flood.figures()
+        self.result.update(flood=f, alive=self.inst.alive)
+        if self.joiner is None:
+            self.result["ok"] = False
+            self.result["summary"] = f"{self.inst.label}: the flood did not open its connections within 60 s"
+            return
+        v = self.joiner.verify
+        self.result.update(joiner=self.joiner.label, joined=v["result"], join_s=v.get("seconds"),
+                           join_detail=v.get("detail"))
+        self.result["ok"] = bool(v["result"]) and self.inst.alive
+        self.result["summary"] = (
+            f"{self.inst.label}: {f['opened']} connections from {f['sources']} addresses ({f['reopened']} reopened); "
+            f"joiner {self.joiner.label} " + (f"in after {v['seconds']:.1f} s" if v["result"] else "NOT in")
+            + f" / bound {chaos.join_bound():.0f} s")
+
+
+class PoisonedDonor(Probe):
+    name = "poisoned donor"
+    ROUNDS_TO_DIVERGE = 3
+
+    def start(self, chaos):
+        node = chaos.new_node("p0", role="poisoned")
+        self.poisoned = chaos.start(node, "initial", chaos.seeds_for(node), extra_env={"STARLING_OPTIMIZER_LR": "1e2"})
+        self.first_round = None
+        self.joiner = None
+        self.joined_at = None
+        self.t0 = now()
+        self.result = {"poisoned": self.poisoned.label, "address": node.listen, "started_s": round(chaos.t(), 1)}
+        chaos.note(f"poisoned donor {self.poisoned.label} ({node.listen}) with a learning rate of 1e2; once it has "
+                   f"trained {self.ROUNDS_TO_DIVERGE} rounds a new node joins through it alone")
+        return True
+
+    def poll(self, chaos):
+        p = self.poisoned
+        if not p.alive:
+            return True
+        if self.joiner is None:
+            st = p.last_status or {}
+            if daemons.phase_name(st) in ("training", "exchanging", "waiting") and self.first_round is None:
+                self.first_round = int(st.get("round", 0))
+            if self.first_round is not None and int(st.get("round", 0)) >= self.first_round + self.ROUNDS_TO_DIVERGE:
+                self.joiner = chaos.join_new_node([p.node.listen], "join through a poisoned donor", make_room=False)
+                return False
+            return now() - self.t0 > 120
+        if self.joiner.verify["result"] is None:
+            return False
+        # Judge a round the joiner trained on what it copied.
+        if self.joined_at is None:
+            self.joined_at = now()
+        st = self.joiner.last_status or {}
+        return st.get("train_loss") is not None or now() - self.joined_at > 30 or not self.joiner.alive
+
+    def finish(self, chaos):
+        p = self.poisoned
+        self.result["poisoned_train_loss"] = (p.last_status or {}).get("train_loss")
+        if p.alive:
+            chaos.retire(p)
+        if self.joiner is None:
+            self.result["ok"] = False
+            self.result["summary"] = f"{p.label}: no joiner started (poisoned member alive: {p.alive})"
+            return
+        text = self.joiner.log_path.read_text(errors="replace")
+        refusals = logs.refusals_of(text, p.node.listen)
+        loss = (self.joiner.last_status or {}).get("train_loss")
+        v = self.joiner.verify
+        self.result.update(joiner=self.joiner.label, joined=v["result"], join_detail=v.get("detail"),
+                           refusals=refusals[:3], joiner_train_loss=loss)
+        finite = isinstance(loss, (int, float)) and math.isfinite(loss) and loss < 5.0  # ln 256 = 5.55 untrained
+        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite
+        self.result["summary"] = (
+            f"{p.label} (train loss {fmt_loss(self.result['poisoned_train_loss'])}): joiner {self.joiner.label} "
+            + (f"refused its snapshot ({refusal_reason(refusals[0])})" if refusals else "did NOT refuse its snapshot")
+            + (f", joined in {v['seconds']:.1f} s" if v["result"] else ", did NOT join")
+            + f", then train loss {fmt_loss(loss)}")
+
+
+def refusal_reason(line):
+    return line.split(" refused: ", 1)[1][:90]
+
+
+def fmt_loss(x):
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x) if x else "-"
+
+
+def default_probes(args):
+    """The attack probes of a run, due at these fractions of the chaos phase (the preface flood is
+    due at 0.35 and the double start at 0.15)."""
+    hold = min(30.0, max(8.0, 0.01 * args.duration))
+    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 0), StrangerFrames(0.5, hold),
+            JoinPastAddressFlood(0.6, 0, args.address_flood_connections, 100)]
+
