@@ -539,6 +539,7 @@ class Chaos:
         retiring one when the swarm is at --nodes and `make_room` (a probe's joiner is one more);
         returns its instance, or None when no node could retire without leaving fewer than 2
         running."""
+        self.churn_walls.append(time.time())
         members = [n for n in self.nodes if n.role == "chaos" and not n.retired]
         if make_room and len(members) >= self.args.nodes:
             eligible = self.eligible()
@@ -558,6 +559,7 @@ class Chaos:
 
     def term(self, inst, why=""):
         """SIGTERM, which must end in exit 0 within the drain bound; restarted 1-4 s after."""
+        self.churn_walls.append(time.time())
         delay = self.rng.uniform(1, 4)
         self.begin_end(inst, "term")
         inst.drain_deadline = now() + self.drain_bound()
