@@ -158,14 +158,19 @@ std::string format_status(const v1::NodeStatus& status) {
 
 std::string format_peers(const v1::ListPeersResponse& peers) {
     if (peers.peers().empty()) return "no other members known\n";
-    std::vector<std::vector<std::string>> rows = {
-        {"node", "address", "state", "round", "compatible", "rtt", "last exchange", "exchanges"}};
+    std::vector<std::vector<std::string>> rows = {{"node", "address", "state", "round",
+                                                   "compatible", "rtt", "last exchange",
+                                                   "exchanges", "refused"}};
     for (const v1::PeerInfo& p : peers.peers()) {
-        rows.push_back({or_absent(p.node_id()), or_absent(p.address()), or_absent(p.state()),
+        const std::string state = p.has_quarantined_until_round()
+                                      ? or_absent(p.state()) + ", quarantined to round " +
+                                            std::to_string(p.quarantined_until_round())
+                                      : or_absent(p.state());
+        rows.push_back({or_absent(p.node_id()), or_absent(p.address()), state,
                         std::to_string(p.round()), p.compatible() ? "yes" : "no",
                         p.has_rtt_ms() ? fixed(p.rtt_ms(), 1) + " ms" : kAbsent,
                         age(p.has_last_exchange_age_seconds(), p.last_exchange_age_seconds()),
-                        std::to_string(p.exchanges())});
+                        std::to_string(p.exchanges()), std::to_string(p.refused_messages())});
     }
     return render_columns(rows);
 }

@@ -258,8 +258,8 @@ void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
     RoundRecord& record = records_[self.index()];
     record.group = step.members;
     record.refused = static_cast<int>(step.refused.size());
-    for (const std::string& why : step.refused) {
-        spdlog::warn("round {}: replica {} refused {}", round, self.index(), why);
+    for (const Refusal& refusal : step.refused) {
+        spdlog::warn("round {}: replica {} refused {}", round, self.index(), refusal.why);
     }
 }
 

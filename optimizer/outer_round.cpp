@@ -52,7 +52,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
                   : checks.delta.check(p.values, self.values, own_update);
         if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
         if (problem) {
-            result.refused.push_back(partner_name(p.node_id) + ": " + *problem);
+            result.refused.push_back({p.node_id, partner_name(p.node_id) + ": " + *problem});
             continue;
         }
         members.push_back(&p);

@@ -44,9 +44,15 @@ struct PartnerChecks {
     MessageSanity delta;  // D messages
 };
 
+// A partner's values the step left out.
+struct Refusal {
+    uint64_t member = 0;
+    std::string why;  // naming the member
+};
+
 struct NoLoCoStep {
-    int members = 1;                   // values that entered the step, own included; 1 = solo
-    std::vector<std::string> refused;  // one line per partner left out, naming it and why
+    int members = 1;               // values that entered the step, own included; 1 = solo
+    std::vector<Refusal> refused;  // one per partner left out
 };
 
 // NoLoCo: partners whose values fail the sanity check are left out; the rest and the node's own

@@ -29,6 +29,7 @@
 #include "peer/failure_tally.h"
 #include "peer/connection_gate.h"
 #include "peer/identity.h"
+#include "peer/member_scores.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
 #include "peer/round_messages.h"
@@ -133,6 +134,13 @@ public:
     // A failure a layer above sees: a message its outer step refused, a failed state copy or
     // checkpoint.
     void count_failure(FailureReason reason) { failures_.count(reason); }
+    // What the outer step of `round` made of `member`'s message: nullopt when it entered the
+    // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
+    // this node does not pair with it for a while, and says so at warn, naming it.
+    void judged(uint64_t member, uint64_t round, const std::optional<std::string>& refusal);
+    std::optional<MemberScore> score_of(uint64_t member) const { return scores_.score(member); }
+    // The members this node does not pair with in its current round.
+    std::vector<uint64_t> quarantined() const;
     // More addresses to join through (a reloaded config's); tried on the next tick.
     void add_seeds(const std::vector<std::string>& seeds);
     // More addresses to join through now (`starling join HOST:PORT`): each is dialled at once, all
@@ -279,6 +287,7 @@ private:
     bool stopping_ = false;
     std::atomic<bool> running_{false};
     FailureTally failures_;  // all but the refusals auth_ counts itself
+    MemberScores scores_;
     std::thread thread_;
 };
 

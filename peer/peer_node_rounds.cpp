@@ -25,11 +25,14 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     // One budget for the whole choice, so a round never waits on pairing longer than pair_timeout
     // however many proposals it takes.
     const auto deadline = SteadyClock::now() + config_.pair_timeout;
+    // The deterministic matching is over the whole view, which every member shares; a member this
+    // node has quarantined is then neither proposed to nor asked.
     const auto view = table_->pairable_ids();
     const auto intended = deterministic_partner(round, view, node_id());
     std::vector<Member> pairable;
     for (uint64_t id : view)
-        if (auto member = table_->find(id)) pairable.push_back(std::move(*member));
+        if (auto member = table_->find(id); member && !scores_.quarantined(id, round))
+            pairable.push_back(std::move(*member));
     const auto candidates =
         random_candidates(pairable, node_id(), round, config_.max_round_gap,
                           pairing_->recent_partners(round, kRecentPartnerRounds), random_u64());
@@ -54,8 +57,9 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
     // One nonce for all of this round's proposals, so crossing proposals settle the same way
     // however often they are repeated.
     const uint64_t nonce = random_u64();
-    bool intended_declined = !intended;  // for good: other views, or already paired
-    std::set<uint64_t> declined;         // requests declined for good
+    // For good: other views, already paired, or quarantined.
+    bool intended_declined = !intended || scores_.quarantined(*intended, round);
+    std::set<uint64_t> declined;  // requests declined for good
     std::optional<uint64_t> partner;
     // The next of `ids` in turn, from position *next on, that has not declined for good; with
     // `skip_intended`, not the deterministic partner before it has declined as such (random
@@ -167,7 +171,10 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
         return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
     table_->note_round(caller, request.round());  // it is choosing for this round: it is there
     PairAnswer answer;
-    if (member->state != MemberState::Alive) {
+    if (scores_.quarantined(caller, request.round())) {
+        answer.reason = "node " + format_node_id(node_id()) + " does not pair with node " +
+                        format_node_id(caller) + " for now: it refused its messages";
+    } else if (member->state != MemberState::Alive) {
         answer.reason = "node " + format_node_id(caller) + " is " +
                         member_state_name(member->state) + " in this node's view";
     } else {
@@ -230,6 +237,26 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeSer
                                                          std::to_string(round)};
     return exchanges_->answer(context, stream, caller, first,
                               SteadyClock::now() + config_.exchange_timeout);
+}
+
+void PeerNode::judged(uint64_t member, uint64_t round, const std::optional<std::string>& refusal) {
+    if (!refusal) {
+        scores_.accepted(member);
+        return;
+    }
+    const auto quarantine = scores_.refused(member, round, *refusal);
+    if (!quarantine) return;
+    const auto found = table_->find(member);
+    spdlog::warn(
+        "peer: node {} ({}) quarantined until round {} ({} rounds, quarantine {}): {} of its "
+        "messages refused in a row ({} refused, {} accepted in all), the last: {}",
+        format_node_id(member), found ? found->address : "address unknown", quarantine->until_round,
+        quarantine->rounds, quarantine->score.quarantines, quarantine->score.in_a_row,
+        quarantine->score.refused, quarantine->score.accepted, *refusal);
+}
+
+std::vector<uint64_t> PeerNode::quarantined() const {
+    return scores_.quarantined_in(table_->self().round);
 }
 
 FailureCounts PeerNode::failures() const {
@@ -301,6 +328,7 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
     }
     if (result.refused) {
         failures_.count(FailureReason::RefusedMessage);
+        judged(slot.partner, slot.round, result.error);
     } else if (!whole && SteadyClock::now() >= deadline) {
         failures_.count(FailureReason::Timeout);
     }

@@ -172,6 +172,11 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
                              m.protocol_version == self.protocol_version &&
                              m.swarm_id == self.swarm_id);
         if (auto rtt = peer.round_trip_ms(m.node_id)) info->set_rtt_ms(*rtt);
+        if (const auto score = peer.score_of(m.node_id)) {
+            info->set_refused_messages(score->refused);
+            if (score->quarantined_until > self.round)
+                info->set_quarantined_until_round(score->quarantined_until);
+        }
         if (auto it = exchanges_.find(m.node_id); it != exchanges_.end()) {
             info->set_exchanges(it->second.count);
             info->set_last_exchange_age_seconds(seconds_between(it->second.last, now));

@@ -381,9 +381,16 @@ void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
                                               replica_->partner_checks(), replica_->phi(),
                                               replica_->momentum(), scratch_a_, scratch_b_);
     report.solo = step.members < 2;
-    for (const std::string& why : step.refused) {
-        add_failure(report, why);
+    for (const Refusal& refusal : step.refused) {
+        add_failure(report, refusal.why);
         peer_->count_failure(FailureReason::RefusedMessage);
+    }
+    for (const MemberValues& p : partners) {
+        const auto refusal = std::find_if(step.refused.begin(), step.refused.end(),
+                                          [&](const Refusal& r) { return r.member == p.node_id; });
+        peer_->judged(p.node_id, round_,
+                      refusal == step.refused.end() ? std::nullopt
+                                                    : std::optional<std::string>(refusal->why));
     }
 }
 

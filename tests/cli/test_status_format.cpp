@@ -189,16 +189,33 @@ TEST_CASE("the peers table has a header and one row per peer") {
     second->set_address("10.0.0.8:7700");
     second->set_state("suspect");
     second->set_round(40);
+    v1::PeerInfo* third = peers.add_peers();
+    third->set_node_id("cccccccccccccccc");
+    third->set_address("10.0.0.9:7700");
+    third->set_state("alive");
+    third->set_round(41);
+    third->set_compatible(true);
+    third->set_refused_messages(3);
+    third->set_quarantined_until_round(58);
 
     const auto lines = lines_of(format_peers(peers));
-    REQUIRE(lines.size() == 3);
+    REQUIRE(lines.size() == 4);
     CHECK(
         lines[0] ==
-        "node              address        state    round  compatible  rtt      last exchange  exchanges");
-    CHECK(lines[1] ==
-          "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive    41     yes         12.3 ms  1m 15s ago     9");
-    CHECK(lines[2] ==
-          "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect  40     no          -        -              0");
+        "node              address        state                           round  compatible  rtt      "
+        "last exchange  exchanges  refused");
+    CHECK(
+        lines[1] ==
+        "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive                           41     yes         12.3 ms  "
+        "1m 15s ago     9          0");
+    CHECK(
+        lines[2] ==
+        "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect                         40     no          -        "
+        "-              0          0");
+    CHECK(
+        lines[3] ==
+        "cccccccccccccccc  10.0.0.9:7700  alive, quarantined to round 58  41     yes         -        "
+        "-              0          3");
 
     CHECK(format_peers(v1::ListPeersResponse()) == "no other members known\n");
 }

@@ -57,10 +57,17 @@ bool trained_to_nan(const std::string& log) {
            log.find("| loss -nan") != std::string::npos;
 }
 
+struct FaultyRun {
+    std::string logs;  // the honest nodes', joined
+    // Per honest node, what its `starling peers` said of the faulty member at the end.
+    std::vector<nlohmann::json> views_of_faulty;
+    std::string faulty_address;
+};
+
 // Three honest daemons and one whose [optimizer].lr is `faulty_lr`, all with `method`, evaluated
 // every 8 rounds. Each honest node must reach kRounds with a finite validation loss and a training
-// loss well below its first; returns the honest nodes' logs joined.
-std::string run_with_faulty_member(const std::string& method, const std::string& faulty_lr) {
+// loss well below its first.
+FaultyRun run_with_faulty_member(const std::string& method, const std::string& faulty_lr) {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path()),
         faulty("faulty", root.path());
@@ -71,7 +78,7 @@ std::string run_with_faulty_member(const std::string& method, const std::string&
     b.start({a.peer_address()}, honest);
     c.start({a.peer_address()}, honest);
     faulty.start({a.peer_address()}, typo);
-    std::string logs;
+    FaultyRun run{"", {}, faulty.peer_address()};
     for (TestDaemon* d : {&a, &b, &c}) {
         eventually(d->name() + " reaches round " + std::to_string(kRounds), 180s, [&] {
             const std::string log = d->log();
@@ -90,27 +97,55 @@ std::string run_with_faulty_member(const std::string& method, const std::string&
         INFO(d->name() << "'s validation loss: " << status["val_loss"]);
         CHECK(std::isfinite(status["val_loss"].get<double>()));
         CHECK(status["val_loss"].get<double>() < 4.0);  // ln 256 = 5.55 untrained
-        logs += d->log();
+        run.logs += d->log();
+    }
+    const std::string faulty_id = faulty.status()["node_id"];
+    for (TestDaemon* d : {&a, &b, &c}) {
+        const nlohmann::json peers = d->peers();
+        for (const nlohmann::json& p : peers["peers"])
+            if (p["node_id"] == faulty_id) run.views_of_faulty.push_back(p);
     }
     for (TestDaemon* d : {&a, &b, &c, &faulty}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b, &c, &faulty}) d->process().wait(20s);
-    return logs;
+    return run;
 }
 
 }  // namespace
 
-TEST_CASE("a NoLoCo member whose learning rate is mistyped 1e2 is refused and sinks no one",
-          "[integration]") {
-    const std::string logs = run_with_faulty_member("noloco", "1e2");
+TEST_CASE(
+    "a NoLoCo member whose learning rate is mistyped 1e2 is refused, quarantined and named, and "
+    "sinks no one",
+    "[integration]") {
+    const FaultyRun run = run_with_faulty_member("noloco", "1e2");
     // Pairing is random, but in 40 rounds of 4 members an honest node meets the faulty one.
-    CHECK((logs.find("exceeds 10.000000 times the larger of this node's own update") !=
+    CHECK((run.logs.find("exceeds 10.000000 times the larger of this node's own update") !=
                std::string::npos ||
-           logs.find("is not finite") != std::string::npos));
+           run.logs.find("is not finite") != std::string::npos));
+    // Two refusals in a row quarantine it for 8 rounds, then 16, then 32: in 40 rounds an honest
+    // node refuses it a handful of times, where without the quarantine it would keep pairing with
+    // it about one round in three. Each honest node says how many it refused.
+    REQUIRE(run.views_of_faulty.size() == 3);
+    uint64_t refused = 0;
+    for (const nlohmann::json& view : run.views_of_faulty) {
+        INFO(view.dump());
+        const uint64_t n =
+            view.contains("refused_messages") ? json_u64(view["refused_messages"]) : 0;
+        CHECK(n <= 6);
+        refused += n;
+    }
+    CHECK(refused >= 2);
+    const auto quarantines =
+        lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"});
+    INFO(run.logs);
+    CHECK(!quarantines.empty());
 }
 
 TEST_CASE("a DiLoCo member whose learning rate is mistyped 1e3 cannot steer the mean",
           "[integration]") {
-    run_with_faulty_member("diloco", "1e3");
+    const FaultyRun run = run_with_faulty_member("diloco", "1e3");
+    // The gather takes every member's D, so that every member averages the same ones: a member's
+    // own quarantine would part its phi from the others'. The clip bounds the faulty one instead.
+    CHECK(lines_with(run.logs, {"quarantined until round"}).empty());
 }
 
 TEST_CASE(

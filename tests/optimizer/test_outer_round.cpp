@@ -35,8 +35,9 @@ TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps
                                               checks, phi, momentum, a, b);
     CHECK(step.members == 1);
     REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].find("0000000000000007") != std::string::npos);
-    CHECK(step.refused[0].find("not finite") != std::string::npos);
+    CHECK(step.refused[0].member == 7);
+    CHECK(step.refused[0].why.find("0000000000000007") != std::string::npos);
+    CHECK(step.refused[0].why.find("not finite") != std::string::npos);
     // The solo step by hand: delta = 0.5 * delta + 0.7 * (theta - phi); phi += delta.
     for (size_t i = 0; i < n; i++) {
         const float delta = 0.5f * momentum_solo[i] + 0.7f * (theta[i] - phi_solo[i]);
@@ -126,7 +127,8 @@ TEST_CASE("noloco_outer_step refuses a partner a thousand updates away in the fi
                                               checks, phi, momentum, a, b);
     CHECK(step.members == 2);
     REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].find("0000000000000005") != std::string::npos);
+    CHECK(step.refused[0].member == 5);
+    CHECK(step.refused[0].why.find("0000000000000005") != std::string::npos);
 }
 
 TEST_CASE(

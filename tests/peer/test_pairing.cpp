@@ -404,6 +404,43 @@ TEST_CASE("a node with another model fingerprint is never chosen") {
     }
 }
 
+TEST_CASE(
+    "a member quarantined by one node is neither chosen by it nor accepted, until its time is up") {
+    // Four nodes with one view, where every node's first proposal, to its deterministic partner,
+    // succeeds (the eight-node test). Node 0 refuses two of node 1's messages in a row in the
+    // round before one where they are each other's deterministic partners: that quarantines node 1
+    // for 8 rounds in node 0's eyes only. They do not pair then, nor in any round of the
+    // quarantine, and do in the first round after it where they are each other's partners again.
+    LocalCluster cluster(4);
+    const auto nodes = wait_for_one_view(cluster);
+    const auto view = nodes.front()->pairable_ids();
+    const uint64_t faulty = nodes[1]->node_id();
+    const auto partners_again = [&](uint64_t from) {
+        uint64_t round = from;
+        while (deterministic_partner(round, view, nodes[0]->node_id()) != faulty) round++;
+        return round;
+    };
+    const uint64_t first = partners_again(1);
+    nodes[0]->judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
+    CHECK(nodes[0]->quarantined().empty());
+    nodes[0]->judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
+    const auto score = nodes[0]->score_of(faulty);
+    REQUIRE(score);
+    CHECK(score->refused == 2);
+    CHECK(score->quarantined_until == first + 8);
+    const uint64_t again = partners_again(first + 8);
+    for (uint64_t round = first; round <= again; ++round) {
+        INFO("round " << round << ", quarantined until " << first + 8);
+        const auto partners = choose_partners(nodes, round);
+        require_mutual(nodes, partners);
+        if (round < first + 8) {
+            CHECK(partners[0] != faulty);
+        } else if (round == again) {
+            CHECK(partners[0] == faulty);
+        }
+    }
+}
+
 TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is refused") {
     LocalCluster cluster(2);
     const auto nodes = wait_for_one_view(cluster);

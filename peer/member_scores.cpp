@@ -1,0 +1,55 @@
+#include "peer/member_scores.h"
+
+#include <algorithm>
+
+namespace starling {
+
+void MemberScores::accepted(uint64_t member) {
+    std::lock_guard lock(mutex_);
+    MemberScore& s = scores_[member];
+    s.accepted++;
+    s.in_a_row = 0;
+}
+
+std::optional<Quarantine> MemberScores::refused(uint64_t member, uint64_t round, std::string why) {
+    std::lock_guard lock(mutex_);
+    MemberScore& s = scores_[member];
+    s.refused++;
+    s.in_a_row++;
+    s.last_refusal = std::move(why);
+    // A member already quarantined (a message of a round paired before the quarantine began)
+    // gets no longer for it.
+    if (s.quarantined_until > round) return std::nullopt;
+    // A run of refusals goes on through a quarantine: after one, the first refusal with no
+    // accepted message since starts the next.
+    if (s.in_a_row < policy_.refusals_in_a_row) return std::nullopt;
+    uint64_t rounds = policy_.first_rounds;
+    for (uint64_t q = 0; q < s.quarantines && rounds < policy_.max_rounds; q++) rounds *= 2;
+    rounds = std::min(rounds, policy_.max_rounds);
+    s.quarantines++;
+    s.quarantined_until = round + 1 + rounds;
+    return Quarantine{member, s.quarantined_until, rounds, s};
+}
+
+bool MemberScores::quarantined(uint64_t member, uint64_t round) const {
+    std::lock_guard lock(mutex_);
+    const auto it = scores_.find(member);
+    return it != scores_.end() && it->second.quarantined_until > round;
+}
+
+std::optional<MemberScore> MemberScores::score(uint64_t member) const {
+    std::lock_guard lock(mutex_);
+    const auto it = scores_.find(member);
+    if (it == scores_.end()) return std::nullopt;
+    return it->second;
+}
+
+std::vector<uint64_t> MemberScores::quarantined_in(uint64_t round) const {
+    std::lock_guard lock(mutex_);
+    std::vector<uint64_t> out;
+    for (const auto& [member, s] : scores_)
+        if (s.quarantined_until > round) out.push_back(member);
+    return out;
+}
+
+}  // namespace starling
