@@ -42,6 +42,8 @@ public:
     // Ends Watch streams and stops serving, waiting at most `grace` for calls in flight.
     void shutdown(std::chrono::milliseconds grace);
     const std::string& address() const { return address_; }
+    // Connections the gate in front of a TCP address closed; 0 on a unix socket, which has none.
+    uint64_t closed_connections() const { return gate_ ? gate_->closed() : 0; }
 
 private:
     class Service;

@@ -98,10 +98,15 @@ NodeMetrics::NodeMetrics(const std::string& listen)
     auto& failures =
         prometheus::BuildCounter()
             .Name("starling_failures_total")
-            .Help("Failures by reason: auth, timeout, refused_message, state_sync, checkpoint")
+            .Help(
+                "Failures by reason: auth, connection, timeout, refused_message, state_sync, checkpoint")
             .Register(r);
     for (FailureReason reason : kFailureReasons)
         failures_.push_back(&failures.Add({{"reason", std::string(failure_reason_name(reason))}}));
+    control_connections_closed_ = counter(
+        r, "starling_control_connections_closed_total",
+        "Connections the Control port's gate closed: streams reset past its budget, broken HTTP/2, "
+        "over its connection cap");
     exchange_seconds_ =
         seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ =
@@ -114,6 +119,13 @@ NodeMetrics::NodeMetrics(const std::string& listen)
     suspect_ = &peers.Add({{"state", "suspect"}});
     dead_ = &peers.Add({{"state", "dead"}});
     left_ = &peers.Add({{"state", "left"}});
+    quarantined_ = &prometheus::BuildGauge()
+                        .Name("starling_quarantined_peers")
+                        .Help(
+                            "Members this node does not pair with for now: their messages were "
+                            "refused in a row")
+                        .Register(r)
+                        .Add({});
     peer_rtt_ =
         &prometheus::BuildGauge()
              .Name("starling_peer_rtt_seconds")
@@ -182,6 +194,10 @@ void NodeMetrics::record_failures(const FailureCounts& totals) {
     for (size_t i = 0; i < totals.size(); i++) follow(*failures_[i], totals[i]);
 }
 
+void NodeMetrics::record_control_connections_closed(uint64_t total) {
+    follow(*control_connections_closed_, total);
+}
+
 void NodeMetrics::record_peers(const PeerNode& peer) {
     double counts[5] = {};
     std::map<uint64_t, prometheus::Gauge*> live;
@@ -204,6 +220,7 @@ void NodeMetrics::record_peers(const PeerNode& peer) {
     suspect_->Set(counts[static_cast<int>(MemberState::Suspect)]);
     dead_->Set(counts[static_cast<int>(MemberState::Dead)]);
     left_->Set(counts[static_cast<int>(MemberState::Left)]);
+    quarantined_->Set(static_cast<double>(peer.quarantined().size()));
 }
 
 }  // namespace starling

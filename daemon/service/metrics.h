@@ -42,6 +42,8 @@ public:
     void record_peers(const PeerNode& peer);
     // The node's running totals of failures by reason (PeerNode::failures).
     void record_failures(const FailureCounts& totals);
+    // The running total of connections the Control port's gate closed (ControlServer).
+    void record_control_connections_closed(uint64_t total);
     uint16_t port() const { return server_->port(); }
     // What a scrape of /metrics gets: every family above and the process_* ones, as text.
     std::string scrape() const;
@@ -58,9 +60,9 @@ private:
         *tokens_per_second_, *compression_ratio_, *partner_distance_, *checkpoint_round_,
         *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,
-        *train_seconds_;
+        *train_seconds_, *control_connections_closed_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
-    prometheus::Gauge *alive_, *suspect_, *dead_, *left_;
+    prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_;
     prometheus::Family<prometheus::Gauge>* build_info_;
     std::map<v1::NodePhase, prometheus::Gauge*> phases_;
     std::vector<prometheus::Counter*> failures_;  // indexed as kFailureReasons

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -67,9 +68,10 @@ NodeConfig load(const std::string& path, const NodeFlags& flags) {
 // The event loop: signals, the once-a-second tick, and the end of the round loop.
 class EventLoop {
 public:
-    EventLoop(NodeRunner& runner, std::function<void()> drain, NodeMetrics* metrics,
-              std::string config_path, NodeFlags flags)
+    EventLoop(NodeRunner& runner, const ControlServer& control, std::function<void()> drain,
+              NodeMetrics* metrics, std::string config_path, NodeFlags flags)
         : runner_(runner),
+          control_(control),
           drain_(std::move(drain)),
           metrics_(metrics),
           config_path_(std::move(config_path)),
@@ -134,6 +136,7 @@ private:
         if (metrics_) {
             metrics_->record_peers(peer);
             metrics_->record_failures(peer.failures());
+            metrics_->record_control_connections_closed(control_.closed_connections());
         }
         release_free_memory_now_and_then();
         tick_.expires_after(
@@ -175,6 +178,7 @@ private:
     }
 
     NodeRunner& runner_;
+    const ControlServer& control_;
     std::function<void()> drain_;
     NodeMetrics* metrics_;
     std::string config_path_;
@@ -189,9 +193,8 @@ private:
     std::chrono::steady_clock::time_point last_release_ = std::chrono::steady_clock::now();
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The whole life of the daemon; its exit status.
+int run_daemon(int argc, char** argv) {
     restart_unless_openmp_wait_policy_set(argv);
     const bool buffers_kept = keep_freed_buffers_for_reuse();
     use_log_format("text");
@@ -264,7 +267,7 @@ int main(int argc, char** argv) {
                      runner.peer().address(), config.swarm.peer.swarm_id,
                      runner.node().replica().manifest().fingerprint(), control->address(),
                      config.metrics_listen.empty() ? "off" : config.metrics_listen);
-        EventLoop(runner, drain, metrics.get(), config_path, flags).run();
+        EventLoop(runner, *control, drain, metrics.get(), config_path, flags).run();
         control->shutdown(std::chrono::milliseconds(1000));
         spdlog::info("starlingd: left the swarm, exiting");
         return 0;
@@ -273,3 +276,19 @@ int main(int argc, char** argv) {
         return 1;
     }
 }
+
+// gRPC's own threads (its event engine's) outlive every gRPC object and may log at any time,
+// through spdlog (peer/grpc_log.h). Returning from main would destroy spdlog's and gRPC's statics
+// under them: a node exiting after a drain once died of SIGSEGV in such a thread. So the daemon
+// ends, once everything it owns has been shut down and its logs flushed, without static
+// destructors.
+[[noreturn]] void end_process(int status) {
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { end_process(run_daemon(argc, argv)); }

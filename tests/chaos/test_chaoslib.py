@@ -10,7 +10,7 @@ import tomllib
 import unittest
 from pathlib import Path
 
-from chaoslib import attacks, config, logs, report
+from chaoslib import attacks, config, hostile, logs, report
 from chaoslib.daemons import StallTracker
 
 LOG = """\
@@ -177,6 +177,14 @@ class AttackBytesTest(unittest.TestCase):
                 "10.251.148.1:37621 refused: phi's norm 1.40732e+13 is not within a factor of 10 of the median 53.0017")
         text = "\n".join([line, line.replace("warning", "info"), line.replace("37621", "37622")])
         self.assertEqual(logs.refusals_of(text, "10.251.148.1:37621"), [line])
+        self.assertEqual(hostile.refusal_reason(line), "phi's norm 1.40732e+13, the median 53.0017")
+
+    def test_quarantines_name_the_member(self):
+        line = ("[2026-11-28 06:40:01.002 +00:00] warning peer: node 8e5efe4e342c4fdc (10.251.148.1:37621) quarantined "
+                "until round 61 (8 rounds, quarantine 1): 2 of its messages refused in a row (2 refused, 0 accepted in "
+                "all), the last: partner 8e5efe4e342c4fdc: its distance from this node's values, 1e12, exceeds ...")
+        self.assertEqual(logs.quarantines_of(line, "10.251.148.1:37621"), [line])
+        self.assertEqual(logs.quarantines_of(line, "10.251.148.1:3762"), [])
 
 
 class Listener:

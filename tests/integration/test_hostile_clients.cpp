@@ -12,6 +12,7 @@
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
 #include "tests/support/http2_flood.h"
+#include "tests/support/metrics_text.h"
 
 using namespace starling;
 using namespace starling::test;
@@ -90,6 +91,14 @@ TEST_CASE(
     // closes a connection that resets streams past its budget.
     CHECK(peak.rss_kb <= 2 * before.rss_kb);
     eventually("a answers after the flood", 30s, [&] { return a.cli({"status"}).status == 0; });
+    if (control) {
+        // The gate's closures show on /metrics (the tick copies them once a second).
+        eventually("/metrics counts the connections the control gate closed", 10s, [&] {
+            return sample_value(http_get(a.metrics_port(), "/metrics"),
+                                "starling_control_connections_closed_total")
+                       .value_or(0.0) >= 1.0;
+        });
+    }
 
     std::optional<int> exit_status;
     under_rapid_reset(pid, port, [&] {

@@ -17,6 +17,7 @@ no node can be its target now, try again later), poll() every loop until it retu
 finish(), which sets result["ok"] and result["summary"] (the table's row)."""
 
 import math
+import re
 import threading
 import time
 
@@ -233,10 +234,12 @@ class PoisonedDonor(Probe):
         self.first_round = None
         self.joiner = None
         self.joined_at = None
+        self.judged_at = None
         self.t0 = now()
         self.result = {"poisoned": self.poisoned.label, "address": node.listen, "started_s": round(chaos.t(), 1)}
         chaos.note(f"poisoned donor {self.poisoned.label} ({node.listen}) with a learning rate of 1e2; once it has "
-                   f"trained {self.ROUNDS_TO_DIVERGE} rounds a new node joins through it alone")
+                   f"trained {self.ROUNDS_TO_DIVERGE} rounds a new node joins through it alone; it stays "
+                   f"{self.hold_s:.0f} s more among the others")
         return True
 
     def poll(self, chaos):
@@ -253,11 +256,17 @@ class PoisonedDonor(Probe):
             return now() - self.t0 > 120
         if self.joiner.verify["result"] is None:
             return False
-        # Judge a round the joiner trained on what it copied.
+        # Judge a round the joiner trained on what it copied, then leave the poisoned member among the
+        # others for hold_s, for them to quarantine it.
         if self.joined_at is None:
             self.joined_at = now()
-        st = self.joiner.last_status or {}
-        return st.get("train_loss") is not None or now() - self.joined_at > 30 or not self.joiner.alive
+        if self.judged_at is None:
+            st = self.joiner.last_status or {}
+            if st.get("train_loss") is not None or now() - self.joined_at > 30 or not self.joiner.alive:
+                self.judged_at = now()
+                self.joiner_train_loss = st.get("train_loss")
+            return False
+        return now() - self.judged_at >= self.hold_s
 
     def finish(self, chaos):
         p = self.poisoned
@@ -270,21 +279,31 @@ class PoisonedDonor(Probe):
             return
         text = self.joiner.log_path.read_text(errors="replace")
         refusals = logs.refusals_of(text, p.node.listen)
-        loss = (self.joiner.last_status or {}).get("train_loss")
+        loss = getattr(self, "joiner_train_loss", None)
         v = self.joiner.verify
+        # Every process of another node that ran meanwhile and quarantined the poisoned member.
+        quarantined_by = sorted(
+            i.label for i in chaos.instances
+            if i is not p and i.started_wall is not None and i.log_path.exists()
+            and logs.quarantines_of(i.log_path.read_text(errors="replace"), p.node.listen))
         self.result.update(joiner=self.joiner.label, joined=v["result"], join_detail=v.get("detail"),
-                           refusals=refusals[:3], joiner_train_loss=loss)
+                           refusals=refusals[:3], joiner_train_loss=loss, quarantined_by=quarantined_by)
         finite = isinstance(loss, (int, float)) and math.isfinite(loss) and loss < 5.0  # ln 256 = 5.55 untrained
-        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite
+        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite and bool(quarantined_by)
         self.result["summary"] = (
             f"{p.label} (train loss {fmt_loss(self.result['poisoned_train_loss'])}): joiner {self.joiner.label} "
             + (f"refused its snapshot ({refusal_reason(refusals[0])})" if refusals else "did NOT refuse its snapshot")
             + (f", joined in {v['seconds']:.1f} s" if v["result"] else ", did NOT join")
-            + f", then train loss {fmt_loss(loss)}")
+            + f", then train loss {fmt_loss(loss)}; quarantined by "
+            + (", ".join(quarantined_by) if quarantined_by else "NO node")
+            + f" within {self.hold_s:.0f} s")
 
 
 def refusal_reason(line):
-    return line.split(" refused: ", 1)[1][:90]
+    """The norms a refusal compared, or the start of its reason."""
+    why = line.split(" refused: ", 1)[1]
+    m = re.search(r"phi's norm (\S+) .* the median ([0-9.e+-]+)", why)
+    return f"phi's norm {m.group(1)}, the median {m.group(2)}" if m else why[:90]
 
 
 def fmt_loss(x):
@@ -295,6 +314,6 @@ def default_probes(args):
     """The attack probes of a run, due at these fractions of the chaos phase (the preface flood is
     due at 0.35 and the double start at 0.15)."""
     hold = min(30.0, max(8.0, 0.01 * args.duration))
-    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 0), StrangerFrames(0.5, hold),
+    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 2 * hold), StrangerFrames(0.5, hold),
             JoinPastAddressFlood(0.6, 0, args.address_flood_connections, 100)]
 

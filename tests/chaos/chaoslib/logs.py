@@ -177,3 +177,9 @@ def refusals_of(text, donor):
     """The warning lines of a log in which a state copy refused a snapshot `donor` (host:port) offered."""
     return [line for line in text.splitlines()
             if " warning " in line and "state sync:" in line and " refused: " in line and donor in line]
+
+
+def quarantines_of(text, member):
+    """The warning lines of a log in which the node quarantined `member` (host:port)."""
+    return [line for line in text.splitlines()
+            if " warning " in line and "quarantined until round" in line and f"({member})" in line]
