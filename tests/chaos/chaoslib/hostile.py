@@ -63,6 +63,21 @@ class Probe:
         inst.node.busy_until = math.inf
         return inst
 
+    def begin(self, chaos, address_of, sample_usage=True):
+        """Takes a target (self.inst) and its address (address_of(node), HOST:PORT), samples its
+        usage from now (self.usage) and starts the result; (host, port), or None when no node can be
+        the target now."""
+        inst = self.pick_target(chaos)
+        if inst is None:
+            return None
+        self.inst = inst
+        address = address_of(inst.node)
+        host, port = address.rsplit(":", 1)
+        self.usage = attacks.Usage(inst.pid).start() if sample_usage else None
+        self.t0 = now()
+        self.result = {"target": inst.label, "address": address, "started_s": round(chaos.t(), 1)}
+        return host, int(port)
+
     def release(self, inst):
         inst.node.busy_until = now() + 5
 
@@ -77,21 +92,16 @@ class ControlRapidReset(Probe):
     name = "control rapid reset"
 
     def start(self, chaos):
-        inst = self.pick_target(chaos)
-        if inst is None:
+        address = self.begin(chaos, lambda node: node.control)
+        if address is None:
             return False
-        self.inst = inst
-        host, port = inst.node.control.rsplit(":", 1)
-        self.usage = attacks.Usage(inst.pid).start()
-        self.attack = attacks.Attack("rapid_reset", host, int(port), attacks.CONTROL_STATUS, workers=2).start()
-        self.t0 = now()
+        self.attack = attacks.Attack("rapid_reset", *address, attacks.CONTROL_STATUS, workers=2).start()
         self.term_at = None
         self.during = None
         self.asker = threading.Thread(target=self._ask_during, args=(chaos,), daemon=True)
         self.asker.start()
-        self.result = {"target": inst.label, "address": inst.node.control, "started_s": round(chaos.t(), 1)}
-        chaos.note(f"control rapid reset on {inst.label} ({inst.node.control}): 2 connections for {self.hold_s:.0f} s, "
-                   f"then SIGTERM while it goes on")
+        chaos.note(f"control rapid reset on {self.inst.label} ({self.result['address']}): 2 connections for "
+                   f"{self.hold_s:.0f} s, then SIGTERM while it goes on")
         return True
 
     def _ask_during(self, chaos):
@@ -135,22 +145,17 @@ class StrangerFrames(Probe):
     name = "stranger frames (peer)"
 
     def start(self, chaos):
-        inst = self.pick_target(chaos)
-        if inst is None:
+        address = self.begin(chaos, lambda node: node.listen)
+        if address is None:
             return False
-        self.inst = inst
-        host, port = inst.node.listen.rsplit(":", 1)
-        self.usage = attacks.Usage(inst.pid).start()
         self.attacks = [
-            attacks.Attack("rapid_reset", host, int(port), attacks.PEER_JOIN, workers=2, source=STRANGER_SOURCES[0],
+            attacks.Attack("rapid_reset", *address, attacks.PEER_JOIN, workers=2, source=STRANGER_SOURCES[0],
                            tls=True).start(),
-            attacks.Attack("large_bodies", host, int(port), attacks.PEER_JOIN, workers=1, source=STRANGER_SOURCES[1],
+            attacks.Attack("large_bodies", *address, attacks.PEER_JOIN, workers=1, source=STRANGER_SOURCES[1],
                            tls=True).start(),
         ]
-        self.t0 = now()
-        self.result = {"target": inst.label, "address": inst.node.listen, "started_s": round(chaos.t(), 1)}
-        chaos.note(f"stranger frames on {inst.label} ({inst.node.listen}): rapid reset and 4 MiB bodies after a TLS "
-                   f"handshake without the swarm's certificate, {self.hold_s:.0f} s")
+        chaos.note(f"stranger frames on {self.inst.label} ({self.result['address']}): rapid reset and 4 MiB bodies "
+                   f"after a TLS handshake without the swarm's certificate, {self.hold_s:.0f} s")
         return True
 
     def poll(self, chaos):
@@ -182,18 +187,15 @@ class JoinPastAddressFlood(Probe):
         self.connections, self.sources = connections, sources
 
     def start(self, chaos):
-        inst = self.pick_target(chaos)
-        if inst is None:
+        address = self.begin(chaos, lambda node: node.listen, sample_usage=False)
+        if address is None:
             return False
-        self.inst = inst
-        host, port = inst.node.listen.rsplit(":", 1)
-        self.flood = attacks.PrefaceFlood(host, int(port), self.connections,
+        self.flood = attacks.PrefaceFlood(*address, self.connections,
                                           [f"127.0.0.{2 + k}" for k in range(self.sources)]).start()
         self.joiner = None
-        self.t0 = now()
-        self.result = {"target": inst.label, "address": inst.node.listen, "started_s": round(chaos.t(), 1)}
-        chaos.note(f"address flood on {inst.label} ({inst.node.listen}): {self.connections} preface connections from "
-                   f"{self.sources} addresses, reopened as they close; a new node joins through it alone")
+        chaos.note(f"address flood on {self.inst.label} ({self.result['address']}): {self.connections} preface "
+                   f"connections from {self.sources} addresses, reopened as they close; a new node joins through it "
+                   f"alone")
         return True
 
     def poll(self, chaos):
