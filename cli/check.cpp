@@ -14,6 +14,7 @@
 
 #include "cli/check_network.h"
 #include "cli/status_format.h"
+#include "common/errno_text.h"
 #include "common/error.h"
 #include "engine/config_reader.h"
 #include "daemon/data_dir_lock.h"
@@ -67,7 +68,7 @@ fs::path existing_ancestor(const fs::path& dir) {
 std::string write_problem(const fs::path& dir) {
     const fs::path probe = dir / fmt::format(".starling-check-{}", getpid());
     const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return std::strerror(errno);
+    if (fd < 0) return errno_text(errno);
     ::close(fd);
     ::unlink(probe.c_str());
     return "";

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/errno_text.h"
 #include "common/error.h"
 #include "peer/address.h"
 #include "model/config.h"
@@ -59,20 +60,20 @@ AddrInfoList resolve(const std::string& host, uint16_t port, int flags) {
 std::string connect_one(const addrinfo& address, std::chrono::steady_clock::time_point deadline) {
     const Socket socket(
         ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (socket.fd() < 0) return std::strerror(errno);
+    if (socket.fd() < 0) return errno_text(errno);
     if (::connect(socket.fd(), address.ai_addr, address.ai_addrlen) == 0) return "";
-    if (errno != EINPROGRESS) return std::strerror(errno);
+    if (errno != EINPROGRESS) return errno_text(errno);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     pollfd wait{socket.fd(), POLLOUT, 0};
     const int ready = ::poll(&wait, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-    if (ready < 0) return std::strerror(errno);
+    if (ready < 0) return errno_text(errno);
     if (ready == 0) return "no answer";
     int error = 0;
     socklen_t size = sizeof(error);
     if (::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &size) != 0)
-        return std::strerror(errno);
-    return error == 0 ? "" : std::strerror(error);
+        return errno_text(errno);
+    return error == 0 ? "" : errno_text(error);
 }
 
 struct Listener {
@@ -129,7 +130,7 @@ std::string bind_problem(const std::string& host, uint16_t port) {
     for (const addrinfo* at = list.get(); at != nullptr; at = at->ai_next) {
         const Socket socket(::socket(at->ai_family, at->ai_socktype | SOCK_CLOEXEC, 0));
         if (socket.fd() < 0) {
-            problem = std::strerror(errno);
+            problem = errno_text(errno);
             continue;
         }
         // As gRPC's servers do, so a port whose old connections linger in TIME_WAIT counts as free.
@@ -140,8 +141,7 @@ std::string bind_problem(const std::string& host, uint16_t port) {
         } else if (errno == EADDRINUSE) {
             return "in use";
         } else {
-            problem =
-                std::strerror(errno);  // e.g. ::1 on a host without IPv6: fine if another binds
+            problem = errno_text(errno);  // e.g. ::1 on a host without IPv6: fine if another binds
         }
     }
     return bound ? "" : problem;

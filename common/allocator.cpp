@@ -11,8 +11,10 @@ bool keep_freed_buffers_for_reuse() {
     // and gRPC's threads allocate in bursts of that size.
     constexpr int kMmapThreshold = 32 << 20;
     constexpr int kTrimThreshold = 128 << 20;
-    return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&
-           mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 && mallopt(M_ARENA_MAX, 1) == 1;
+    // mallopt is unsafe beside other threads; programs call this first thing, before any starts.
+    return mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 &&  // NOLINT(concurrency-mt-unsafe)
+           mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1 &&  // NOLINT(concurrency-mt-unsafe)
+           mallopt(M_ARENA_MAX, 1) == 1;                      // NOLINT(concurrency-mt-unsafe)
 }
 
 bool release_free_memory() { return malloc_trim(0) == 1; }

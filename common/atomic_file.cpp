@@ -10,13 +10,12 @@
 #include <system_error>
 #include <utility>
 
+#include "common/errno_text.h"
 #include "common/error.h"
 
 namespace starling {
 
 namespace {
-
-std::string errno_text(int err) { return std::generic_category().message(err); }
 
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& path, int err) {
     throw Error(what + " '" + path.string() + "': " + errno_text(err));

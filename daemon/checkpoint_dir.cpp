@@ -170,7 +170,7 @@ fs::path CheckpointDir::save(uint64_t step,
                              const std::function<void(const fs::path& staging)>& write_files) {
     const std::string name = step_dir_name(step);
     const fs::path staging = root_ / (std::string(kStagingPrefix) + name);
-    const fs::path target = root_ / name;
+    fs::path target = root_ / name;
     const fs::path aside = root_ / (std::string(kOldPrefix) + name);
 
     std::error_code ec;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/errno_text.h"
 #include "common/error.h"
 
 namespace starling {
@@ -30,13 +31,13 @@ std::string holder_named_in(int fd) {
 DataDirLock::DataDirLock(const std::filesystem::path& data_dir) {
     const std::string path = lock_path(data_dir).string();
     fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("[node].data_dir: cannot open " + path + ": " + std::strerror(errno));
+    if (fd_ < 0) throw Error("[node].data_dir: cannot open " + path + ": " + errno_text(errno));
     if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
         const int error = errno;
         const std::string holder = error == EWOULDBLOCK ? holder_named_in(fd_) : "";
         close(fd_);
         if (error != EWOULDBLOCK)
-            throw Error("[node].data_dir: cannot lock " + path + ": " + std::strerror(error));
+            throw Error("[node].data_dir: cannot lock " + path + ": " + errno_text(error));
         throw Error("[node].data_dir " + data_dir.string() + " is in use by another starlingd (" +
                     holder + " holds " + path + "): give each node a data directory of its own");
     }
@@ -45,7 +46,7 @@ DataDirLock::DataDirLock(const std::filesystem::path& data_dir) {
         pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
         const int error = errno;
         close(fd_);
-        throw Error("[node].data_dir: cannot write " + path + ": " + std::strerror(error));
+        throw Error("[node].data_dir: cannot write " + path + ": " + errno_text(error));
     }
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <system_error>
 
+#include "common/errno_text.h"
 #include "common/error.h"
 
 namespace starling {
@@ -75,7 +76,7 @@ std::string read_kjv_text() {
     const std::string source = std::string("`") + kKjvCommand + "`";
     const std::string command = std::string(kKjvCommand) + " </dev/null 2>&1";
     std::FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) throw Error(source + ": cannot start: " + std::strerror(errno));
+    if (pipe == nullptr) throw Error(source + ": cannot start: " + errno_text(errno));
 
     std::string raw;
     char buffer[1 << 16];
@@ -84,7 +85,7 @@ std::string read_kjv_text() {
     const bool read_failed = std::ferror(pipe) != 0;
     const int status = ::pclose(pipe);
 
-    if (status == -1) throw Error(source + ": cannot get its exit status: " + std::strerror(errno));
+    if (status == -1) throw Error(source + ": cannot get its exit status: " + errno_text(errno));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
         throw Error(source + ": the `bible` program was not found; " + kInstallHint);
     }
@@ -117,12 +118,12 @@ std::string read_text_file(const std::string& path) {
         void operator()(std::FILE* f) const { std::fclose(f); }
     };
     std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
-    if (!file) throw Error(path + ": cannot open: " + std::strerror(errno));
+    if (!file) throw Error(path + ": cannot open: " + errno_text(errno));
     std::string text;
     char buffer[1 << 16];
     size_t n = 0;
     while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
-    if (std::ferror(file.get())) throw Error(path + ": read failed: " + std::strerror(errno));
+    if (std::ferror(file.get())) throw Error(path + ": read failed: " + errno_text(errno));
     return text;
 }
 

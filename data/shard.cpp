@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/atomic_file.h"
+#include "common/errno_text.h"
 #include "common/error.h"
 
 namespace starling {
@@ -22,8 +23,6 @@ namespace starling {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string errno_text(int err) { return std::strerror(err); }
 
 // Closes a file descriptor on scope exit (the reader's; writes go through AtomicFileWriter).
 class FdGuard {

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/errno_text.h"
+#include "common/error.h"
+
 extern char** environ;
 
 namespace starling {
@@ -78,7 +81,7 @@ toml::table parse_config_file(const std::string& path) {
     } else {
         throw Error(errno == ENOENT
                         ? "config file '" + path + "' does not exist"
-                        : "config file '" + path + "' cannot be read: " + std::strerror(errno));
+                        : "config file '" + path + "' cannot be read: " + errno_text(errno));
     }
     try {
         return toml::parse_file(path);

@@ -244,9 +244,11 @@ SafetensorsFile SafetensorsFile::parse(std::vector<std::byte> contents,
 
         const std::string what = "tensor '" + key + "'";
         if (!value.is_object()) throw bad(what + ": entry is not a JSON object");
+        // A named reference, not the binding: clang 14 cannot capture structured bindings.
+        const nlohmann::json& fields = value;
         auto field = [&](const char* name) -> const nlohmann::json& {
-            auto it = value.find(name);
-            if (it == value.end()) throw bad(what + " is missing '" + name + "'");
+            auto it = fields.find(name);
+            if (it == fields.end()) throw bad(what + " is missing '" + name + "'");
             return *it;
         };
         // A JSON integer as int64 (negative allowed) or uint64; anything else is a type error.

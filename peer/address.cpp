@@ -29,6 +29,8 @@ std::optional<HostPort> parse_host_port(std::string_view text) {
     } else if (host.find(':') != std::string_view::npos) {
         return std::nullopt;  // a bare IPv6 address needs brackets
     }
+    // Brackets only enclose a whole host: one left inside would print back as another address.
+    if (host.find_first_of("[]") != std::string_view::npos) return std::nullopt;
     unsigned port = 0;
     const auto [end, ec] =
         std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);

@@ -16,7 +16,8 @@ struct HostPort {
     std::string str() const;  // brackets IPv6 hosts again
 };
 
-// "host:port" or "[v6]:port"; nullopt when malformed (no port, port out of range, empty host).
+// "host:port" or "[v6]:port"; nullopt when malformed (no port, port out of range, empty host, a
+// bracket anywhere but around the whole host).
 std::optional<HostPort> parse_host_port(std::string_view text);
 
 bool is_loopback_host(std::string_view host);  // localhost, 127.0.0.0/8, ::1

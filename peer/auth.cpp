@@ -95,7 +95,7 @@ void SwarmAuth::attach(grpc::ClientContext& context, std::string_view method) co
 
 grpc::Status SwarmAuth::verify(const grpc::ServerContextBase& context, std::string_view method,
                                uint64_t* caller) {
-    const auto refuse = [this](std::string why) {
+    const auto refuse = [this](const std::string& why) {
         refusals_++;
         return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "starling peer auth: " + why);
     };

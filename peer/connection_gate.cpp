@@ -15,6 +15,8 @@
 #include "peer/address.h"
 #include "peer/listen_address.h"
 #include "peer/tcp_received.h"
+#include "common/errno_text.h"
+#include "common/error.h"
 
 namespace starling {
 namespace {
@@ -142,8 +144,7 @@ void ConnectionGate::accept_ready() {
         if (failure == EAGAIN || failure == EWOULDBLOCK) break;
         // EMFILE and kin: the connections wait in the listen queue until descriptors free up.
         if (accept_warning_.due())
-            spdlog::warn("peer: cannot accept a connection: {}; trying again",
-                         std::strerror(failure));
+            spdlog::warn("peer: cannot accept a connection: {}; trying again", errno_text(failure));
         backoff_.expires_after(kAcceptBackoff);
         backoff_.async_wait([this](const asio::error_code& error) {
             if (!error) wait_for_connections();

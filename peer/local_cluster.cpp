@@ -26,8 +26,8 @@ LocalCluster::LocalCluster(int nodes, PeerConfig base) : base_(std::move(base)) 
     }
 }
 
-PeerNode& LocalCluster::add(PeerConfig config) {
-    nodes_.push_back(std::make_unique<PeerNode>(std::move(config)));
+PeerNode& LocalCluster::add(const PeerConfig& config) {
+    nodes_.push_back(std::make_unique<PeerNode>(config));
     nodes_.back()->start();
     return *nodes_.back();
 }

@@ -20,7 +20,7 @@ public:
     PeerNode& node(size_t i) { return *nodes_.at(i); }
     size_t size() const { return nodes_.size(); }
     // Starts one more node from `config` (its seeds as given) and returns it.
-    PeerNode& add(PeerConfig config);
+    PeerNode& add(const PeerConfig& config);
     const PeerConfig& base() const { return base_; }
 
 private:

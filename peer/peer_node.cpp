@@ -205,7 +205,7 @@ private:
     PeerNode& node_;
 };
 
-PeerNode::PeerNode(PeerConfig config)
+PeerNode::PeerNode(const PeerConfig& config)
     : PeerNode(config, config.data_dir.empty() ? NodeIdentity::generate()
                                                : NodeIdentity::load_or_create(config.data_dir)) {}
 
@@ -235,7 +235,7 @@ std::string swarm_key_material(const PeerConfig& config) {
 
 PeerNode::PeerNode(PeerConfig config, NodeIdentity identity)
     : config_(std::move(config)),
-      identity_(std::move(identity)),
+      identity_(identity),
       auth_(swarm_key_material(config_), identity_, config_.rate_limit),
       tls_(config_.tls.enabled()
                ? std::make_unique<TlsCertificates>(config_.tls, config_.data_dir.empty()
@@ -612,7 +612,9 @@ void PeerNode::maintain_seeds(SteadyClock::time_point now) {
     {
         std::lock_guard lock(seeds_mutex_);
         const auto known = table_->reachable_others();
-        for (auto& [seed, state] : seeds_) {
+        for (auto& [address, state] : seeds_) {
+            // A named reference, not the binding: clang 14 cannot capture structured bindings.
+            const std::string& seed = address;
             const bool member = std::any_of(known.begin(), known.end(),
                                             [&](const Member& m) { return m.address == seed; });
             if (member || seed == address_) {

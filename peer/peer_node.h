@@ -91,7 +91,7 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
 
 class PeerNode {
 public:
-    explicit PeerNode(PeerConfig config);
+    explicit PeerNode(const PeerConfig& config);
     PeerNode(PeerConfig config, NodeIdentity identity);
     ~PeerNode();  // stops like kill() if still running
     PeerNode(const PeerNode&) = delete;

@@ -337,7 +337,7 @@ void refuse(const SnapshotOffer& offer, const std::string& why,
 }  // namespace
 
 FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
-                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                            const SnapshotExpectation& expected, std::span<std::byte> destination,
                            const FetchOptions& options) {
     ensure_sodium();

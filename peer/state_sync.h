@@ -220,7 +220,7 @@ struct FetchResult {
 // addresses. Throws starling::Error naming the problem when no donor can deliver a verified one
 // that the judges in options accept.
 FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& auth,
-                           std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                            const SnapshotExpectation& expected, std::span<std::byte> destination,
                            const FetchOptions& options = {});
 

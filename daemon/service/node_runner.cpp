@@ -35,7 +35,7 @@ bool checkpoint_due(uint64_t round, std::optional<uint64_t> last_checkpoint, int
     return every > 0 && round >= last_checkpoint.value_or(0) + static_cast<uint64_t>(every);
 }
 
-NodeRunner::NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics)
+NodeRunner::NodeRunner(const NodeConfig& config, const std::string& version, NodeMetrics* metrics)
     : config_(config),
       seeds_(config.swarm.peer.seeds),
       checkpoint_every_(config.checkpoint_every),

@@ -52,7 +52,7 @@ class NodeRunner {
 public:
     // Builds the node (binds the peer port, loads or creates the identity) and loads the newest
     // checkpoint. Throws starling::Error naming what is wrong. metrics may be null.
-    NodeRunner(const NodeConfig& config, std::string version, NodeMetrics* metrics);
+    NodeRunner(const NodeConfig& config, const std::string& version, NodeMetrics* metrics);
     ~NodeRunner();
 
     // The round loop, on the calling thread, until the drain has finished.

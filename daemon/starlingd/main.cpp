@@ -198,8 +198,6 @@ int run_daemon(int argc, char** argv) {
     restart_unless_openmp_wait_policy_set(argv);
     const bool buffers_kept = keep_freed_buffers_for_reuse();
     use_log_format("text");
-    if (!buffers_kept)
-        spdlog::warn("malloc refused to keep freed buffers for reuse; exchanges will run slower");
     CLI::App app{"starlingd: one node of a Starling swarm, run as a service"};
     std::string config_path;
     NodeFlags flags;
@@ -230,6 +228,10 @@ int run_daemon(int argc, char** argv) {
         const NodeConfig config = load(config_path, flags);
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         use_log_format(config.log_format);
+        // After --help and --version, which print nothing else, and in the configured format.
+        if (!buffers_kept)
+            spdlog::warn(
+                "malloc refused to keep freed buffers for reuse; exchanges will run slower");
         warn_unknown_starling_variables();
         raise_open_file_limit();
         prepare_data_dir(config.data_dir);

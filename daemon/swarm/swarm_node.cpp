@@ -286,7 +286,9 @@ void SwarmNode::start_exchange(const SwarmRound& report) {
     solo_outer_start(config_, *replica_, theta_sent_, overlap_start_, solo_momentum_, scratch_a_,
                      scratch_b_);
     replica_->restart_from(overlap_start_);
-    in_flight_.emplace();
+    // Built here and moved in: clang cannot default-construct a nested struct with member
+    // initializers inside the enclosing class, where optional's traits first look at it.
+    in_flight_.emplace(InFlight{});
     in_flight_->report = report;
     in_flight_->next = counters(round_ + 1);
     in_flight_->next_data = replica_->data().state();

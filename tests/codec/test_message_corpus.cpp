@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "model/manifest.h"
 #include "codec/message.h"
+#include "tests/support/fuzz_corpus.h"
 
 // tests/codec/fuzz_decode.cpp, compiled into this suite as into the fuzzer.
 int fuzz_decode_one(const uint8_t* data, size_t size);
@@ -28,11 +28,6 @@ namespace fs = std::filesystem;
 const fs::path kCorpus = fs::path(STARLING_SOURCE_DIR) / "tests" / "codec" / "corpus";
 constexpr size_t kMinCorpusFiles = 20;
 
-std::vector<uint8_t> read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The fuzz input format: a mode byte, then each part as a little-endian u32 length and its bytes.
 std::vector<uint8_t> frame(uint8_t mode, const std::vector<std::vector<std::byte>>& parts) {
     std::vector<uint8_t> out{mode};
@@ -48,13 +43,11 @@ std::vector<uint8_t> frame(uint8_t mode, const std::vector<std::vector<std::byte
 TEST_CASE("every fuzz corpus input decodes or fails cleanly, valid seeds completely") {
     REQUIRE(fs::is_directory(kCorpus));
     size_t files = 0, valid = 0;
-    for (const fs::directory_entry& entry : fs::directory_iterator(kCorpus)) {
-        if (!entry.is_regular_file()) continue;
-        const std::vector<uint8_t> data = read_file(entry.path());
-        INFO(entry.path().filename().string());
-        CHECK(fuzz_decode_one(data.data(), data.size()) == 0);
-        if (entry.path().filename().string().rfind("seed-valid-", 0) == 0) {
-            CHECK(fuzz_decode_complete(data.data(), data.size()));
+    for (const test::CorpusInput& input : test::read_fuzz_corpus(kCorpus)) {
+        INFO(input.name);
+        CHECK(fuzz_decode_one(input.bytes.data(), input.bytes.size()) == 0);
+        if (input.name.rfind("seed-valid-", 0) == 0) {
+            CHECK(fuzz_decode_complete(input.bytes.data(), input.bytes.size()));
             valid++;
         }
         files++;

@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <filesystem>
 #include <set>
 
 #include "common/error.h"
 #include "peer/address.h"
+#include "tests/support/fuzz_corpus.h"
 
 using namespace starling;
 
@@ -12,8 +15,8 @@ TEST_CASE("host:port parsing accepts names, IPv4 and bracketed IPv6 and nothing 
     const auto v6 = parse_host_port("[::1]:7000");
     REQUIRE(v6->host == "::1");
     REQUIRE(v6->str() == "[::1]:7000");
-    for (const char* bad :
-         {"", "host", "host:", ":7000", "host:70000", "host:7x", "::1:7000", "[]:1", "[::1:7"})
+    for (const char* bad : {"", "host", "host:", ":7000", "host:70000", "host:7x", "::1:7000",
+                            "[]:1", "[::1:7", "[[x]]:1", "a]b:80", "[a]b]:1"})
         REQUIRE_FALSE(parse_host_port(bad).has_value());
 }
 
@@ -66,4 +69,24 @@ TEST_CASE("a seed resolves to every address of its host, as gRPC targets") {
     // .invalid never resolves (RFC 6761), and a malformed seed gives nothing to dial.
     REQUIRE(resolve_seed_targets("no-such-node.invalid:7700").empty());
     REQUIRE(resolve_seed_targets("127.0.0.1").empty());
+}
+
+// tests/peer/fuzz_host_port.cpp, compiled into this suite as into the fuzzer.
+int fuzz_host_port_one(const uint8_t* data, size_t size);
+bool fuzz_host_port_valid(const uint8_t* data, size_t size);
+
+TEST_CASE("every host:port fuzz input parses and prints back, or is refused") {
+    const auto corpus = std::filesystem::path(STARLING_SOURCE_DIR) / "tests/peer/host-port-corpus";
+    size_t files = 0, valid = 0;
+    for (const test::CorpusInput& input : test::read_fuzz_corpus(corpus)) {
+        INFO(input.name);
+        CHECK(fuzz_host_port_one(input.bytes.data(), input.bytes.size()) == 0);
+        const bool expect_valid = input.name.rfind("seed-valid-", 0) == 0;
+        if (input.name.rfind("seed-", 0) == 0)
+            CHECK(fuzz_host_port_valid(input.bytes.data(), input.bytes.size()) == expect_valid);
+        valid += expect_valid;
+        files++;
+    }
+    CHECK(files >= 8);
+    CHECK(valid >= 3);
 }
