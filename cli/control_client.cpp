@@ -108,7 +108,7 @@ WatchEnd ControlClient::watch(uint32_t interval_ms, uint64_t max_updates,
                               grpc::Status& status) {
     grpc::ClientContext context;
     {
-        std::lock_guard lock(watch_mutex_);
+        const MutexLock lock(watch_mutex_);
         if (stopped_) return WatchEnd::Stopped;
         watch_context_ = &context;
     }
@@ -130,7 +130,7 @@ WatchEnd ControlClient::watch(uint32_t interval_ms, uint64_t max_updates,
     }
     status = reader->Finish();
     {
-        std::lock_guard lock(watch_mutex_);
+        const MutexLock lock(watch_mutex_);
         watch_context_ = nullptr;
     }
     if (counted) return WatchEnd::Counted;
@@ -143,7 +143,7 @@ WatchEnd ControlClient::watch(uint32_t interval_ms, uint64_t max_updates,
 }
 
 void ControlClient::stop() {
-    std::lock_guard lock(watch_mutex_);
+    const MutexLock lock(watch_mutex_);
     stopped_ = true;
     if (watch_context_ != nullptr) watch_context_->TryCancel();
 }

@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "starling/v1/control.grpc.pb.h"
 
 namespace starling::cli {
@@ -79,9 +79,9 @@ public:
 private:
     std::string address_;
     std::unique_ptr<v1::Control::Stub> stub_;
-    std::mutex watch_mutex_;
-    grpc::ClientContext* watch_context_ =
-        nullptr;  // the watch in progress, guarded by watch_mutex_
+    Mutex watch_mutex_;
+    // The watch in progress.
+    grpc::ClientContext* watch_context_ ABSL_GUARDED_BY(watch_mutex_) = nullptr;
     std::atomic<bool> stopped_{false};
 };
 

@@ -14,7 +14,7 @@ SideBySide::SideBySide(size_t slots)
 
 SideBySide::~SideBySide() {
     {
-        const std::lock_guard lock(mutex_);
+        const MutexLock lock(mutex_);
         stopping_ = true;
     }
     start_.notify_all();
@@ -23,9 +23,11 @@ SideBySide::~SideBySide() {
 
 void SideBySide::serve(size_t slot) {
     uint64_t served = 0;
-    std::unique_lock lock(mutex_);
+    MutexLock lock(mutex_);
     while (true) {
-        start_.wait(lock, [&] { return stopping_ || generation_ != served; });
+        lock.wait(start_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+            return stopping_ || generation_ != served;
+        });
         if (stopping_) return;
         served = generation_;
         const std::function<void(size_t)>& work = *work_;
@@ -42,7 +44,7 @@ void SideBySide::serve(size_t slot) {
 
 void SideBySide::run(const std::function<void(size_t)>& work) {
     {
-        const std::lock_guard lock(mutex_);
+        const MutexLock lock(mutex_);
         work_ = &work;
         std::fill(errors_.begin(), errors_.end(), nullptr);
         running_ = workers_.size();
@@ -54,8 +56,8 @@ void SideBySide::run(const std::function<void(size_t)>& work) {
     } catch (...) {
         errors_[0] = std::current_exception();
     }
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return running_ == 0; });
+    MutexLock lock(mutex_);
+    lock.wait(done_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return running_ == 0; });
     for (const std::exception_ptr& error : errors_) {
         if (error) std::rethrow_exception(error);
     }

@@ -9,9 +9,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace starling {
 
@@ -31,13 +32,16 @@ public:
 private:
     void serve(size_t slot);
 
-    std::mutex mutex_;
+    Mutex mutex_;
     std::condition_variable start_, done_;
-    const std::function<void(size_t)>* work_ = nullptr;
-    uint64_t generation_ = 0;  // runs started; a worker serves each generation once
-    size_t running_ = 0;       // workers still on the current run
-    bool stopping_ = false;
-    std::vector<std::exception_ptr> errors_;  // per slot, for the current run
+    const std::function<void(size_t)>* work_ ABSL_GUARDED_BY(mutex_) = nullptr;
+    // Runs started; a worker serves each generation once.
+    uint64_t generation_ ABSL_GUARDED_BY(mutex_) = 0;
+    size_t running_ ABSL_GUARDED_BY(mutex_) = 0;  // workers still on the current run
+    bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+    // Per slot, for the current run: cleared under the mutex before a run starts, then each slot's
+    // thread writes only its own entry, read once every slot has reported done.
+    std::vector<std::exception_ptr> errors_;
     std::vector<std::thread> workers_;
 };
 

@@ -5,10 +5,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 
 #include "common/errno_text.h"
 #include "common/error.h"
+#include "common/mutex.h"
 
 extern char** environ;
 
@@ -17,8 +17,8 @@ namespace starling {
 namespace {
 
 struct ConsultedVariables {
-    std::mutex mutex;
-    std::set<std::string> names;
+    Mutex mutex;
+    std::set<std::string> names ABSL_GUARDED_BY(mutex);
 };
 
 ConsultedVariables& consulted_variables() {
@@ -34,13 +34,13 @@ constexpr std::string_view kOtherVariables[] = {"STARLING_CONTROL", "STARLING_EM
 
 void note_config_variable(const std::string& name) {
     ConsultedVariables& consulted = consulted_variables();
-    std::lock_guard lock(consulted.mutex);
+    const MutexLock lock(consulted.mutex);
     consulted.names.insert(name);
 }
 
 std::vector<std::string> unknown_starling_variables() {
     ConsultedVariables& consulted = consulted_variables();
-    std::lock_guard lock(consulted.mutex);
+    const MutexLock lock(consulted.mutex);
     std::vector<std::string> unknown;
     for (char** entry = environ; *entry != nullptr; entry++) {
         const std::string_view text(*entry);

@@ -142,7 +142,7 @@ grpc::Status SwarmAuth::verify(const grpc::ServerContextBase& context, std::stri
 void SwarmAuth::warn_wrong_secret(const grpc::ServerContextBase& context, std::string_view node) {
     const uint64_t refused = ++wrong_secret_refusals_;
     {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         if (!wrong_secret_warning_.due()) return;
     }
     // The node id is the caller's claim, unproven: cut to an id's length before it is logged.
@@ -154,7 +154,7 @@ void SwarmAuth::warn_wrong_secret(const grpc::ServerContextBase& context, std::s
 
 bool SwarmAuth::admit(uint64_t caller) {
     const auto now = std::chrono::steady_clock::now();
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = buckets_.find(caller);
     if (it == buckets_.end()) {
         if (buckets_.size() >= limit_.max_callers) {

@@ -15,11 +15,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "common/throttle.h"
 #include "common/token_bucket.h"
 #include "peer/identity.h"
@@ -71,11 +71,11 @@ private:
     std::chrono::seconds clock_window_;
     std::function<void(const grpc::ServerContextBase&)> on_proven_;
 
-    std::mutex mutex_;
-    std::unordered_map<uint64_t, TokenBucket> buckets_;
+    Mutex mutex_;
+    std::unordered_map<uint64_t, TokenBucket> buckets_ ABSL_GUARDED_BY(mutex_);
     std::atomic<uint64_t> refusals_{0};
-    std::atomic<uint64_t> wrong_secret_refusals_{0};           // for the warning's count
-    Throttle wrong_secret_warning_{std::chrono::seconds(30)};  // guarded by mutex_
+    std::atomic<uint64_t> wrong_secret_refusals_{0};  // for the warning's count
+    Throttle wrong_secret_warning_ ABSL_GUARDED_BY(mutex_){std::chrono::seconds(30)};
 };
 
 }  // namespace starling

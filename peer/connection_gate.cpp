@@ -114,7 +114,7 @@ void ConnectionGate::stop() {
     if (thread_.joinable()) thread_.join();
     asio::error_code ignored;
     listener_.close(ignored);
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (const auto& [key, watched] : watched_) ::close(watched.duplicate);
     watched_.clear();
     watching_ = 0;
@@ -157,8 +157,8 @@ void ConnectionGate::accept_ready() {
 void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
     const std::string source = without_v4_mapping(remote.address()).to_string();
     {
-        std::lock_guard lock(mutex_);
-        const auto held = [&](auto&& which) {
+        MutexLock lock(mutex_);
+        const auto held = [&](auto&& which) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
             return static_cast<size_t>(
                 std::count_if(watched_.begin(), watched_.end(),
                               [&](const auto& entry) { return which(entry.second); }));
@@ -208,7 +208,7 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
 
 void ConnectionGate::sweep() {
     {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         const auto now = std::chrono::steady_clock::now();
         for (auto it = watched_.begin(); it != watched_.end();) {
             const Watched& watched = it->second;
@@ -280,7 +280,7 @@ void ConnectionGate::authenticated(const grpc::ServerContextBase& call) {
     if (watching_.load() == 0) return;
     const std::optional<std::string> key = connection_key_of_grpc_peer(call.peer());
     if (!key) return;
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = watched_.find(*key);
     if (it == watched_.end()) return;
     ::close(it->second.duplicate);

@@ -19,13 +19,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 
+#include "common/mutex.h"
 #include "common/throttle.h"
 
 namespace starling {
@@ -90,14 +90,15 @@ private:
     // already closed free their places first; then the oldest of the address holding the most gives
     // way to an address holding fewer, so a flood from many addresses cannot keep out one that is
     // not flooding.
-    bool made_room_for(size_t from_source);
+    bool made_room_for(size_t from_source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     // Shuts a watched connection down, counted as closed for `why`.
-    void cut(const Watched& watched, std::string_view why);
+    void cut(const Watched& watched, std::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     // Counts a watched connection that has ended: closed here (gRPC ended its handshake) or there
     // after sending something (nearly always a refused certificate).
-    void note_ended(const Watched& watched, bool closed_here);
-    void note_closed(std::string_view why, const std::string& source);
-    void note_abandoned(const std::string& source);
+    void note_ended(const Watched& watched, bool closed_here) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    void note_closed(std::string_view why, const std::string& source)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    void note_abandoned(const std::string& source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     const ConnectionLimits limits_;
     asio::io_context io_;
@@ -109,14 +110,14 @@ private:
     std::function<bool(const std::string&)> member_host_;
     std::thread thread_;
 
-    mutable std::mutex mutex_;
-    std::unordered_map<std::string, Watched> watched_;  // by connection key
-    std::atomic<size_t> watching_{0};                   // watched_.size(), read without mutex_
-    Throttle closed_warning_{std::chrono::seconds(30)};
-    uint64_t unwarned_ = 0;                                 // closed since the last warning
-    Throttle accept_warning_{std::chrono::seconds(30)};     // the io thread's alone
-    Throttle abandoned_warning_{std::chrono::seconds(30)};  // guarded by mutex_
-    uint64_t unwarned_abandoned_ = 0;                       // guarded by mutex_
+    mutable Mutex mutex_;
+    std::unordered_map<std::string, Watched> watched_ ABSL_GUARDED_BY(mutex_);  // by connection key
+    std::atomic<size_t> watching_{0};  // watched_.size(), read without mutex_
+    Throttle closed_warning_ ABSL_GUARDED_BY(mutex_){std::chrono::seconds(30)};
+    uint64_t unwarned_ ABSL_GUARDED_BY(mutex_) = 0;      // closed since the last warning
+    Throttle accept_warning_{std::chrono::seconds(30)};  // the io thread's alone
+    Throttle abandoned_warning_ ABSL_GUARDED_BY(mutex_){std::chrono::seconds(30)};
+    uint64_t unwarned_abandoned_ ABSL_GUARDED_BY(mutex_) = 0;
 
     std::atomic<uint64_t> closed_{0};
     std::atomic<uint64_t> abandoned_{0};

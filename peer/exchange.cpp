@@ -24,13 +24,15 @@ class CancelAt {
 public:
     CancelAt(grpc::ServerContext& context, SteadyClock::time_point deadline)
         : thread_([this, &context, deadline] {
-              std::unique_lock lock(mutex_);
-              if (!disarmed_changed_.wait_until(lock, deadline, [&] { return disarmed_; }))
+              MutexLock lock(mutex_);
+              if (!lock.wait_until(disarmed_changed_, deadline,
+                                   [&]()
+                                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return disarmed_; }))
                   context.TryCancel();
           }) {}
     ~CancelAt() {
         {
-            std::lock_guard lock(mutex_);
+            MutexLock lock(mutex_);
             disarmed_ = true;
         }
         disarmed_changed_.notify_all();
@@ -40,9 +42,9 @@ public:
     CancelAt& operator=(const CancelAt&) = delete;
 
 private:
-    std::mutex mutex_;
+    Mutex mutex_;
     std::condition_variable disarmed_changed_;
-    bool disarmed_ = false;
+    bool disarmed_ ABSL_GUARDED_BY(mutex_) = false;
     std::thread thread_;  // last: starts once the members above exist
 };
 
@@ -89,8 +91,9 @@ public:
         // The reading side settles the receipt at the latest when the stream ends, so this wait
         // is bounded by the stream's deadline.
         {
-            std::unique_lock lock(mutex_);
-            settled_changed_.wait(lock, [&] { return receipt_.has_value(); });
+            MutexLock lock(mutex_);
+            lock.wait(settled_changed_,
+                      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return receipt_.has_value(); });
         }
         send_receipt_if_settled(stream, frame);
     }
@@ -192,7 +195,7 @@ private:
     bool send_receipt_if_settled(Stream& stream, ExchangeWireFrame& frame) {
         std::optional<v1::ExchangeReceipt> receipt;
         {
-            std::lock_guard lock(mutex_);
+            MutexLock lock(mutex_);
             if (!receipt_ || receipt_sent_) return true;
             receipt = receipt_;
             receipt_sent_ = true;
@@ -228,7 +231,7 @@ private:
     }
 
     bool settled() const {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         return receipt_.has_value();
     }
 
@@ -236,7 +239,7 @@ private:
         failure_ = failure;
         incoming_error_ = why;
         {
-            std::lock_guard lock(mutex_);
+            MutexLock lock(mutex_);
             receipt_.emplace();
             receipt_->set_complete(failure == Failure::None);
             receipt_->set_error(std::move(why));
@@ -257,10 +260,11 @@ private:
     std::optional<v1::ExchangeReceipt> their_receipt_;
     // Shared.
     std::atomic<bool> partner_refused_{false};
-    mutable std::mutex mutex_;
+    mutable Mutex mutex_;
     std::condition_variable settled_changed_;
-    std::optional<v1::ExchangeReceipt> receipt_;  // ours, once the partner's message is settled
-    bool receipt_sent_ = false;
+    // Ours, once the partner's message is settled.
+    std::optional<v1::ExchangeReceipt> receipt_ ABSL_GUARDED_BY(mutex_);
+    bool receipt_sent_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace
@@ -312,7 +316,7 @@ ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
 
 ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point deadline,
                                     const std::function<bool()>& partner_gone) {
-    std::unique_lock lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopped_) return exchange_failed("this node is stopping");
     const std::pair key{slot.round, slot.part};
     const auto [it, posted] = posted_.try_emplace(key);
@@ -326,7 +330,7 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
     while (!posting.done) {
         if (posting.claimed) {
             // The stream's handler ends by the slot's deadline (CancelAt) or at shutdown.
-            changed_.wait(lock);
+            lock.wait(changed_);
             continue;
         }
         std::string why;
@@ -340,7 +344,7 @@ ExchangeResult ExchangeBoard::serve(ExchangeSlot& slot, SteadyClock::time_point 
             posted_.erase(key);
             return exchange_failed(why);
         }
-        changed_.wait_until(lock, std::min(deadline, SteadyClock::now() + kPartnerCheck));
+        lock.wait_until(changed_, std::min(deadline, SteadyClock::now() + kPartnerCheck));
     }
     ExchangeResult result = std::move(posting.result);
     posted_.erase(key);
@@ -354,8 +358,10 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context, ExchangeServerS
     const std::pair key{round, first.fields.part()};
     Posting* posting = nullptr;
     {
-        std::unique_lock lock(mutex_);
-        changed_.wait_until(lock, limit, [&] { return stopped_ || posted_.contains(key); });
+        MutexLock lock(mutex_);
+        lock.wait_until(changed_, limit, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+            return stopped_ || posted_.contains(key);
+        });
         if (stopped_) return {grpc::StatusCode::UNAVAILABLE, "this node is stopping"};
         const auto it = posted_.find(key);
         if (it == posted_.end())
@@ -387,7 +393,7 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context, ExchangeServerS
     ExchangeResult result = duplex.result(
         cancelled ? "the stream was cancelled (deadline, shutdown or the partner gone)" : "");
     {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         posting->result = std::move(result);
         posting->done = true;
     }
@@ -397,19 +403,19 @@ grpc::Status ExchangeBoard::answer(grpc::ServerContext& context, ExchangeServerS
 }
 
 bool ExchangeBoard::track(grpc::ClientContext& context) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopped_) return false;
     clients_.insert(&context);
     return true;
 }
 
 void ExchangeBoard::untrack(grpc::ClientContext& context) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     clients_.erase(&context);
 }
 
 void ExchangeBoard::stop() {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopped_ = true;
     for (grpc::ClientContext* context : clients_) context->TryCancel();
     changed_.notify_all();

@@ -23,13 +23,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "codec/message.h"
+#include "common/mutex.h"
 #include "peer/exchange_frame.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
@@ -123,11 +123,12 @@ private:
         ExchangeResult result;
     };
 
-    std::mutex mutex_;
+    Mutex mutex_;
     std::condition_variable changed_;
-    std::map<std::pair<uint64_t, uint32_t>, Posting> posted_;  // by round and part
-    std::set<grpc::ClientContext*> clients_;
-    bool stopped_ = false;
+    // By round and part.
+    std::map<std::pair<uint64_t, uint32_t>, Posting> posted_ ABSL_GUARDED_BY(mutex_);
+    std::set<grpc::ClientContext*> clients_ ABSL_GUARDED_BY(mutex_);
+    bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace starling

@@ -7,25 +7,26 @@
 #include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/throttle.h"
 
 namespace starling {
 namespace {
 
 std::atomic<uint64_t> failed_handshakes{0};
-std::mutex quiet_mutex;
-std::string quiet_file;  // guarded by quiet_mutex
+Mutex quiet_mutex;
+std::string quiet_file ABSL_GUARDED_BY(quiet_mutex);
 
 struct HandshakeWarning {
-    std::mutex mutex;
-    Throttle throttle{std::chrono::seconds(30)};
-    uint64_t unwarned = 0;  // guarded by mutex
+    Mutex mutex;
+    Throttle throttle ABSL_GUARDED_BY(mutex){std::chrono::seconds(30)};
+    uint64_t unwarned ABSL_GUARDED_BY(mutex) = 0;
 };
 HandshakeWarning handshake_warning;
 
 void warn_failed_handshake(std::string_view message) {
     const uint64_t total = ++failed_handshakes;
-    std::lock_guard lock(handshake_warning.mutex);
+    MutexLock lock(handshake_warning.mutex);
     handshake_warning.unwarned++;
     if (!handshake_warning.throttle.due()) return;
     spdlog::warn(
@@ -39,7 +40,7 @@ void log(gpr_log_func_args* args) {
     const std::string_view file(args->file);
     const std::string_view message(args->message);
     {
-        std::lock_guard lock(quiet_mutex);
+        MutexLock lock(quiet_mutex);
         if (!quiet_file.empty() && file.ends_with(quiet_file)) return;
     }
     if (file.ends_with("ssl_transport_security.cc") &&
@@ -75,12 +76,12 @@ uint64_t failed_tls_handshakes() { return failed_handshakes.load(); }
 
 QuietGrpcSource::QuietGrpcSource(std::string_view file) {
     route_grpc_log();
-    std::lock_guard lock(quiet_mutex);
+    MutexLock lock(quiet_mutex);
     quiet_file = file;
 }
 
 QuietGrpcSource::~QuietGrpcSource() {
-    std::lock_guard lock(quiet_mutex);
+    MutexLock lock(quiet_mutex);
     quiet_file.clear();
 }
 

@@ -5,14 +5,14 @@
 namespace starling {
 
 void MemberScores::accepted(uint64_t member) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     MemberScore& s = scores_[member];
     s.accepted++;
     s.in_a_row = 0;
 }
 
 std::optional<Quarantine> MemberScores::refused(uint64_t member, uint64_t round, std::string why) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     MemberScore& s = scores_[member];
     s.refused++;
     s.in_a_row++;
@@ -32,20 +32,20 @@ std::optional<Quarantine> MemberScores::refused(uint64_t member, uint64_t round,
 }
 
 bool MemberScores::quarantined(uint64_t member, uint64_t round) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = scores_.find(member);
     return it != scores_.end() && it->second.quarantined_until > round;
 }
 
 std::optional<MemberScore> MemberScores::score(uint64_t member) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = scores_.find(member);
     if (it == scores_.end()) return std::nullopt;
     return it->second;
 }
 
 std::vector<uint64_t> MemberScores::quarantined_in(uint64_t round) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<uint64_t> out;
     for (const auto& [member, s] : scores_)
         if (s.quarantined_until > round) out.push_back(member);

@@ -9,10 +9,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace starling {
 
@@ -60,8 +61,8 @@ public:
 
 private:
     const QuarantinePolicy policy_;
-    mutable std::mutex mutex_;
-    std::map<uint64_t, MemberScore> scores_;
+    mutable Mutex mutex_;
+    std::map<uint64_t, MemberScore> scores_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace starling

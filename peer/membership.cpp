@@ -42,10 +42,14 @@ std::string incompatibility(const Member& them, const Member& self) {
 }
 
 MemberTable::MemberTable(Member self, MembershipLimits limits)
-    : limits_(limits), self_(std::move(self)) {}
+    : limits_(limits),
+      fingerprint_(self.fingerprint),
+      protocol_version_(self.protocol_version),
+      swarm_id_(self.swarm_id),
+      self_(std::move(self)) {}
 
 MemberTable::Merge MemberTable::merge(const Member& incoming, SteadyClock::time_point now) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return merge_locked(incoming, now);
 }
 
@@ -98,7 +102,7 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
 }
 
 void MemberTable::suspect(uint64_t node_id, SteadyClock::time_point now) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = others_.find(node_id);
     if (it == others_.end() || it->second.state != MemberState::Alive) return;
     it->second.state = MemberState::Suspect;
@@ -106,7 +110,7 @@ void MemberTable::suspect(uint64_t node_id, SteadyClock::time_point now) {
 }
 
 std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<uint64_t> declared_dead;
     for (auto it = others_.begin(); it != others_.end();) {
         Member& m = it->second;
@@ -135,44 +139,44 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
 }
 
 void MemberTable::set_round(uint64_t round) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     self_.round = round;
 }
 
 void MemberTable::set_step_seconds(double seconds) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     self_.step_seconds = seconds;
 }
 
 void MemberTable::set_choice(uint64_t round, bool paired) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     uint64_t& through = paired ? self_.paired_through : self_.solo_through;
     through = std::max(through, round + 1);
 }
 
 void MemberTable::note_round(uint64_t node_id, uint64_t round) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = others_.find(node_id);
     if (it != others_.end()) it->second.round = std::max(it->second.round, round);
 }
 
 void MemberTable::set_address(const std::string& address) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     self_.address = address;
 }
 
 void MemberTable::leave() {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     self_.state = MemberState::Left;
 }
 
 Member MemberTable::self() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return self_;
 }
 
 std::optional<Member> MemberTable::find(uint64_t node_id) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (node_id == self_.node_id) return self_;
     const auto it = others_.find(node_id);
     if (it == others_.end()) return std::nullopt;
@@ -180,14 +184,14 @@ std::optional<Member> MemberTable::find(uint64_t node_id) const {
 }
 
 std::vector<Member> MemberTable::all() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<Member> members{self_};
     for (const auto& [id, m] : others_) members.push_back(m);
     return members;
 }
 
 std::vector<Member> MemberTable::reachable_others() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<Member> members;
     for (const auto& [id, m] : others_)
         if (!gone(m.state)) members.push_back(m);
@@ -195,12 +199,12 @@ std::vector<Member> MemberTable::reachable_others() const {
 }
 
 bool MemberTable::compatible(const Member& member) const {
-    return member.fingerprint == self_.fingerprint &&
-           member.protocol_version == self_.protocol_version && member.swarm_id == self_.swarm_id;
+    return member.fingerprint == fingerprint_ && member.protocol_version == protocol_version_ &&
+           member.swarm_id == swarm_id_;
 }
 
 std::vector<uint64_t> MemberTable::pairable_ids() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<uint64_t> ids;
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
     for (const auto& [id, m] : others_)
@@ -210,7 +214,7 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
 }
 
 std::vector<double> MemberTable::pairable_step_seconds() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<double> seconds;
     if (self_.state == MemberState::Alive && self_.step_seconds > 0.0)
         seconds.push_back(self_.step_seconds);

@@ -12,12 +12,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "peer/identity.h"
 
 namespace starling {
@@ -101,14 +101,21 @@ public:
     bool compatible(const Member& member) const;
 
 private:
-    Merge merge_locked(const Member& incoming, SteadyClock::time_point now);
+    Merge merge_locked(const Member& incoming, SteadyClock::time_point now)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     MembershipLimits limits_;
-    mutable std::mutex mutex_;
-    Member self_;
-    std::unordered_map<uint64_t, Member> others_;
-    std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>>
-        tombstones_;  // id -> incarnation, when
+    // self_'s fields that compatible() compares, which never change: it is called both with
+    // mutex_ held and without, so it reads these copies rather than self_.
+    const std::string fingerprint_;
+    const uint32_t protocol_version_;
+    const std::string swarm_id_;
+    mutable Mutex mutex_;
+    Member self_ ABSL_GUARDED_BY(mutex_);
+    std::unordered_map<uint64_t, Member> others_ ABSL_GUARDED_BY(mutex_);
+    // Id -> incarnation, when.
+    std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>> tombstones_
+        ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace starling

@@ -82,13 +82,13 @@ PairingBook::RoundState& PairingBook::state_locked(uint64_t round) {
 }
 
 std::optional<uint64_t> PairingBook::partner(uint64_t round) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = rounds_.find(round);
     return it == rounds_.end() ? std::nullopt : it->second.partner;
 }
 
 std::vector<uint64_t> PairingBook::recent_partners(uint64_t round, uint64_t rounds) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     std::vector<uint64_t> partners;
     for (const auto& [r, state] : rounds_)
         if (r < round && round - r <= rounds && state.partner) partners.push_back(*state.partner);
@@ -96,29 +96,29 @@ std::vector<uint64_t> PairingBook::recent_partners(uint64_t round, uint64_t roun
 }
 
 size_t PairingBook::rounds_held() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return rounds_.size();
 }
 
 void PairingBook::open(uint64_t round) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     open_round_ = round;
 }
 
 void PairingBook::close(uint64_t round) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (open_round_ == round) open_round_.reset();
     closed_round_ = std::max(closed_round_.value_or(round), round);
 }
 
 bool PairingBook::proposing_to(uint64_t round, uint64_t to) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = rounds_.find(round);
     return it != rounds_.end() && it->second.proposal && it->second.proposal->to == to;
 }
 
 bool PairingBook::begin_proposal(uint64_t round, uint64_t to, uint64_t nonce) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     RoundState& state = state_locked(round);
     if (stopped_ || state.partner || state.proposal) return false;
     state.proposal = Proposal{to, nonce};
@@ -126,7 +126,7 @@ bool PairingBook::begin_proposal(uint64_t round, uint64_t to, uint64_t nonce) {
 }
 
 std::optional<uint64_t> PairingBook::end_proposal(uint64_t round, bool accepted) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     RoundState& state = state_locked(round);
     // While the proposal was out, only a crossing one from the same node could have been
     // accepted, so an acceptance never contradicts a recorded partner.
@@ -139,8 +139,8 @@ std::optional<uint64_t> PairingBook::end_proposal(uint64_t round, bool accepted)
 }
 
 std::optional<uint64_t> PairingBook::await_partner(uint64_t round, SteadyClock::time_point until) {
-    std::unique_lock lock(mutex_);
-    paired_.wait_until(lock, until, [&] {
+    MutexLock lock(mutex_);
+    lock.wait_until(paired_, until, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         const auto it = rounds_.find(round);
         return stopped_ || (it != rounds_.end() && it->second.partner);
     });
@@ -153,7 +153,7 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
         return declined(round_text(proposal.round) + " is more than " +
                         std::to_string(max_round_gap_) + " round(s) from this node's " +
                         round_text(view.round));
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopped_) return declined("this node is stopping");
     RoundState& state = state_locked(proposal.round);
     if (state.partner) {
@@ -198,7 +198,7 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
 }
 
 void PairingBook::stop() {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopped_ = true;
     paired_.notify_all();
 }

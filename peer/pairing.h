@@ -21,12 +21,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "peer/membership.h"
 
 namespace starling {
@@ -128,16 +128,17 @@ private:
         std::optional<uint64_t> partner;
         std::optional<Proposal> proposal;  // ours, while its answer is awaited
     };
-    RoundState& state_locked(uint64_t round);
+    RoundState& state_locked(uint64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     uint64_t self_;
     uint64_t max_round_gap_;
-    mutable std::mutex mutex_;
+    mutable Mutex mutex_;
     std::condition_variable paired_;
-    std::map<uint64_t, RoundState> rounds_;
-    std::optional<uint64_t> open_round_;
-    std::optional<uint64_t> closed_round_;  // the newest round this node has chosen for
-    bool stopped_ = false;
+    std::map<uint64_t, RoundState> rounds_ ABSL_GUARDED_BY(mutex_);
+    std::optional<uint64_t> open_round_ ABSL_GUARDED_BY(mutex_);
+    // The newest round this node has chosen for.
+    std::optional<uint64_t> closed_round_ ABSL_GUARDED_BY(mutex_);
+    bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace starling

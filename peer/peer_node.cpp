@@ -329,10 +329,17 @@ void PeerNode::start() {
                 if (parse_host_port(line)) seeds.push_back(line);
         }
     }
-    for (const auto& seed : seeds)
-        if (seed != address_) seeds_.emplace(seed, SeedState{});
+    // Nothing else touches seeds_ before the protocol thread starts; the joins run without its
+    // lock all the same, as in maintain_seeds, so they go through a copy of its addresses.
+    std::vector<std::string> first_tries;
+    {
+        MutexLock lock(seeds_mutex_);
+        for (const auto& seed : seeds)
+            if (seed != address_) seeds_.emplace(seed, SeedState{});
+        for (const auto& [seed, state] : seeds_) first_tries.push_back(seed);
+    }
 
-    for (const auto& [seed, state] : seeds_) {
+    for (const auto& seed : first_tries) {
         std::string why;
         const auto result = try_join(seed, &why);
         if (result == JoinResult::Duplicate) {
@@ -342,12 +349,16 @@ void PeerNode::start() {
         }
         if (result == JoinResult::Joined) break;
     }
-    if (!seeds_.empty() && table_->reachable_others().empty())
+    if (!first_tries.empty() && table_->reachable_others().empty())
         spdlog::warn("peer: no seed answered; running alone and retrying with backoff");
     spdlog::info("peer: node {} at {} in swarm '{}', {} member(s) known", format_node_id(node_id()),
                  address_, config_.swarm_id, table_->all().size());
     running_ = true;
-    stopping_ = false;
+    {
+        // The protocol thread is not running yet: locked for the analysis, never waited for.
+        MutexLock lock(run_mutex_);
+        stopping_ = false;
+    }
     thread_ = std::thread([this] { run(); });
 }
 
@@ -361,7 +372,7 @@ void PeerNode::reload_tls(const TlsConfig& tls) {
 }
 
 void PeerNode::add_seeds(const std::vector<std::string>& seeds) {
-    std::lock_guard lock(seeds_mutex_);
+    MutexLock lock(seeds_mutex_);
     for (const auto& seed : seeds) {
         if (!parse_host_port(seed)) throw Error("'" + seed + "' is not host:port");
         seeds_[seed] = SeedState{};
@@ -383,7 +394,7 @@ grpc::ChannelArguments PeerNode::channel_arguments(ChannelUse use) const {
 }
 
 std::shared_ptr<grpc::Channel> PeerNode::channel(const std::string& address, ChannelUse use) {
-    std::lock_guard lock(channels_mutex_);
+    MutexLock lock(channels_mutex_);
     auto& channel = channels_[{address, use}];
     if (!channel)
         channel = grpc::CreateCustomChannel(address, channel_credentials_, channel_arguments(use));
@@ -550,7 +561,7 @@ void PeerNode::refresh(const std::vector<uint64_t>& node_ids) {
 }
 
 std::optional<double> PeerNode::round_trip_ms(uint64_t node_id) const {
-    std::lock_guard lock(rtt_mutex_);
+    MutexLock lock(rtt_mutex_);
     const auto it = rtt_ms_.find(node_id);
     if (it == rtt_ms_.end()) return std::nullopt;
     return it->second;
@@ -561,7 +572,7 @@ bool PeerNode::probe(const Member& target) {
     if (auto answer = ping(target.address, target.node_id)) {
         const auto now = SteadyClock::now();
         {
-            std::lock_guard lock(rtt_mutex_);
+            MutexLock lock(rtt_mutex_);
             rtt_ms_[target.node_id] = std::chrono::duration<double, std::milli>(now - sent).count();
         }
         table_->merge(*answer, now);
@@ -610,7 +621,7 @@ void PeerNode::gossip_with(const Member& target) {
 void PeerNode::maintain_seeds(SteadyClock::time_point now) {
     std::vector<std::string> due;
     {
-        std::lock_guard lock(seeds_mutex_);
+        MutexLock lock(seeds_mutex_);
         const auto known = table_->reachable_others();
         for (auto& [address, state] : seeds_) {
             // A named reference, not the binding: clang 14 cannot capture structured bindings.
@@ -628,7 +639,7 @@ void PeerNode::maintain_seeds(SteadyClock::time_point now) {
         std::string why;
         const auto result = try_join(seed, &why);
         if (result == JoinResult::Duplicate) spdlog::error("peer: {}", why);
-        std::lock_guard lock(seeds_mutex_);
+        MutexLock lock(seeds_mutex_);
         auto& state = seeds_[seed];
         // After a join the seed is normally a member, which resets its state above; one under
         // another name than its members announce (a service's) is tried again only now and then.
@@ -677,23 +688,23 @@ void PeerNode::close_unused_channels() {
         members.insert(m.node_id);
     }
     {
-        std::lock_guard lock(rtt_mutex_);
+        MutexLock lock(rtt_mutex_);
         std::erase_if(rtt_ms_, [&](const auto& entry) { return !members.contains(entry.first); });
         std::erase_if(exchange_bytes_per_s_,
                       [&](const auto& entry) { return !members.contains(entry.first); });
     }
     {
-        std::lock_guard lock(seeds_mutex_);
+        MutexLock lock(seeds_mutex_);
         for (const auto& [seed, state] : seeds_) wanted.insert(seed);
     }
     // Calls in flight hold their own reference; the connection closes when the last one ends.
-    std::lock_guard lock(channels_mutex_);
+    MutexLock lock(channels_mutex_);
     std::erase_if(channels_,
                   [&](const auto& entry) { return !wanted.contains(entry.first.first); });
 }
 
 size_t PeerNode::open_channels() const {
-    std::lock_guard lock(channels_mutex_);
+    MutexLock lock(channels_mutex_);
     return channels_.size();
 }
 
@@ -716,9 +727,11 @@ void PeerNode::save_peer_cache() {
 
 void PeerNode::run() {
     auto next = SteadyClock::now();
-    std::unique_lock lock(run_mutex_);
+    MutexLock lock(run_mutex_);
     while (!stopping_) {
-        if (wake_.wait_until(lock, next, [&] { return stopping_; })) break;
+        if (lock.wait_until(wake_, next,
+                            [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mutex_) { return stopping_; }))
+            break;
         lock.unlock();
         tick();
         lock.lock();
@@ -742,7 +755,7 @@ void PeerNode::stop(bool announce) {
     exchanges_->stop();
     round_messages_.stop();
     {
-        std::lock_guard lock(run_mutex_);
+        MutexLock lock(run_mutex_);
         stopping_ = true;
     }
     wake_.notify_all();

@@ -16,13 +16,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "peer/address.h"
 #include "peer/auth.h"
 #include "peer/exchange.h"
@@ -262,29 +262,30 @@ private:
     std::unique_ptr<ConnectionGate> gate_;  // the peer port's accept loop, in front of server_
     std::unique_ptr<grpc::Server> server_;
 
-    mutable std::mutex rtt_mutex_;
-    std::map<uint64_t, double> rtt_ms_;
-    std::map<uint64_t, double>
-        exchange_bytes_per_s_;  // by partner, from the last whole exchange; under rtt_mutex_
+    mutable Mutex rtt_mutex_;
+    std::map<uint64_t, double> rtt_ms_ ABSL_GUARDED_BY(rtt_mutex_);
+    // By partner, from the last whole exchange.
+    std::map<uint64_t, double> exchange_bytes_per_s_ ABSL_GUARDED_BY(rtt_mutex_);
 
-    mutable std::mutex channels_mutex_;
-    std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_;
+    mutable Mutex channels_mutex_;
+    std::map<std::pair<std::string, ChannelUse>, std::shared_ptr<grpc::Channel>> channels_
+        ABSL_GUARDED_BY(channels_mutex_);
 
     struct SeedState {
         std::chrono::milliseconds backoff{0};
         SteadyClock::time_point next_try{};
     };
-    std::mutex seeds_mutex_;
-    std::map<std::string, SeedState> seeds_;
+    Mutex seeds_mutex_;
+    std::map<std::string, SeedState> seeds_ ABSL_GUARDED_BY(seeds_mutex_);
 
     std::mt19937_64 rng_;  // the protocol thread's
     std::vector<uint64_t> probe_order_;
     size_t probe_next_ = 0;
     std::vector<std::string> cached_addresses_;
 
-    std::mutex run_mutex_;
+    Mutex run_mutex_;
     std::condition_variable wake_;
-    bool stopping_ = false;
+    bool stopping_ ABSL_GUARDED_BY(run_mutex_) = false;
     std::atomic<bool> running_{false};
     FailureTally failures_;  // all but the refusals auth_ counts itself
     MemberScores scores_;

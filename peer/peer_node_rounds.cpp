@@ -280,7 +280,7 @@ void PeerNode::count_if_cut_off(const grpc::Status& status, SteadyClock::duratio
 std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
     std::optional<double> measured;
     {
-        std::lock_guard lock(rtt_mutex_);
+        MutexLock lock(rtt_mutex_);
         if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end())
             measured = it->second;
     }
@@ -323,7 +323,7 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         // early for another reason says nothing about the link.
         const double seconds =
             std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
-        std::lock_guard lock(rtt_mutex_);
+        MutexLock lock(rtt_mutex_);
         exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
     }
     if (result.refused) {

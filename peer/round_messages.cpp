@@ -20,7 +20,7 @@ std::span<const std::byte> as_bytes(const std::string& text) {
 
 void RoundMessageBoard::publish(uint64_t round, RoundMessage message) {
     {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         messages_[round] = std::move(message);
         while (messages_.size() > 2) messages_.erase(messages_.begin());
     }
@@ -28,8 +28,8 @@ void RoundMessageBoard::publish(uint64_t round, RoundMessage message) {
 }
 
 RoundMessage RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline) {
-    std::unique_lock lock(mutex_);
-    published_.wait_until(lock, deadline, [&] {
+    MutexLock lock(mutex_);
+    lock.wait_until(published_, deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         return stopped_ || messages_.contains(round) ||
                (!messages_.empty() && messages_.rbegin()->first > round);
     });
@@ -39,7 +39,7 @@ RoundMessage RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point dea
 
 void RoundMessageBoard::stop() {
     {
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         stopped_ = true;
     }
     published_.notify_all();

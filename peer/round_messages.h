@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "codec/message.h"
+#include "common/mutex.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -38,10 +38,10 @@ public:
     void stop();
 
 private:
-    std::mutex mutex_;
+    Mutex mutex_;
     std::condition_variable published_;
-    std::map<uint64_t, RoundMessage> messages_;  // by round, the last two
-    bool stopped_ = false;
+    std::map<uint64_t, RoundMessage> messages_ ABSL_GUARDED_BY(mutex_);  // by round, the last two
+    bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 // The server's side of Peer.FetchRoundMessage: the message, frame by frame.

@@ -96,19 +96,20 @@ std::span<const std::byte> Snapshot::chunk(uint32_t index) const {
 }
 
 void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     snapshots_.push_back({std::move(snapshot)});
     if (snapshots_.size() <= keep_) return;
     // Past the newest `keep`: up to max_leased of those being read or leased stay, those being
     // read first, then those whose lease runs longest.
     const auto now = Clock::now();
-    auto rank = [&](size_t i) {
+    auto rank = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         return std::make_pair(snapshots_[i].readers > 0, snapshots_[i].leased_until);
     };
     std::vector<size_t> older(snapshots_.size() - keep_);
     std::iota(older.begin(), older.end(), size_t{0});
     std::stable_sort(older.begin(), older.end(),
-                     [&](size_t a, size_t b) { return rank(a) > rank(b); });
+                     [&](size_t a, size_t b)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return rank(a) > rank(b); });
     std::vector<bool> stays(older.size(), false);
     for (size_t i = 0; i < std::min(max_leased_, older.size()); i++) {
         const Held& held = snapshots_[older[i]];
@@ -119,7 +120,7 @@ void SnapshotStore::publish(std::shared_ptr<const Snapshot> snapshot) {
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return snapshots_.empty() ? nullptr : snapshots_.back().snapshot;
 }
 
@@ -132,13 +133,13 @@ size_t SnapshotStore::index_locked(std::span<const unsigned char> id) const {
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::find(std::span<const unsigned char> id) const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const size_t i = index_locked(id);
     return i < snapshots_.size() ? snapshots_[i].snapshot : nullptr;
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::lease_latest() {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (snapshots_.empty()) return nullptr;
     Held& held = snapshots_.back();
     held.leased_until = std::max(held.leased_until, Clock::now() + lease_);
@@ -146,7 +147,7 @@ std::shared_ptr<const Snapshot> SnapshotStore::lease_latest() {
 }
 
 std::shared_ptr<const Snapshot> SnapshotStore::begin_read(std::span<const unsigned char> id) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const size_t i = index_locked(id);
     if (i == snapshots_.size()) return nullptr;
     snapshots_[i].readers++;
@@ -154,7 +155,7 @@ std::shared_ptr<const Snapshot> SnapshotStore::begin_read(std::span<const unsign
 }
 
 void SnapshotStore::end_read(const Snapshot* snapshot) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     for (Held& held : snapshots_)
         if (held.snapshot.get() == snapshot) {
             held.readers--;
@@ -163,7 +164,7 @@ void SnapshotStore::end_read(const Snapshot* snapshot) {
 }
 
 size_t SnapshotStore::size() const {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     return snapshots_.size();
 }
 

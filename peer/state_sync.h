@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "peer/auth.h"
 #include "starling/v1/state.grpc.pb.h"
 
@@ -123,13 +124,15 @@ private:
         int readers = 0;
         Clock::time_point leased_until{};
     };
-    size_t index_locked(std::span<const unsigned char> id) const;  // size() when not held
+    // The index of the snapshot with this id, or size() when none is held.
+    size_t index_locked(std::span<const unsigned char> id) const
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     size_t keep_;
     Clock::duration lease_;
     size_t max_leased_;
-    mutable std::mutex mutex_;
-    std::deque<Held> snapshots_;  // newest last
+    mutable Mutex mutex_;
+    std::deque<Held> snapshots_ ABSL_GUARDED_BY(mutex_);  // newest last
 };
 
 // GetManifest answers on a sync handler; FetchChunk on a callback one, whose completion tells

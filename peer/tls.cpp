@@ -205,7 +205,7 @@ void TlsCertificates::reload(const TlsConfig& tls) {
 void TlsCertificates::stage(const TlsConfig& tls) {
     const TlsPem files = read_tls_files(tls);
     check_tls_pem(tls, files);
-    std::lock_guard lock(stage_mutex_);
+    MutexLock lock(stage_mutex_);
     // The key before its certificate: the watcher may read between the two, and gRPC then keeps
     // the pair it had until its next look a second later.
     write_file_atomic(stage_dir_ / "key.pem", files.key);

@@ -12,9 +12,10 @@
 
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
+
+#include "common/mutex.h"
 
 namespace starling {
 
@@ -82,7 +83,7 @@ private:
 
     std::filesystem::path stage_dir_;  // empty for certificates from the secret
     bool temporary_ = false;
-    std::mutex stage_mutex_;
+    Mutex stage_mutex_;  // one stage() at a time writes the files; guards no member
     std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
 };
 

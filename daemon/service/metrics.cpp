@@ -201,7 +201,7 @@ void NodeMetrics::record_control_connections_closed(uint64_t total) {
 void NodeMetrics::record_peers(const PeerNode& peer) {
     double counts[5] = {};
     std::map<uint64_t, prometheus::Gauge*> live;
-    std::lock_guard lock(rtt_mutex_);
+    const MutexLock lock(rtt_mutex_);
     for (const Member& m : peer.members()) {
         if (m.node_id == peer.node_id()) continue;
         counts[static_cast<int>(m.state)]++;

@@ -7,7 +7,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/mutex.h"
 #include "daemon/service/metrics_http.h"
 #include "daemon/swarm/swarm_node.h"
 #include "starling/v1/control.pb.h"
@@ -67,8 +67,8 @@ private:
     std::map<v1::NodePhase, prometheus::Gauge*> phases_;
     std::vector<prometheus::Counter*> failures_;  // indexed as kFailureReasons
     prometheus::Family<prometheus::Gauge>* peer_rtt_;
-    std::mutex rtt_mutex_;
-    std::map<uint64_t, prometheus::Gauge*> rtt_by_peer_;  // under rtt_mutex_
+    Mutex rtt_mutex_;
+    std::map<uint64_t, prometheus::Gauge*> rtt_by_peer_ ABSL_GUARDED_BY(rtt_mutex_);
 };
 
 }  // namespace starling

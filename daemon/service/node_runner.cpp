@@ -78,7 +78,7 @@ NodeRunner::~NodeRunner() = default;
 
 void NodeRunner::request_drain() {
     {
-        std::lock_guard lock(wake_mutex_);
+        const MutexLock lock(wake_mutex_);
         drain_ = true;
     }
     wake_.notify_all();
@@ -107,8 +107,8 @@ void NodeRunner::set_phase(v1::NodePhase phase) {
 bool NodeRunner::sleep_unless_draining(double seconds) {
     watch_.mark(std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::duration<double>(seconds)));
-    std::unique_lock lock(wake_mutex_);
-    wake_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return drain_.load(); });
+    MutexLock lock(wake_mutex_);
+    lock.wait_for(wake_, std::chrono::duration<double>(seconds), [&] { return drain_.load(); });
     return !drain_.load();
 }
 

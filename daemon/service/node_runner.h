@@ -28,9 +28,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 
+#include "common/mutex.h"
 #include "common/throttle.h"
 #include "daemon/service/metrics.h"
 #include "daemon/service/node_state.h"
@@ -107,11 +107,13 @@ private:
     Throttle checkpoint_failure_log_{std::chrono::minutes(1)};
     // Rounds the swarm's median moved on during the last state copy: what a copy costs here.
     std::optional<uint64_t> copy_cost_rounds_;
-    std::vector<std::string>
-        seeds_;  // the config's, as of the last reload (the reloading thread's)
+    // The config's, as of the last reload (the reloading thread's).
+    std::vector<std::string> seeds_;
     std::atomic<int> checkpoint_every_, keep_checkpoints_;
     std::atomic<bool> drain_{false};
-    std::mutex wake_mutex_;
+    // Held while drain_ is set and while a sleep checks it, so the notify cannot fall between the
+    // check and the wait.
+    Mutex wake_mutex_;
     std::condition_variable wake_;
     RoundWatch watch_;
 };

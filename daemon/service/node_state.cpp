@@ -35,21 +35,21 @@ NodeState::NodeState(v1::NodeStatus identity, NodeMetrics* metrics)
 
 void NodeState::set_phase(v1::NodePhase phase) {
     {
-        std::lock_guard lock(mutex_);
+        const MutexLock lock(mutex_);
         status_.set_phase(phase);
     }
     if (metrics_) metrics_->set_phase(phase);
 }
 
 v1::NodePhase NodeState::phase() const {
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     return status_.phase();
 }
 
 void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                              uint64_t weight_bytes, Clock::time_point ended) {
     if (metrics_) metrics_->record_round(round, next_round, inner_step, weight_bytes);
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     recent_losses_.push_back(round.train_loss);
     if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
     round_ends_.emplace_back(ended, inner_step);
@@ -85,7 +85,7 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
 
 void NodeState::set_position(uint64_t round, int64_t inner_step) {
     if (metrics_) metrics_->set_position(round, inner_step);
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     status_.set_round(round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
     round_ends_.clear();
@@ -93,25 +93,25 @@ void NodeState::set_position(uint64_t round, int64_t inner_step) {
 
 void NodeState::record_val_loss(double loss) {
     if (metrics_) metrics_->record_val_loss(loss);
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     status_.set_val_loss(loss);
 }
 
 void NodeState::record_checkpoint(uint64_t round) {
     if (metrics_) metrics_->record_checkpoint(round);
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     status_.set_checkpoint_round(round);
     checkpointed_ = Clock::now();
     checkpoint_failure_.clear();
 }
 
 void NodeState::record_checkpoint_failure(const std::string& why) {
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     checkpoint_failure_ = why;
 }
 
 void NodeState::forget_departed(const std::vector<Member>& members) {
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     std::erase_if(exchanges_, [&](const auto& entry) {
         return std::none_of(members.begin(), members.end(),
                             [&](const Member& m) { return m.node_id == entry.first; });
@@ -119,7 +119,7 @@ void NodeState::forget_departed(const std::vector<Member>& members) {
 }
 
 v1::NodeStatus NodeState::recorded(Clock::time_point now) const {
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     v1::NodeStatus s = status_;
     s.set_uptime_seconds(seconds_between(started_, now));
     if (checkpointed_) s.set_checkpoint_age_seconds(seconds_between(*checkpointed_, now));
@@ -160,7 +160,7 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
     const auto now = Clock::now();
     const std::vector<Member> members = peer.members();
     const Member& self = members.front();
-    std::lock_guard lock(mutex_);
+    const MutexLock lock(mutex_);
     for (const Member& m : members) {
         if (m.node_id == peer.node_id()) continue;
         v1::PeerInfo* info = response.add_peers();

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "daemon/service/metrics.h"
 #include "daemon/swarm/swarm_node.h"
 #include "starling/v1/control.pb.h"
@@ -56,16 +56,17 @@ private:
     };
 
     NodeMetrics* metrics_;
-    mutable std::mutex mutex_;
-    v1::NodeStatus status_;
-    Clock::time_point started_ = Clock::now();
-    std::optional<Clock::time_point> checkpointed_;
-    std::string checkpoint_failure_;  // since the last checkpoint written
-    std::map<uint64_t, Exchanges>
-        exchanges_;  // by partner id; only members still listed are reported
-    std::deque<double> recent_losses_;
-    std::deque<std::pair<Clock::time_point, int64_t>>
-        round_ends_;  // when each of the last rounds ended, at which step
+    mutable Mutex mutex_;
+    v1::NodeStatus status_ ABSL_GUARDED_BY(mutex_);
+    const Clock::time_point started_ = Clock::now();
+    std::optional<Clock::time_point> checkpointed_ ABSL_GUARDED_BY(mutex_);
+    // Since the last checkpoint written.
+    std::string checkpoint_failure_ ABSL_GUARDED_BY(mutex_);
+    // By partner id; only members still listed are reported.
+    std::map<uint64_t, Exchanges> exchanges_ ABSL_GUARDED_BY(mutex_);
+    std::deque<double> recent_losses_ ABSL_GUARDED_BY(mutex_);
+    // When each of the last rounds ended, at which step.
+    std::deque<std::pair<Clock::time_point, int64_t>> round_ends_ ABSL_GUARDED_BY(mutex_);
 };
 
 std::string_view node_phase_name(v1::NodePhase phase);  // "training", "exchanging", ...

@@ -7,7 +7,8 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
+
+#include "common/mutex.h"
 
 namespace starling {
 
@@ -25,9 +26,9 @@ public:
     double seconds_since_mark(Clock::time_point now = Clock::now()) const;
 
 private:
-    mutable std::mutex mutex_;
-    Clock::time_point marked_;
-    std::chrono::milliseconds allowance_{0};
+    mutable Mutex mutex_;
+    Clock::time_point marked_ ABSL_GUARDED_BY(mutex_);
+    std::chrono::milliseconds allowance_ ABSL_GUARDED_BY(mutex_){0};
 };
 
 }  // namespace starling
