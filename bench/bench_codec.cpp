@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/math.h"
+#include "common/random.h"
 #include "codec/codec.h"
 
 using namespace starling;

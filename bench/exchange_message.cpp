@@ -1,6 +1,6 @@
 #include "bench/exchange_message.h"
 
-#include "kernels/math.h"
+#include "common/random.h"
 
 namespace starling::bench {
 DeltaModel::DeltaModel(const ModelConfig& config)

@@ -3,7 +3,7 @@
 # a library links one of its own layer or above, and when a starling_* library is in no layer.
 set(STARLING_LAYERS
     "starling_common starling_openblas starling_proto"
-    "starling_model_layout starling_kernels_cuda"
+    "starling_model_layout starling_kernels_cuda starling_partners"
     "starling_codec starling_kernels_nccl"
     "starling_kernels starling_peer"
     "starling_model starling_data"
@@ -88,6 +88,118 @@ function(starling_check_no_compute)
                                     "codecs and the peer layer must not link BLAS or CUDA "
                                     "(cmake/StarlingLayers.cmake)")
             endif()
+        endforeach()
+    endforeach()
+endfunction()
+
+# The CUDA and NCCL backends implement the interfaces of kernels/ (ops.h, all_reduce.h) and share
+# its per-element math.h, while starling_kernels links them to make a backend: one family, whose
+# members include each other's headers freely.
+set(STARLING_LAYER_FAMILIES "starling_kernels starling_kernels_cuda starling_kernels_nccl")
+
+# Headers cross layers too: a source or header of a library may include a project header only if
+# the library that owns it is the same, of its family, or in a lower layer. A header belongs to the
+# library that compiles the source of the same name beside it; otherwise to the lowest-layer
+# library with sources in its directory or the nearest directory above. Configuring fails naming
+# the file, the header and both libraries.
+function(starling_check_include_layers)
+    set(index 0)
+    foreach(layer IN LISTS STARLING_LAYERS)
+        separate_arguments(members UNIX_COMMAND "${layer}")
+        foreach(member IN LISTS members)
+            set(layer_of_${member} ${index})
+        endforeach()
+        math(EXPR index "${index} + 1")
+    endforeach()
+    foreach(family IN LISTS STARLING_LAYER_FAMILIES)
+        separate_arguments(members UNIX_COMMAND "${family}")
+        foreach(member IN LISTS members)
+            set(family_of_${member} "${family}")
+        endforeach()
+    endforeach()
+    set(libraries)
+    foreach(directory IN LISTS ARGN)
+        get_property(targets DIRECTORY ${directory} PROPERTY BUILDSYSTEM_TARGETS)
+        foreach(target IN LISTS targets)
+            get_target_property(type ${target} TYPE)
+            if(target MATCHES "^starling_" AND type MATCHES "LIBRARY$" AND NOT type STREQUAL
+                                                                           "INTERFACE_LIBRARY")
+                list(APPEND libraries ${target})
+            endif()
+        endforeach()
+    endforeach()
+    # Owners by source stem and by directory (the lowest layer wins a shared directory).
+    set(directories)
+    foreach(target IN LISTS libraries)
+        get_target_property(sources ${target} SOURCES)
+        set(own_sources_${target})
+        foreach(source IN LISTS sources)
+            get_filename_component(source "${source}" ABSOLUTE BASE_DIR "${PROJECT_SOURCE_DIR}")
+            if(NOT source MATCHES "^${PROJECT_SOURCE_DIR}/" OR NOT EXISTS "${source}")
+                continue()  # generated (the emulated kernels' wrappers, protobuf)
+            endif()
+            list(APPEND own_sources_${target} "${source}")
+            get_filename_component(stem "${source}" NAME_WLE)
+            get_filename_component(dir "${source}" DIRECTORY)
+            set("owner_of_${dir}/${stem}" ${target})
+            if(NOT DEFINED "dir_owner_${dir}" OR layer_of_${target} LESS layer_of_${dir_owner_${dir}})
+                set("dir_owner_${dir}" ${target})
+            endif()
+            list(APPEND directories "${dir}")
+        endforeach()
+    endforeach()
+    list(REMOVE_DUPLICATES directories)
+    # The owner of a project file: by stem, else by its directory or the nearest one above.
+    macro(starling_owner_of file out)
+        get_filename_component(_dir "${file}" DIRECTORY)
+        get_filename_component(_stem "${file}" NAME_WLE)
+        set(${out})
+        if(DEFINED "owner_of_${_dir}/${_stem}")
+            set(${out} ${owner_of_${_dir}/${_stem}})
+        else()
+            while(_dir MATCHES "^${PROJECT_SOURCE_DIR}/")
+                if(DEFINED "dir_owner_${_dir}")
+                    set(${out} ${dir_owner_${_dir}})
+                    break()
+                endif()
+                get_filename_component(_dir "${_dir}" DIRECTORY)
+            endwhile()
+        endif()
+    endmacro()
+    # Each library's files: its sources and the headers it owns.
+    foreach(directory IN LISTS directories)
+        file(GLOB headers "${directory}/*.h" "${directory}/*.cuh")
+        foreach(header IN LISTS headers)
+            starling_owner_of("${header}" owner)
+            if(owner)
+                list(APPEND own_sources_${owner} "${header}")
+            endif()
+        endforeach()
+    endforeach()
+    foreach(target IN LISTS libraries)
+        foreach(file IN LISTS own_sources_${target})
+            file(STRINGS "${file}" includes REGEX "^#include \"[^\"]+\"")
+            foreach(line IN LISTS includes)
+                string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" included "${line}")
+                set(path "${PROJECT_SOURCE_DIR}/${included}")
+                if(NOT EXISTS "${path}")
+                    continue()  # generated, or not a path from the root
+                endif()
+                starling_owner_of("${path}" owner)
+                if(NOT owner OR owner STREQUAL target)
+                    continue()
+                endif()
+                if(DEFINED family_of_${target} AND "${family_of_${target}}" STREQUAL
+                                                   "${family_of_${owner}}")
+                    continue()
+                endif()
+                if(NOT layer_of_${owner} LESS layer_of_${target})
+                    file(RELATIVE_PATH shown "${PROJECT_SOURCE_DIR}" "${file}")
+                    message(FATAL_ERROR "${shown} (${target}) includes ${included}, which "
+                                        "belongs to ${owner}, not below it "
+                                        "(cmake/StarlingLayers.cmake, README.md's layout)")
+                endif()
+            endforeach()
         endforeach()
     endforeach()
 endfunction()

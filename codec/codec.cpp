@@ -5,8 +5,8 @@
 // on another, so the output is the same whatever the thread count and whichever range of whole
 // blocks is encoded. Large ranges run in parallel; no exception is thrown inside a parallel region:
 // bad blocks are reported by index and the error raised afterwards. The AVX2 paths do exactly the
-// arithmetic of the scalar helpers in kernels/math.h (the scalar paths serve short blocks and
-// builds without AVX2).
+// arithmetic of the scalar helpers in common/stochastic_rounding.h (the scalar paths serve short
+// blocks and builds without AVX2).
 #include "codec/codec.h"
 
 #include <algorithm>
@@ -24,8 +24,9 @@
 
 #include "codec/block_layout.h"
 #include "common/error.h"
-#include "kernels/math.h"
-#include "kernels/rounding.h"
+#include "common/random.h"
+#include "common/stochastic_rounding.h"
+#include "common/rounding_noise.h"
 
 namespace starling::codec {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "kernels/math.h"
+#include "common/random.h"
 
 namespace starling {
 

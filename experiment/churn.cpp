@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/math.h"
+#include "common/random.h"
 
 namespace starling {
 

@@ -18,7 +18,7 @@
 #include "experiment/transmit.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/math.h"
+#include "common/random.h"
 #include "peer/partners.h"
 
 namespace starling {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/random.h"
 
 namespace starling {
 

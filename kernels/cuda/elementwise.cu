@@ -1,6 +1,8 @@
 // The per-element ops: SwiGLU, RoPE, the embedding lookup, scaling and AdamW. Each thread owns
 // whole elements and runs kernels/math.h's formula, so the values are the CPU's up to the last
 // bit of the transcendental functions.
+#include "common/random.h"
+#include "common/stochastic_rounding.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/portable.cuh"

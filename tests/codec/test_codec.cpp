@@ -16,9 +16,10 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/math.h"
+#include "common/random.h"
+#include "common/stochastic_rounding.h"
 #include "codec/codec.h"
-#include "kernels/rounding.h"
+#include "common/rounding_noise.h"
 #include "tests/support/random.h"
 
 using namespace starling;
@@ -186,7 +187,7 @@ TEST_CASE("Philox4x32-10 gives the Random123 known answers", "[codec][philox]") 
     CHECK(pi.v[3] == 0x24126ea1u);
 }
 
-TEST_CASE("rounding.h draws 16 bits per element, eight elements per Philox call",
+TEST_CASE("rounding_noise.h draws 16 bits per element, eight elements per Philox call",
           "[codec][philox]") {
     for (RoundingKey key : {kKey, RoundingKey{7, 3, 0}}) {
         const PhiloxStream s = philox_stream(key.node_id, key.round, key.stream);

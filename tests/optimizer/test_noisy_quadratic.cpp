@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/math.h"
+#include "common/random.h"
 #include "optimizer/outer.h"
 #include "peer/partners.h"
 #include "optimizer/schedule.h"

@@ -14,7 +14,8 @@
 
 #include <cstdint>
 
-#include "kernels/math.h"
+#include "common/host_device.h"
+#include "common/random.h"
 
 namespace starling::codec {
 
