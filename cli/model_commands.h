@@ -20,14 +20,14 @@
 namespace starling::cli {
 
 struct ModelSource {
-    std::optional<std::filesystem::path>
-        config_path;                                  // a node's config (with data_dir, checkpoint)
+    // A node's config (with data_dir, checkpoint).
+    std::optional<std::filesystem::path> config_path;
     std::optional<std::filesystem::path> data_dir;    // overrides [node].data_dir
     std::optional<std::filesystem::path> checkpoint;  // one checkpoint directory, either kind
     std::optional<std::filesystem::path> hf_dir;      // or a Hugging Face model directory
     std::string control;                              // or else the running node's Control API
-    std::optional<std::filesystem::path>
-        tokenizer;  // the model's tokenizer.json, over the source's
+    // The model's tokenizer.json, over the source's.
+    std::optional<std::filesystem::path> tokenizer;
 };
 
 struct LoadedModel {

@@ -214,8 +214,8 @@ void int64_as_numbers(nlohmann::ordered_json& json, const google::protobuf::Desc
 std::string to_json(const google::protobuf::Message& message) {
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;  // scripts find every key, zeros included
-    options.preserve_proto_field_names =
-        true;  // node_id, not nodeId: the names the .proto documents
+    // Node_id, not nodeId: the names the .proto documents.
+    options.preserve_proto_field_names = true;
     std::string text;
     const auto status = google::protobuf::util::MessageToJsonString(message, &text, options);
     if (!status.ok())

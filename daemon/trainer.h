@@ -60,8 +60,8 @@ private:
     CheckpointDir checkpoints_;
     LrSchedule schedule_;
     std::vector<int32_t> inputs_, targets_;
-    std::optional<std::string>
-        tokenizer_json_;  // written into each checkpoint when the model fits it
+    // Written into each checkpoint when the model fits it.
+    std::optional<std::string> tokenizer_json_;
     int64_t step_ = 0;
     bool resumed_ = false;
 };

@@ -148,8 +148,8 @@ private:
                     next.push_back(w.symbols[i]);
                 }
             }
-            if (next.size() == w.symbols.size())
-                continue;  // noted under the pair, merged away since
+            // Noted under the pair, merged away since.
+            if (next.size() == w.symbols.size()) continue;
             remove_pairs(w);
             w.symbols = std::move(next);
             add_pairs(w, index, &changed);

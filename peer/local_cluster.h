@@ -9,7 +9,7 @@
 
 namespace starling {
 
-// Fast timings on loopback: gossip every 100 ms, probes time out after 100 ms, suspicion 1 s,
+// Fast timings on loopback: gossip every 100 ms, probes time out after 300 ms, suspicion 2 s,
 // Pair calls 1 s, exchanges 3 s.
 PeerConfig local_cluster_config();
 

@@ -81,13 +81,13 @@ struct SwarmRound {
     double exchange_seconds = 0.0;  // the exchange itself (0 without a partner)
     bool solo = true;               // the outer step used this node's values only
     std::string failure;  // why a paired round went solo: the exchange's error or the refusal
-    std::optional<double>
-        partner_distance;         // RMS of own theta minus the partner's, when one arrived
+    // RMS of own theta minus the partner's, when one arrived.
+    std::optional<double> partner_distance;
     uint64_t tokens = 0;          // trained on in the inner phase
     int steps = 0;                // inner steps taken in it
     uint64_t partner_tokens = 0;  // what the partner said it trained on (NoLoCo; 0: not said)
-    bool abandoned =
-        false;  // stopped mid inner phase: no outer step, the state is the round's start
+    // Stopped mid inner phase: no outer step, the state is the round's start.
+    bool abandoned = false;
     // False when the report is of no landed round: an abandoned phase, and the first overlapped
     // call. An overlapped call's report is otherwise of the round that landed during it, not of
     // the inner phase it trained.
@@ -232,8 +232,8 @@ private:
     std::vector<std::vector<float>> gathered_;  // DiLoCo: one decoded D per quorum member
     uint64_t round_ = 0;
     RoundStart round_start_;
-    std::vector<std::shared_ptr<std::vector<std::byte>>>
-        snapshot_buffers_;  // recycled by publish_snapshot
+    // Recycled by publish_snapshot.
+    std::vector<std::shared_ptr<std::vector<std::byte>>> snapshot_buffers_;
     // Donors whose snapshots a state copy refused: asked last by the next one.
     std::set<std::string> refused_donors_;
     std::function<void(RoundPhase)> phase_listener_;

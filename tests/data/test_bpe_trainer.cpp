@@ -47,8 +47,8 @@ ByteMerges recounting_trainer(const std::string& text, size_t merges) {
     }
     ByteMerges out;
     while (out.size() < merges) {
-        std::map<std::pair<std::string, std::string>, int64_t>
-            pairs;  // ordered: ties go to the first
+        // Ordered: ties go to the first.
+        std::map<std::pair<std::string, std::string>, int64_t> pairs;
         for (const auto& [symbols, n] : words)
             for (size_t i = 0; i + 1 < symbols.size(); i++)
                 pairs[{symbols[i], symbols[i + 1]}] += n;

@@ -1,7 +1,8 @@
 // Several GPUs of one box as one node (kernels/cuda/nccl/, engine/device_group.h). Opening
 // NCCL needs no device, so the first case runs on every machine with the headers; the others need
 // two GPUs or more and skip, saying so, everywhere else. The reference for the group is one GPU
-// training on the whole batch, as the CPU suite checks for CPU devices (tests/optimizer).
+// training on the whole batch, as the CPU suite checks for CPU devices
+// (tests/engine/test_device_group.cpp).
 #ifdef STARLING_HAVE_NCCL
 
 #include <catch2/catch.hpp>
