@@ -10,8 +10,8 @@
 // stream with INVALID_ARGUMENT naming the problem.
 //
 // The node with the lower id opens the stream (open_exchange); the other posts its slot on its
-// ExchangeBoard and the stream's handler takes it from there (serve_exchange). Both sides are
-// bounded by the exchange timeout; a stream that breaks (a killed partner) ends them at once.
+// ExchangeBoard and the stream's handler takes it from there (ExchangeBoard::serve). Both sides are
+// bounded by the slot's deadline; a stream that breaks (a killed partner) ends them at once.
 #pragma once
 
 #include <grpcpp/client_context.h>

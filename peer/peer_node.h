@@ -161,9 +161,9 @@ public:
     // whatever the others do. One call per round at a time; none once the node has stopped.
     std::optional<Member> choose_partner(uint64_t round);
     // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
-    // at once; returns within exchange_timeout, or by slot.deadline when that is sooner (plus the
-    // moment a cancelled stream takes to end). A round may exchange more than once with its
-    // partner.
+    // at once; returns by slot.deadline (the exchange budget), or within exchange_timeout without
+    // one (plus the moment a cancelled stream takes to end). A round may exchange more than once
+    // with its partner.
     ExchangeResult exchange(ExchangeSlot slot);
     // The time an exchange of `bytes` with `partner` gets (exchange_budget): from the rate of the
     // last whole exchange with it, or the config's minimum before one.

@@ -18,7 +18,7 @@
 // - done: once the schedule's steps are all taken, a last checkpoint, and the node stays up
 //   serving its state until stopped.
 // - drain (SIGTERM, SIGINT, `starling leave`): an inner phase in progress is abandoned after its
-//   current step, an exchange ends within T_xchg; then a checkpoint of the round's start,
+//   current step, an exchange by its budget; then a checkpoint of the round's start,
 //   a Leave announced to the swarm, and run() returns.
 // - overlap ([swarm].overlap): a round's outer step lands between two inner steps of the next
 //   round, and its evaluation and checkpoint happen there; the end of the schedule, a drain and a

@@ -8,7 +8,7 @@
 // (daemon/swarm/swarm_snapshot.h) is published for joiners.
 //
 // The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
-// bounded by pair_timeout and the exchange by exchange_timeout, after which the round goes solo.
+// bounded by pair_timeout, the exchange by its budget (T_xchg and up), after which it goes solo.
 // Method "diloco" replaces partner and exchange by an all-gather: every node publishes its D
 // message (peer/round_messages.h) and fetches those of every live compatible member, then
 // takes DiLoCo's outer step with the mean of every decoded D that arrived (its own decoded from
