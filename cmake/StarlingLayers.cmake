@@ -25,8 +25,8 @@ function(starling_direct_links target out)
     set(${out} ${links} PARENT_SCOPE)
 endfunction()
 
-# Checks the libraries defined in the given source directories.
-function(starling_check_layers)
+# Sets layer_of_<library> to each library's layer index, in the caller's scope.
+macro(starling_layer_indices)
     set(index 0)
     foreach(layer IN LISTS STARLING_LAYERS)
         separate_arguments(members UNIX_COMMAND "${layer}")
@@ -35,6 +35,11 @@ function(starling_check_layers)
         endforeach()
         math(EXPR index "${index} + 1")
     endforeach()
+endmacro()
+
+# Checks the libraries defined in the given source directories.
+function(starling_check_layers)
+    starling_layer_indices()
     foreach(directory IN LISTS ARGN)
         get_property(targets DIRECTORY ${directory} PROPERTY BUILDSYSTEM_TARGETS)
         foreach(target IN LISTS targets)
@@ -103,14 +108,7 @@ set(STARLING_LAYER_FAMILIES "starling_kernels starling_kernels_cuda starling_ker
 # library with sources in its directory or the nearest directory above. Configuring fails naming
 # the file, the header and both libraries.
 function(starling_check_include_layers)
-    set(index 0)
-    foreach(layer IN LISTS STARLING_LAYERS)
-        separate_arguments(members UNIX_COMMAND "${layer}")
-        foreach(member IN LISTS members)
-            set(layer_of_${member} ${index})
-        endforeach()
-        math(EXPR index "${index} + 1")
-    endforeach()
+    starling_layer_indices()
     foreach(family IN LISTS STARLING_LAYER_FAMILIES)
         separate_arguments(members UNIX_COMMAND "${family}")
         foreach(member IN LISTS members)
