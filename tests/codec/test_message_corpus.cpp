@@ -41,19 +41,10 @@ std::vector<uint8_t> frame(uint8_t mode, const std::vector<std::vector<std::byte
 }  // namespace
 
 TEST_CASE("every fuzz corpus input decodes or fails cleanly, valid seeds completely") {
-    REQUIRE(fs::is_directory(kCorpus));
-    size_t files = 0, valid = 0;
-    for (const test::CorpusInput& input : test::read_fuzz_corpus(kCorpus)) {
-        INFO(input.name);
-        CHECK(fuzz_decode_one(input.bytes.data(), input.bytes.size()) == 0);
-        if (input.name.rfind("seed-valid-", 0) == 0) {
-            CHECK(fuzz_decode_complete(input.bytes.data(), input.bytes.size()));
-            valid++;
-        }
-        files++;
-    }
-    CHECK(files >= kMinCorpusFiles);
-    CHECK(valid >= 8);
+    const test::CorpusReplay replay =
+        test::replay_fuzz_corpus(kCorpus, fuzz_decode_one, fuzz_decode_complete);
+    CHECK(replay.files >= kMinCorpusFiles);
+    CHECK(replay.valid_seeds >= 8);
 }
 
 TEST_CASE("write the seed corpus for the message fuzzer", "[.generate]") {

@@ -25,19 +25,10 @@ const fs::path kCorpus = fs::path(STARLING_SOURCE_DIR) / "tests" / "model" / "sa
 }  // namespace
 
 TEST_CASE("every safetensors fuzz input reads or fails cleanly, valid seeds completely") {
-    REQUIRE(fs::is_directory(kCorpus));
-    size_t files = 0, valid = 0;
-    for (const test::CorpusInput& input : test::read_fuzz_corpus(kCorpus)) {
-        INFO(input.name);
-        CHECK(fuzz_safetensors_one(input.bytes.data(), input.bytes.size()) == 0);
-        const bool expect_valid = input.name.rfind("seed-valid-", 0) == 0;
-        if (input.name.rfind("seed-", 0) == 0)
-            CHECK(fuzz_safetensors_valid(input.bytes.data(), input.bytes.size()) == expect_valid);
-        valid += expect_valid;
-        files++;
-    }
-    CHECK(files >= 8);
-    CHECK(valid >= 3);
+    const test::CorpusReplay replay =
+        test::replay_fuzz_corpus(kCorpus, fuzz_safetensors_one, fuzz_safetensors_valid);
+    CHECK(replay.files >= 8);
+    CHECK(replay.valid_seeds >= 3);
 }
 
 TEST_CASE("write the seed corpus for the safetensors fuzzer", "[.generate]") {

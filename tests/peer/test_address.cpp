@@ -77,16 +77,8 @@ bool fuzz_host_port_valid(const uint8_t* data, size_t size);
 
 TEST_CASE("every host:port fuzz input parses and prints back, or is refused") {
     const auto corpus = std::filesystem::path(STARLING_SOURCE_DIR) / "tests/peer/host-port-corpus";
-    size_t files = 0, valid = 0;
-    for (const test::CorpusInput& input : test::read_fuzz_corpus(corpus)) {
-        INFO(input.name);
-        CHECK(fuzz_host_port_one(input.bytes.data(), input.bytes.size()) == 0);
-        const bool expect_valid = input.name.rfind("seed-valid-", 0) == 0;
-        if (input.name.rfind("seed-", 0) == 0)
-            CHECK(fuzz_host_port_valid(input.bytes.data(), input.bytes.size()) == expect_valid);
-        valid += expect_valid;
-        files++;
-    }
-    CHECK(files >= 8);
-    CHECK(valid >= 3);
+    const test::CorpusReplay replay =
+        test::replay_fuzz_corpus(corpus, fuzz_host_port_one, fuzz_host_port_valid);
+    CHECK(replay.files >= 8);
+    CHECK(replay.valid_seeds >= 3);
 }

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <catch2/catch.hpp>
+
 namespace starling::test {
 
 struct CorpusInput {
@@ -31,6 +33,30 @@ inline std::vector<CorpusInput> read_fuzz_corpus(const std::filesystem::path& di
     std::sort(inputs.begin(), inputs.end(),
               [](const CorpusInput& a, const CorpusInput& b) { return a.name < b.name; });
     return inputs;
+}
+
+struct CorpusReplay {
+    size_t files = 0;
+    size_t valid_seeds = 0;  // files named seed-valid-*
+};
+
+// Replays every input of dir through the fuzzer's entry point `one` (which returns 0 and must not
+// crash) and checks the seeds against `valid`: a file named seed-valid-* must be valid, any other
+// seed-* not; inputs the fuzzer found are replayed only.
+template <typename Entry, typename Valid>
+CorpusReplay replay_fuzz_corpus(const std::filesystem::path& dir, Entry one, Valid valid) {
+    REQUIRE(std::filesystem::is_directory(dir));
+    CorpusReplay replay;
+    for (const CorpusInput& input : read_fuzz_corpus(dir)) {
+        INFO(input.name);
+        CHECK(one(input.bytes.data(), input.bytes.size()) == 0);
+        const bool expect_valid = input.name.rfind("seed-valid-", 0) == 0;
+        if (input.name.rfind("seed-", 0) == 0)
+            CHECK(valid(input.bytes.data(), input.bytes.size()) == expect_valid);
+        replay.valid_seeds += expect_valid;
+        replay.files++;
+    }
+    return replay;
 }
 
 }  // namespace starling::test
