@@ -1,5 +1,5 @@
 // Fuzz target for the message decoder. scripts/fuzz builds this file into a libFuzzer binary; the
-// codec test suite compiles it too and replays tests/codec/corpus through fuzz_decode_one.
+// codec test suite compiles it too and replays tests/codec/corpus through fuzz_decode_complete.
 //
 // Input: one mode byte, then parts, each a little-endian u32 length followed by that many bytes
 // (clamped to what is left). The first part is the header, the others are chunks. Mode bit 0
@@ -113,11 +113,7 @@ bool fuzz_decode_complete(const uint8_t* data, size_t size) {
     return complete;
 }
 
-int fuzz_decode_one(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_decode_complete(data, size);
     return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    return fuzz_decode_one(data, size);
 }

@@ -14,7 +14,6 @@
 #include "tests/support/fuzz_corpus.h"
 
 // tests/codec/fuzz_decode.cpp, compiled into this suite as into the fuzzer.
-int fuzz_decode_one(const uint8_t* data, size_t size);
 bool fuzz_decode_complete(const uint8_t* data, size_t size);
 const starling::ParameterManifest& fuzz_decode_manifest();
 
@@ -41,8 +40,7 @@ std::vector<uint8_t> frame(uint8_t mode, const std::vector<std::vector<std::byte
 }  // namespace
 
 TEST_CASE("every fuzz corpus input decodes or fails cleanly, valid seeds completely") {
-    const test::CorpusReplay replay =
-        test::replay_fuzz_corpus(kCorpus, fuzz_decode_one, fuzz_decode_complete);
+    const test::CorpusReplay replay = test::replay_fuzz_corpus(kCorpus, fuzz_decode_complete);
     CHECK(replay.files >= kMinCorpusFiles);
     CHECK(replay.valid_seeds >= 8);
 }

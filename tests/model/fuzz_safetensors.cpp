@@ -1,6 +1,6 @@
 // Fuzz target for the safetensors reader, which reads checkpoints and the snapshot a donor serves a
 // joining node. scripts/fuzz builds this file into a libFuzzer binary; the model suite compiles it
-// too and replays tests/model/safetensors-corpus through fuzz_safetensors_one.
+// too and replays tests/model/safetensors-corpus through fuzz_safetensors_valid.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,11 +30,7 @@ bool fuzz_safetensors_valid(const uint8_t* data, size_t size) {
     }
 }
 
-int fuzz_safetensors_one(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_safetensors_valid(data, size);
     return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    return fuzz_safetensors_one(data, size);
 }

@@ -12,7 +12,6 @@
 #include "tests/support/fuzz_corpus.h"
 
 // tests/model/fuzz_safetensors.cpp, compiled into this suite as into the fuzzer.
-int fuzz_safetensors_one(const uint8_t* data, size_t size);
 bool fuzz_safetensors_valid(const uint8_t* data, size_t size);
 
 using namespace starling;
@@ -25,8 +24,7 @@ const fs::path kCorpus = fs::path(STARLING_SOURCE_DIR) / "tests" / "model" / "sa
 }  // namespace
 
 TEST_CASE("every safetensors fuzz input reads or fails cleanly, valid seeds completely") {
-    const test::CorpusReplay replay =
-        test::replay_fuzz_corpus(kCorpus, fuzz_safetensors_one, fuzz_safetensors_valid);
+    const test::CorpusReplay replay = test::replay_fuzz_corpus(kCorpus, fuzz_safetensors_valid);
     CHECK(replay.files >= 8);
     CHECK(replay.valid_seeds >= 3);
 }

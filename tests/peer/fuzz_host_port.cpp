@@ -1,6 +1,6 @@
 // Fuzz target for host:port parsing, which reads the addresses peers announce and that a node
 // dials. scripts/fuzz builds this file into a libFuzzer binary; the peer suite compiles it too and
-// replays tests/peer/host-port-corpus through fuzz_host_port_one.
+// replays tests/peer/host-port-corpus through fuzz_host_port_valid.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -18,11 +18,7 @@ bool fuzz_host_port_valid(const uint8_t* data, size_t size) {
     return true;
 }
 
-int fuzz_host_port_one(const uint8_t* data, size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_host_port_valid(data, size);
     return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    return fuzz_host_port_one(data, size);
 }
