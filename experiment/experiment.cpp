@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <optional>
 #include <spdlog/spdlog.h>
@@ -12,14 +13,14 @@
 
 #include "common/error.h"
 #include "experiment/churn.h"
+#include "codec/codec.h"
+#include "common/random.h"
 #include "engine/evaluator.h"
-#include "engine/overlap.h"
+#include "engine/in_process_link.h"
+#include "engine/member_round.h"
 #include "engine/replica.h"
-#include "experiment/transmit.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "common/random.h"
-#include "peer/partners.h"
 
 namespace starling {
 
@@ -65,11 +66,11 @@ private:
     // records_; returns the simulated time the round takes (the slowest replica's steps over its
     // speed).
     double plan_steps(const std::vector<Replica*>& live);
-    // A member's share of the outer step's means.
-    double weight_of(const Replica& r) const;
-    void exchange_noloco(int64_t round);
-    void step_noloco_member(int64_t round, Replica& self, const std::vector<Replica*>& group);
-    void exchange_diloco(int64_t round);
+    // The method's exchange and outer step for every live replica at once, each on a thread of its
+    // own over the in-process board (engine/in_process_link.h): the round starlingd runs.
+    void exchange_round(int64_t round, const std::vector<Replica*>& live);
+    // DiLoCo: every live replica must hold the same phi and momentum after the outer step.
+    void check_diloco_agreement(int64_t round, const std::vector<Replica*>& live) const;
     double spread();
     void evaluate_live();
     void write_rows(int64_t round, double sigma, float lr);
@@ -84,12 +85,13 @@ private:
     std::unique_ptr<Evaluator> evaluator_;
     std::optional<ChurnSchedule> churn_;
     LrSchedule schedule_;
-    codec::MessagePlan state_plan_, delta_plan_;
-    std::vector<std::vector<float>> wire_a_, wire_b_;  // each replica's outgoing messages, decoded
-    std::vector<float> mean_a_, mean_b_;
+    std::vector<std::unique_ptr<MemberRound>> member_rounds_;  // one per replica (noloco, diloco)
+    InProcessBoard board_;
+    std::vector<float> mean_;  // the final averaged phi
     std::vector<RoundRecord> records_;
     // Overlapped rounds: where each replica restarted (the solo step's phi, engine/overlap.h)
-    // while the outer step its message fed waits to land, whether one waits, and scratch.
+    // while the outer step its message fed waits to land, whether one waits, and the solo step's
+    // momentum, dropped.
     std::vector<std::vector<float>> overlap_start_;
     std::vector<bool> landing_;
     std::vector<float> solo_momentum_;
@@ -122,15 +124,12 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     if (config_.churn.enabled && models > 1) {
         churn_.emplace(config_.churn, models, config_.inner_steps);
     }
-    const ParameterManifest& manifest = replicas_[0]->manifest();
-    state_plan_ = codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
-    delta_plan_ = codec::make_plan(manifest, codec::PlanKind::Delta, config_.exchange.delta_codec);
+    if (config_.method == OuterMethod::NoLoCo || config_.method == OuterMethod::DiLoCo)
+        for (size_t i = 0; i < replicas_.size(); i++)
+            member_rounds_.push_back(
+                std::make_unique<MemberRound>(config_, replicas_[0]->manifest()));
     const size_t n = replicas_[0]->size();
-    wire_a_.assign(replicas_.size(), std::vector<float>(n));
-    wire_b_.assign(config_.exchange.mode == MessageMode::Split ? replicas_.size() : 0,
-                   std::vector<float>(n));
-    mean_a_.resize(n);
-    mean_b_.resize(n);
+    mean_.resize(n);
     records_.resize(replicas_.size());
     if (config_.overlap_steps > 0) {
         overlap_start_.assign(replicas_.size(), std::vector<float>(n));
@@ -193,106 +192,53 @@ void ExperimentRun::apply_churn(int64_t round) {
     }
 }
 
-void ExperimentRun::exchange_noloco(int64_t round) {
+void ExperimentRun::exchange_round(int64_t round, const std::vector<Replica*>& live) {
     std::vector<uint64_t> ids;
-    std::map<uint64_t, Replica*> by_id;
-    for (Replica* r : live_replicas()) {
-        ids.push_back(r->node_id());
-        by_id[r->node_id()] = r;
-    }
-    const bool fused = config_.exchange.mode == MessageMode::Fused;
-    const bool zstd = config_.exchange.zstd;
-    if (!fused) {
-        for (auto& [id, r] : by_id) r->compute_displacement();  // solo steps need D too
-    }
-    std::vector<std::vector<Replica*>> groups;
-    for (const auto& group_ids : deterministic_groups(static_cast<uint64_t>(round), ids,
-                                                      static_cast<size_t>(config_.group_size))) {
-        std::vector<Replica*> group;
-        for (uint64_t id : group_ids) group.push_back(by_id.at(id));
-        groups.push_back(group);
-        if (group.size() < 2) continue;
-        // Every member sends the same message to each of the others.
-        for (Replica* sender : group) {
-            const int i = sender->index();
-            const ParameterManifest& manifest = sender->manifest();
-            size_t bytes = 0;
-            if (fused) {
-                bytes = transmit(state_plan_, {sender->node_id(), uint64_t(round), 0},
-                                 sender->theta(), nullptr, zstd, manifest, wire_a_[i]);
-            } else {
-                float* residual =
-                    config_.exchange.error_feedback ? sender->residual().data() : nullptr;
-                bytes = transmit(delta_plan_, {sender->node_id(), uint64_t(round), 0},
-                                 sender->displacement(), residual, zstd, manifest, wire_a_[i]);
-                bytes += transmit(state_plan_, {sender->node_id(), uint64_t(round), 1},
-                                  sender->phi(), nullptr, zstd, manifest, wire_b_[i]);
+    for (Replica* r : live) ids.push_back(r->node_id());
+    board_.begin_round(static_cast<uint64_t>(round), ids, static_cast<size_t>(config_.group_size));
+    const uint64_t tokens_per_step =
+        static_cast<uint64_t>(config_.train.batch_size) * config_.train.effective_seq_len();
+    std::vector<std::future<RoundOutcome>> running;
+    for (Replica* r : live) {
+        running.push_back(std::async(std::launch::async, [&, r] {
+            // Every replica's round at once: one thread each codes and steps.
+            set_cpu_threads(1);
+            const codec::SerialCoding serial;
+            const std::unique_ptr<RoundLink> link = board_.link(r->node_id());
+            const int steps = records_[r->index()].steps;
+            const uint64_t tokens =
+                config_.token_weighting ? tokens_per_step * static_cast<uint64_t>(steps) : 0;
+            try {
+                return member_rounds_[r->index()]->step(*link, *r, static_cast<uint64_t>(round),
+                                                        r->theta(), tokens);
+            } catch (...) {
+                board_.abandon(r->node_id());
+                throw;
             }
-            records_[i].sent += bytes * (group.size() - 1);
-            for (Replica* receiver : group) {
-                if (receiver != sender) records_[receiver->index()].received += bytes;
-            }
-        }
+        }));
     }
-    for (const auto& group : groups) {
-        for (Replica* self : group) step_noloco_member(round, *self, group);
+    std::vector<RoundOutcome> outcomes;
+    for (auto& outcome : running) outcome.wait();
+    set_cpu_threads(config_.train.threads);
+    for (auto& outcome : running) outcomes.push_back(outcome.get());
+    for (size_t k = 0; k < live.size(); k++) {
+        const RoundOutcome& outcome = outcomes[k];
+        RoundRecord& record = records_[live[k]->index()];
+        record.group = outcome.members;
+        record.sent += outcome.bytes_sent;
+        record.received += outcome.bytes_received;
+        record.refused = static_cast<int>(outcome.refused);
+        if (outcome.refused > 0)
+            spdlog::warn("round {}: replica {} refused {}", round, live[k]->index(),
+                         outcome.failure);
     }
+    if (config_.method == OuterMethod::DiLoCo) check_diloco_agreement(round, live);
 }
 
-void ExperimentRun::step_noloco_member(int64_t round, Replica& self,
-                                       const std::vector<Replica*>& group) {
-    const bool fused = config_.exchange.mode == MessageMode::Fused;
-    const MemberValues own{self.node_id(), fused ? self.theta() : self.displacement(), self.phi(),
-                           weight_of(self)};
-    std::vector<MemberValues> partners;
-    for (Replica* member : group) {
-        if (member == &self) continue;
-        const int j = member->index();
-        partners.push_back({member->node_id(), wire_a_[j],
-                            fused ? std::span<const float>() : std::span<const float>(wire_b_[j]),
-                            weight_of(*member)});
-    }
-    const NoLoCoStep step =
-        noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
-                          self.partner_checks(), self.phi(), self.momentum(), mean_a_, mean_b_);
-    RoundRecord& record = records_[self.index()];
-    record.group = step.members;
-    record.refused = static_cast<int>(step.refused.size());
-    for (const Refusal& refusal : step.refused) {
-        spdlog::warn("round {}: replica {} refused {}", round, self.index(), refusal.why);
-    }
-}
-
-// DiLoCo over the live quorum: every replica averages the same decoded messages (its own
-// included, decoded from what it sent) in node-id order, so all of them land on the same bits.
-void ExperimentRun::exchange_diloco(int64_t round) {
-    std::vector<Replica*> quorum = live_replicas();
+void ExperimentRun::check_diloco_agreement(int64_t round, const std::vector<Replica*>& live) const {
+    std::vector<Replica*> quorum = live;
     std::sort(quorum.begin(), quorum.end(),
               [](Replica* a, Replica* b) { return a->node_id() < b->node_id(); });
-    std::vector<std::span<const float>> decoded;
-    std::vector<double> weights;
-    size_t total = 0;
-    std::vector<size_t> bytes;
-    for (Replica* r : quorum) {
-        weights.push_back(weight_of(*r));
-        r->compute_displacement();
-        float* residual = config_.exchange.error_feedback ? r->residual().data() : nullptr;
-        bytes.push_back(transmit(delta_plan_, {r->node_id(), uint64_t(round), 0}, r->displacement(),
-                                 residual, config_.exchange.zstd, r->manifest(),
-                                 wire_a_[r->index()]));
-        total += bytes.back();
-        decoded.push_back(wire_a_[r->index()]);
-    }
-    for (size_t k = 0; k < quorum.size(); k++) {
-        Replica& r = *quorum[k];
-        RoundRecord& record = records_[r.index()];
-        record.sent += bytes[k] * (quorum.size() - 1);
-        record.received += total - bytes[k];
-        const DiLoCoStep step =
-            diloco_outer_step(config_.outer, decoded, r.phi(), r.momentum(), mean_a_, weights);
-        record.group = step.members;
-        record.refused = static_cast<int>(step.not_finite.size());
-    }
     const uint64_t phi_hash = hash_of(quorum[0]->phi());
     const uint64_t momentum_hash = hash_of(quorum[0]->momentum());
     for (Replica* r : quorum) {
@@ -397,13 +343,13 @@ ExperimentSummary ExperimentRun::execute() {
                            (config_.method == OuterMethod::Ddp ? config_.replicas : 1);
         // Overlapped: where each replica trains from while its exchange would run, taken before
         // the exchange steps phi.
-        if (config_.overlap_steps > 0) {
+        if (!member_rounds_.empty()) {
             for (Replica* r : live) {
-                if (config_.method == OuterMethod::DiLoCo ||
-                    config_.exchange.mode == MessageMode::Split)
-                    r->compute_displacement();
-                solo_outer_start(config_, *r, r->theta(), overlap_start_[r->index()],
-                                 solo_momentum_, mean_a_, mean_b_);
+                MemberRound& member = *member_rounds_[r->index()];
+                member.prepare(*r);
+                if (config_.overlap_steps > 0)
+                    member.overlapped_start(*r, r->theta(), overlap_start_[r->index()],
+                                            solo_momentum_);
             }
         }
         switch (config_.method) {
@@ -422,8 +368,8 @@ ExperimentSummary ExperimentRun::execute() {
                     r->adopt_theta();
                 }
                 break;
-            case OuterMethod::DiLoCo: exchange_diloco(round); break;
-            case OuterMethod::NoLoCo: exchange_noloco(round); break;
+            case OuterMethod::DiLoCo:
+            case OuterMethod::NoLoCo: exchange_round(round, live); break;
         }
         for (Replica* r : live) {
             if (config_.overlap_steps == 0) {
@@ -481,10 +427,6 @@ double ExperimentRun::plan_steps(const std::vector<Replica*>& live) {
     return longest;
 }
 
-double ExperimentRun::weight_of(const Replica& r) const {
-    return config_.token_weighting ? static_cast<double>(records_[r.index()].steps) : 1.0;
-}
-
 double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
     const int H = config_.inner_steps;
     const int late = config_.overlap_steps;
@@ -509,8 +451,8 @@ void ExperimentRun::finish_summary() {
         phis.push_back(r->phi());
     }
     summary_.final_loss_mean = sum / static_cast<double>(phis.size());
-    group_mean(mean_a_, phis);
-    summary_.averaged_phi_loss = evaluator_->loss(mean_a_);
+    group_mean(mean_, phis);
+    summary_.averaged_phi_loss = evaluator_->loss(mean_);
     if (live_replica_rounds_ > 0) {
         summary_.sent_per_round = total_sent_ / static_cast<double>(live_replica_rounds_);
         summary_.received_per_round = total_received_ / static_cast<double>(live_replica_rounds_);

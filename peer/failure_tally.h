@@ -1,7 +1,8 @@
 // What went wrong on a node since it started, counted by reason, for starlingd's
-// starling_failures_total{reason}. The peer layer counts as things happen (refused calls,
-// deadlines, refused messages); the round loop adds failed state copies and checkpoints. One
-// tally per node, held by its PeerNode, the one object every layer of a node reaches.
+// starling_failures_total{reason}. Each layer keeps its own tally: the PeerNode counts what
+// happens in the peer layer (refused calls, deadlines, malformed or mismatched messages), the
+// daemon's NodeState what the round loop meets (messages the outer step refused, failed state
+// copies and checkpoints); /metrics shows their sum.
 #pragma once
 
 #include <array>
@@ -46,8 +47,8 @@ using FailureCounts = std::array<uint64_t, kFailureReasons.size()>;
 // Thread-safe: any thread counts, any thread reads.
 class FailureTally {
 public:
-    void count(FailureReason reason) {
-        counts_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    void count(FailureReason reason, uint64_t times = 1) {
+        counts_[static_cast<size_t>(reason)].fetch_add(times, std::memory_order_relaxed);
     }
     FailureCounts totals() const {
         FailureCounts totals{};

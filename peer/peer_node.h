@@ -133,7 +133,6 @@ public:
     FailureCounts failures() const;
     // A failure a layer above sees: a message its outer step refused, a failed state copy or
     // checkpoint.
-    void count_failure(FailureReason reason) { failures_.count(reason); }
     // What the outer step of `round` made of `member`'s message: nullopt when it entered the
     // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
     // this node does not pair with it for a while, and says so at warn, naming it.

@@ -40,7 +40,7 @@ public:
     // Members by state, and the round-trip time of each live one; a member that died, left or
     // was forgotten loses its series, so their number stays the swarm's size.
     void record_peers(const PeerNode& peer);
-    // The node's running totals of failures by reason (PeerNode::failures).
+    // The node's running totals of failures by reason (NodeState::failures).
     void record_failures(const FailureCounts& totals);
     // The running total of connections the Control port's gate closed (ControlServer).
     void record_control_connections_closed(uint64_t total);

@@ -180,7 +180,7 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
         watch_.mark(chunk_allowance);
         node_->join_from_swarm([this, chunk_allowance] { watch_.mark(chunk_allowance); });
     } catch (const Error& e) {
-        node_->peer().count_failure(FailureReason::StateSync);
+        state_->record_state_copy_failure();
         spdlog::warn("copying the state failed, training on from round {}: {}", node_->round(),
                      e.what());
         return;
@@ -294,7 +294,6 @@ void NodeRunner::after_round(const SwarmRound& round) {
                     "minute)",
                     why, failed_checkpoints_);
             state_->record_checkpoint_failure(why);
-            node_->peer().count_failure(FailureReason::Checkpoint);
         }
     }
 }

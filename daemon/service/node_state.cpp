@@ -49,6 +49,7 @@ v1::NodePhase NodeState::phase() const {
 void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                              uint64_t weight_bytes, Clock::time_point ended) {
     if (metrics_) metrics_->record_round(round, next_round, inner_step, weight_bytes);
+    failures_.count(FailureReason::RefusedMessage, round.refused);
     const MutexLock lock(mutex_);
     recent_losses_.push_back(round.train_loss);
     if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
@@ -106,8 +107,15 @@ void NodeState::record_checkpoint(uint64_t round) {
 }
 
 void NodeState::record_checkpoint_failure(const std::string& why) {
+    failures_.count(FailureReason::Checkpoint);
     const MutexLock lock(mutex_);
     checkpoint_failure_ = why;
+}
+
+FailureCounts NodeState::failures(const FailureCounts& peer_layer) const {
+    FailureCounts totals = failures_.totals();
+    for (size_t i = 0; i < totals.size(); i++) totals[i] += peer_layer[i];
+    return totals;
 }
 
 void NodeState::forget_departed(const std::vector<Member>& members) {

@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "daemon/service/metrics.h"
 #include "daemon/swarm/swarm_node.h"
+#include "peer/failure_tally.h"
 #include "starling/v1/control.pb.h"
 
 namespace starling {
@@ -36,6 +37,12 @@ public:
     void record_checkpoint(uint64_t round);
     // A checkpoint that could not be written: last_failure says so until one is written again.
     void record_checkpoint_failure(const std::string& why);
+    // A state copy from the swarm that failed.
+    void record_state_copy_failure() { failures_.count(FailureReason::StateSync); }
+    // The node's failures by reason: the peer layer's (PeerNode::failures: refused calls,
+    // deadlines, malformed or mismatched messages) plus the round loop's own, recorded here:
+    // messages the outer step refused (each round's `refused`), state copies, checkpoints.
+    FailureCounts failures(const FailureCounts& peer_layer) const;
     // Forgets the exchange history of partners that are no longer members, so a long-lived node
     // in a swarm with churn does not keep one entry per node it ever met.
     void forget_departed(const std::vector<Member>& members);
@@ -56,6 +63,7 @@ private:
     };
 
     NodeMetrics* metrics_;
+    FailureTally failures_;  // the round loop's own
     mutable Mutex mutex_;
     v1::NodeStatus status_ ABSL_GUARDED_BY(mutex_);
     const Clock::time_point started_ = Clock::now();

@@ -135,7 +135,7 @@ private:
         last_status_ = line;
         if (metrics_) {
             metrics_->record_peers(peer);
-            metrics_->record_failures(peer.failures());
+            metrics_->record_failures(runner_.state().failures(peer.failures()));
             metrics_->record_control_connections_closed(control_.closed_connections());
         }
         release_free_memory_now_and_then();

@@ -29,28 +29,6 @@ double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A message's payload bytes before zstd: what an exchange moves at most, headers aside.
-uint64_t planned_bytes(const codec::MessagePlan& plan) {
-    uint64_t bytes = 0;
-    for (const codec::Segment& s : plan.segments) bytes += codec::encoded_bytes(s.codec, s.numel);
-    return bytes;
-}
-
-// RMS of a - b: how far two replicas have drifted apart.
-double rms_distance(std::span<const float> a, std::span<const float> b) {
-    double sum = 0.0;
-    for (size_t i = 0; i < a.size(); i++) {
-        const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-        sum += d * d;
-    }
-    return a.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(a.size()));
-}
-
-// Adds one reason to the round's failure text, which the round log line and status show.
-void add_failure(SwarmRound& report, const std::string& why) {
-    report.failure += (report.failure.empty() ? "" : "; ") + why;
-}
-
 }  // namespace
 
 void SwarmConfig::validate() const {
@@ -72,22 +50,8 @@ SwarmNode::SwarmNode(const SwarmConfig& config)
     config_.peer.model = model_signature(config_.train.model);
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(config_.train, 1, backend_, 0, peer_->node_id());
-    const bool split =
-        config_.exchange.mode == MessageMode::Split && config_.method == OuterMethod::NoLoCo;
-    plan_ = split || config_.method == OuterMethod::DiLoCo
-                ? codec::make_plan(replica_->manifest(), codec::PlanKind::Delta,
-                                   config_.exchange.delta_codec)
-                : codec::make_plan(replica_->manifest(), codec::PlanKind::State,
-                                   config_.exchange.state_codec);
-    const size_t n = replica_->size();
-    received_.resize(n);
-    if (split) {
-        phi_plan_ = codec::make_plan(replica_->manifest(), codec::PlanKind::State,
-                                     config_.exchange.state_codec);
-        received_phi_.resize(n);
-    }
-    scratch_a_.resize(n);
-    scratch_b_.resize(n);
+    member_round_ = std::make_unique<MemberRound>(config_, replica_->manifest());
+    link_ = std::make_unique<PeerRoundLink>(*peer_);
     peer_->start();
     publish_snapshot();
 }
@@ -224,7 +188,7 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
             replica_->adopt_theta();
         } else {
             set_phase(RoundPhase::Exchanging);
-            prepare_messages();
+            member_round_->prepare(*replica_);
             outer_step(report, replica_->theta());
             replica_->restart_from_phi();
         }
@@ -262,29 +226,20 @@ void SwarmNode::finish_round(const SwarmRound& report, const SwarmCounters& next
     if (round_listener_) round_listener_(report);
 }
 
-void SwarmNode::prepare_messages() {
-    if (config_.method == OuterMethod::DiLoCo || config_.exchange.mode == MessageMode::Split)
-        replica_->compute_displacement();
-}
-
 void SwarmNode::outer_step(SwarmRound& report, std::span<const float> theta) {
-    if (config_.method == OuterMethod::DiLoCo) {
-        diloco_step(report);
-    } else {
-        noloco_step(report, theta);
-    }
+    static_cast<RoundOutcome&>(report) =
+        member_round_->step(*link_, *replica_, round_, theta, report.tokens);
 }
 
 void SwarmNode::start_exchange(const SwarmRound& report) {
     const std::span<const float> theta = replica_->theta();
     theta_sent_.assign(theta.begin(), theta.end());
-    prepare_messages();
+    member_round_->prepare(*replica_);
     // The next phase starts where this node's own values alone would step phi, and the
     // exchange's step lands as a rebase from there (engine/overlap.h).
     overlap_start_.resize(theta_sent_.size());
     solo_momentum_.resize(theta_sent_.size());
-    solo_outer_start(config_, *replica_, theta_sent_, overlap_start_, solo_momentum_, scratch_a_,
-                     scratch_b_);
+    member_round_->overlapped_start(*replica_, theta_sent_, overlap_start_, solo_momentum_);
     replica_->restart_from(overlap_start_);
     // Built here and moved in: clang cannot default-construct a nested struct with member
     // initializers inside the enclosing class, where optional's traits first look at it.
@@ -343,170 +298,6 @@ void SwarmNode::log_round(const SwarmRound& r) const {
                 r.bytes_received, r.pair_seconds, r.exchange_seconds, landed,
                 r.failure.empty() ? "" : " | solo: " + r.failure);
             return;
-    }
-}
-
-void SwarmNode::noloco_step(SwarmRound& report, std::span<const float> theta) {
-    auto start = Clock::now();
-    const std::optional<Member> partner = peer_->choose_partner(round_);
-    report.pair_seconds = seconds_since(start);
-
-    const bool split = config_.exchange.mode == MessageMode::Split;
-    std::vector<MemberValues> partners;
-    if (partner) {
-        report.partner = partner->node_id;
-        start = Clock::now();
-        if (exchange_with(partner->node_id, theta, report)) {
-            partners.push_back(
-                {partner->node_id, received_,
-                 split ? std::span<const float>(received_phi_) : std::span<const float>()});
-            // Each side counts as the tokens it trained on, when both said them: equal counts give
-            // the plain mean bit for bit.
-            if (report.tokens > 0 && report.partner_tokens > 0)
-                partners.back().weight = static_cast<double>(report.partner_tokens);
-            // The partner's theta: as sent (fused), or phi + D (split), next to this node's.
-            std::span<const float> theirs = received_;
-            if (split) {
-                for (size_t i = 0; i < received_.size(); i++)
-                    scratch_a_[i] = received_phi_[i] + received_[i];
-                theirs = scratch_a_;
-            }
-            report.partner_distance = rms_distance(theta, theirs);
-        }
-        report.exchange_seconds = seconds_since(start);
-    }
-    MemberValues own{node_id(), split ? replica_->displacement() : theta,
-                     split ? std::span<const float>(replica_->phi()) : std::span<const float>()};
-    if (!partners.empty() && report.partner_tokens > 0 && report.tokens > 0)
-        own.weight = static_cast<double>(report.tokens);
-    const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, partners,
-                                              replica_->partner_checks(), replica_->phi(),
-                                              replica_->momentum(), scratch_a_, scratch_b_);
-    report.solo = step.members < 2;
-    for (const Refusal& refusal : step.refused) {
-        add_failure(report, refusal.why);
-        peer_->count_failure(FailureReason::RefusedMessage);
-    }
-    for (const MemberValues& p : partners) {
-        const auto refusal = std::find_if(step.refused.begin(), step.refused.end(),
-                                          [&](const Refusal& r) { return r.member == p.node_id; });
-        peer_->judged(p.node_id, round_,
-                      refusal == step.refused.end() ? std::nullopt
-                                                    : std::optional<std::string>(refusal->why));
-    }
-}
-
-bool SwarmNode::exchange_with(uint64_t partner, std::span<const float> theta, SwarmRound& report) {
-    const bool split = config_.exchange.mode == MessageMode::Split;
-    const ParameterManifest& manifest = replica_->manifest();
-    // Both messages (split mode) share the link, and one deadline.
-    const uint64_t bytes = planned_bytes(plan_) + (split ? planned_bytes(phi_plan_) : 0);
-    const auto deadline = SteadyClock::now() + peer_->exchange_budget_with(partner, bytes);
-    // Part 0: theta (fused), or D with error feedback when configured (split).
-    float* residual =
-        split && config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
-    codec::MessageEncoder first(plan_, {node_id(), round_, 0},
-                                split ? replica_->displacement().data() : theta.data(), residual,
-                                config_.exchange.zstd);
-    codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_.data(),
-                                   received_.size());
-    std::future<ExchangeResult> second;
-    std::optional<codec::MessageEncoder> phi_out;
-    std::optional<codec::MessageDecoder> phi_in;
-    if (split) {  // part 1, phi, on a stream of its own at the same time
-        phi_out.emplace(phi_plan_, codec::RoundingKey{node_id(), round_, 1}, replica_->phi().data(),
-                        nullptr, config_.exchange.zstd);
-        phi_in.emplace(manifest.fingerprint(), manifest, received_phi_.data(),
-                       received_phi_.size());
-        second = std::async(std::launch::async, [&] {
-            return peer_->exchange(
-                {round_, partner, outgoing_message(*phi_out), *phi_in, deadline, 1, report.tokens});
-        });
-    }
-    // The exchange checks that each message names the partner and this round.
-    std::vector<ExchangeResult> results{peer_->exchange(
-        {round_, partner, outgoing_message(first), first_in, deadline, 0, report.tokens})};
-    if (split) results.push_back(second.get());
-    bool received = true;
-    for (const ExchangeResult& r : results) {
-        report.bytes_sent += r.bytes_sent;
-        report.bytes_received += r.bytes_received;
-        report.partner_tokens = r.partner_tokens;
-        if (!r.received) {
-            received = false;
-            add_failure(report, r.error);
-        }
-    }
-    return received;
-}
-
-void SwarmNode::diloco_step(SwarmRound& report) {
-    const auto start = Clock::now();
-    float* residual = config_.exchange.error_feedback ? replica_->residual().data() : nullptr;
-    codec::MessageEncoder encoder(plan_, {node_id(), round_, 0}, replica_->displacement().data(),
-                                  residual, config_.exchange.zstd);
-    const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
-    peer_->set_round(round_);
-    peer_->round_messages().publish(round_, {own, report.tokens});
-
-    // The quorum: every live member of this model and swarm, by node id. Gossiped rounds lag, so
-    // they decide nothing here: a member still on an earlier round is waited for (up to T_xchg,
-    // DiLoCo being synchronous), one that is past this round answers NOT_FOUND at once.
-    std::vector<uint64_t> quorum = peer_->pairable_ids();
-    std::sort(quorum.begin(), quorum.end());
-    const ParameterManifest& manifest = replica_->manifest();
-    gathered_.resize(quorum.size());
-    std::vector<std::unique_ptr<codec::MessageDecoder>> decoders;
-    for (auto& arena : gathered_) {
-        arena.resize(replica_->size());
-        decoders.push_back(std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest,
-                                                                   arena.data(), arena.size()));
-    }
-    std::vector<uint64_t> others;
-    std::vector<codec::MessageDecoder*> other_decoders;
-    size_t own_index = 0;
-    for (size_t i = 0; i < quorum.size(); i++) {
-        if (quorum[i] == node_id()) {
-            own_index = i;
-            continue;
-        }
-        others.push_back(quorum[i]);
-        other_decoders.push_back(decoders[i].get());
-    }
-    // Its own D as the others decode it, so every member averages the same values.
-    codec::decode_to_end(own->header, own->chunks, *decoders[own_index]);
-    const std::vector<PeerNode::Gathered> fetched =
-        peer_->gather(round_, others, other_decoders, &report.bytes_received);
-
-    // In node-id order, with the tokens each member said it trained on: the weights when every
-    // member said them (equal counts give the plain mean bit for bit).
-    std::vector<std::span<const float>> decoded;
-    std::vector<double> weights;
-    std::vector<uint64_t> authors;
-    for (size_t i = 0, k = 0; i < quorum.size(); i++) {
-        uint64_t tokens = report.tokens;
-        if (i != own_index) {
-            const PeerNode::Gathered& g = fetched[k++];
-            if (!g.error.empty()) continue;
-            tokens = g.tokens;
-        }
-        decoded.push_back(gathered_[i]);
-        weights.push_back(static_cast<double>(tokens));
-        authors.push_back(quorum[i]);
-    }
-    if (std::find(weights.begin(), weights.end(), 0.0) != weights.end()) weights.clear();
-    for (const PeerNode::Gathered& g : fetched)
-        if (!g.error.empty()) add_failure(report, g.error);
-    report.bytes_sent = own->bytes() * others.size();
-    report.quorum = decoded.size();
-    report.solo = decoded.size() < 2;
-    report.exchange_seconds = seconds_since(start);
-    const DiLoCoStep step = diloco_outer_step(config_.outer, decoded, replica_->phi(),
-                                              replica_->momentum(), scratch_a_, weights);
-    for (const size_t k : step.not_finite) {
-        add_failure(report,
-                    fmt::format("member {:016x}: its D is not finite, left out", authors[k]));
-        peer_->count_failure(FailureReason::RefusedMessage);
     }
 }
 

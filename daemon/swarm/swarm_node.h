@@ -1,11 +1,12 @@
 // One node of a swarm, as docs/spec.md section 4 runs it: a replica trained locally
 // (engine/replica.h: theta, AdamW, its own data stream, phi, outer momentum, residual) and a
-// started PeerNode. Every round is H inner steps, then a partner for the round, one exchange of
-// messages with it (fused: theta under the state codec; split: D and phi), a check of what arrived
-// (MessageSanity, as the experiment does), and the NoLoCo outer step of optimizer/outer_round.h
-// with the partner's decoded values, or a solo step when there is no partner, the exchange failed
-// or the message was refused. Then theta = phi, and a snapshot of the state
-// (daemon/swarm/swarm_snapshot.h) is published for joiners.
+// started PeerNode. Every round is H inner steps, then the round's exchange and outer step of
+// engine/member_round.h over the PeerNode (daemon/swarm/peer_round_link.h), the code the
+// experiment runs in process: a partner for the round, one exchange of messages with it (fused:
+// theta under the state codec; split: D and phi), a check of what arrived (MessageSanity), and
+// the NoLoCo outer step with the partner's decoded values, or a solo step when there is no
+// partner, the exchange failed or the message was refused. Then theta = phi, and a snapshot of
+// the state (daemon/swarm/swarm_snapshot.h) is published for joiners.
 //
 // The node never waits on the swarm beyond the peer layer's deadlines: choosing the partner is
 // bounded by pair_timeout, the exchange by its budget (T_xchg and up), after which it goes solo.
@@ -42,9 +43,11 @@
 #include "data/loader.h"
 #include "engine/config.h"
 #include "engine/evaluator.h"
+#include "engine/member_round.h"
 #include "engine/replica.h"
 #include "kernels/backend.h"
 #include "codec/message.h"
+#include "daemon/swarm/peer_round_link.h"
 #include "peer/peer_node.h"
 
 namespace starling {
@@ -68,24 +71,13 @@ struct SwarmConfig : EngineConfig {
     void validate() const;  // throws starling::Error naming the field
 };
 
-// What one round did.
-struct SwarmRound {
+// What one round did: its exchange and outer step (engine/member_round.h), and its inner phase.
+struct SwarmRound : RoundOutcome {
     uint64_t round = 0;
-    double train_loss = 0.0;          // mean over the round's inner steps
-    std::optional<uint64_t> partner;  // node id paired for the round, if any (NoLoCo)
-    size_t quorum = 1;                // DiLoCo: members whose D entered the mean, own included
-    uint64_t bytes_sent = 0;          // DiLoCo: the message's size times the other quorum members
-    uint64_t bytes_received = 0;
+    double train_loss = 0.0;  // mean over the round's inner steps
     double inner_seconds = 0.0;
-    double pair_seconds = 0.0;      // choosing the partner
-    double exchange_seconds = 0.0;  // the exchange itself (0 without a partner)
-    bool solo = true;               // the outer step used this node's values only
-    std::string failure;  // why a paired round went solo: the exchange's error or the refusal
-    // RMS of own theta minus the partner's, when one arrived.
-    std::optional<double> partner_distance;
-    uint64_t tokens = 0;          // trained on in the inner phase
-    int steps = 0;                // inner steps taken in it
-    uint64_t partner_tokens = 0;  // what the partner said it trained on (NoLoCo; 0: not said)
+    uint64_t tokens = 0;  // trained on in the inner phase
+    int steps = 0;        // inner steps taken in it
     // Stopped mid inner phase: no outer step, the state is the round's start.
     bool abandoned = false;
     // False when the report is of no landed round: an abandoned phase, and the first overlapped
@@ -174,7 +166,7 @@ public:
     const std::string& device() const { return device_; }
     Replica& replica() { return *replica_; }
     // The plan of the round's first message: theta (fused) or D (split).
-    const codec::MessagePlan& message_plan() const { return plan_; }
+    const codec::MessagePlan& message_plan() const { return member_round_->message_plan(); }
     // The current state in the snapshot layout: what the next published snapshot would hold.
     // Not while an exchange is in flight (it writes phi and the momentum).
     std::vector<std::byte> snapshot_bytes() const;
@@ -201,15 +193,9 @@ private:
                       const LoaderState& next_data);
     void start_exchange(const SwarmRound& report);
     SwarmRound land();
-    // D = theta - phi when the method sends it, then the exchange and the outer step.
-    void prepare_messages();
+    // The exchange and outer step of round_ over the peer node, into the report; theta is the
+    // round's end.
     void outer_step(SwarmRound& report, std::span<const float> theta);
-    // The round's message(s) with the partner, decoded into received_ (and received_phi_);
-    // adds bytes and failures to the report, and returns whether everything arrived.
-    bool exchange_with(uint64_t partner, std::span<const float> theta, SwarmRound& report);
-    // The outer step of the round after its inner phase, by method. theta is the round's end.
-    void noloco_step(SwarmRound& report, std::span<const float> theta);
-    void diloco_step(SwarmRound& report);
     void log_round(const SwarmRound& report) const;
     // The next phase's time budget: round_seconds, or the swarm's automatic one; 0: H steps.
     double round_budget() const;
@@ -227,9 +213,8 @@ private:
     std::unique_ptr<PeerNode> peer_;
     std::unique_ptr<Replica> replica_;
     LrSchedule schedule_;
-    codec::MessagePlan plan_, phi_plan_;
-    std::vector<float> received_, received_phi_, scratch_a_, scratch_b_;
-    std::vector<std::vector<float>> gathered_;  // DiLoCo: one decoded D per quorum member
+    std::unique_ptr<MemberRound> member_round_;
+    std::unique_ptr<PeerRoundLink> link_;
     uint64_t round_ = 0;
     RoundStart round_start_;
     // Recycled by publish_snapshot.

@@ -15,6 +15,10 @@ std::vector<double> losses(const v1::NodeStatus& s) {
     return {s.recent_train_losses().begin(), s.recent_train_losses().end()};
 }
 
+uint64_t count_of(const FailureCounts& counts, FailureReason reason) {
+    return counts[static_cast<size_t>(reason)];
+}
+
 }  // namespace
 
 TEST_CASE("the ETA follows the pace of the last ten rounds and starts over after a catch-up") {
@@ -74,4 +78,27 @@ TEST_CASE("the status adds up the seconds of every round's inner steps") {
         state.record_round(round, 1, 20, 0);
     }
     CHECK(state.recorded().train_seconds() == 3.75);
+}
+
+TEST_CASE("the node's failures add the round loop's own to the peer layer's") {
+    NodeState state(v1::NodeStatus{});
+    SwarmRound round;
+    round.refused = 2;  // two messages the outer step refused
+    state.record_round(round, 1, 8, 0);
+    round.refused = 1;
+    state.record_round(round, 2, 16, 0);
+    state.record_checkpoint_failure("disk full");
+    state.record_state_copy_failure();
+    state.record_state_copy_failure();
+
+    FailureCounts peer_layer{};
+    peer_layer[static_cast<size_t>(FailureReason::RefusedMessage)] = 4;  // malformed on the wire
+    peer_layer[static_cast<size_t>(FailureReason::Timeout)] = 5;
+    const FailureCounts totals = state.failures(peer_layer);
+    CHECK(count_of(totals, FailureReason::RefusedMessage) == 7);
+    CHECK(count_of(totals, FailureReason::Timeout) == 5);
+    CHECK(count_of(totals, FailureReason::Checkpoint) == 1);
+    CHECK(count_of(totals, FailureReason::StateSync) == 2);
+    CHECK(count_of(totals, FailureReason::Auth) == 0);
+    CHECK(count_of(totals, FailureReason::Connection) == 0);
 }

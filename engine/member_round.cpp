@@ -1,0 +1,292 @@
+#include "engine/member_round.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "codec/codec.h"
+#include "common/error.h"
+#include "engine/overlap.h"
+#include "optimizer/outer_round.h"
+
+namespace starling {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A message's payload bytes before zstd: what an exchange moves at most, headers aside.
+uint64_t planned_bytes(const codec::MessagePlan& plan) {
+    uint64_t bytes = 0;
+    for (const codec::Segment& s : plan.segments) bytes += codec::encoded_bytes(s.codec, s.numel);
+    return bytes;
+}
+
+// RMS of a - b: how far two replicas have drifted apart.
+double rms_distance(std::span<const float> a, std::span<const float> b) {
+    double sum = 0.0;
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+        sum += d * d;
+    }
+    return a.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(a.size()));
+}
+
+void add_failure(RoundOutcome& outcome, const std::string& why) {
+    outcome.failure += (outcome.failure.empty() ? "" : "; ") + why;
+}
+
+}  // namespace
+
+LinkMessage streamed_message(codec::MessageEncoder& encoder) {
+    return {encoder.header_bytes(),
+            [&encoder](std::vector<std::byte>& out) { return encoder.next_chunk(out); }};
+}
+
+LinkMessage stored_message(std::shared_ptr<const codec::EncodedMessage> message) {
+    std::vector<std::byte> header = message->header;
+    return {std::move(header),
+            [message = std::move(message), next = size_t{0}](std::vector<std::byte>& out) mutable {
+                if (next == message->chunks.size()) return false;
+                out = message->chunks[next++];
+                return true;
+            }};
+}
+
+MemberRound::MemberRound(const EngineConfig& config, const ParameterManifest& manifest)
+    : config_(config), size_(manifest.total()) {
+    const bool split =
+        config_.exchange.mode == MessageMode::Split && config_.method == OuterMethod::NoLoCo;
+    plan_ = split || config_.method == OuterMethod::DiLoCo
+                ? codec::make_plan(manifest, codec::PlanKind::Delta, config_.exchange.delta_codec)
+                : codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
+    if (split)
+        phi_plan_ =
+            codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
+    scratch_a_.resize(size_);
+    scratch_b_.resize(size_);
+}
+
+void MemberRound::prepare(Replica& replica) const {
+    if (config_.method == OuterMethod::DiLoCo || config_.exchange.mode == MessageMode::Split)
+        replica.compute_displacement();
+}
+
+void MemberRound::overlapped_start(Replica& replica, std::span<const float> theta,
+                                   std::span<float> start, std::span<float> momentum) {
+    solo_outer_start(config_, replica, theta, start, momentum, scratch_a_, scratch_b_);
+}
+
+RoundOutcome MemberRound::step(RoundLink& link, Replica& replica, uint64_t round,
+                               std::span<const float> theta, uint64_t tokens) {
+    RoundOutcome outcome;
+    switch (config_.method) {
+        case OuterMethod::DiLoCo: diloco(link, replica, round, tokens, outcome); return outcome;
+        case OuterMethod::NoLoCo:
+            noloco(link, replica, round, theta, tokens, outcome);
+            return outcome;
+        case OuterMethod::Local:
+        case OuterMethod::Ddp: break;
+    }
+    throw Error("member round: method \"" + std::string(outer_method_name(config_.method)) +
+                "\" exchanges nothing (noloco or diloco do)");
+}
+
+void MemberRound::ensure_arenas(std::vector<std::vector<float>>& arenas, size_t count) const {
+    if (arenas.size() < count) arenas.resize(count);
+    for (auto& arena : arenas) arena.resize(size_);
+}
+
+void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
+                         std::span<const float> theta, uint64_t tokens, RoundOutcome& outcome) {
+    const auto start = Clock::now();
+    const std::vector<uint64_t> partners = link.partners(round);
+    outcome.pair_seconds = seconds_since(start);
+    std::vector<MemberValues> arrived;
+    if (!partners.empty()) {
+        outcome.partner = partners.front();
+        const auto exchange_start = Clock::now();
+        arrived = exchange(link, replica, round, partners, theta, tokens, outcome);
+        outcome.exchange_seconds = seconds_since(exchange_start);
+    }
+    const bool split = config_.exchange.mode == MessageMode::Split;
+    MemberValues own{replica.node_id(), split ? replica.displacement() : theta,
+                     split ? std::span<const float>(replica.phi()) : std::span<const float>()};
+    // Each member counts as the tokens it trained on, when every one said them; exchange() left
+    // each partner's claim in its weight.
+    const bool weighted = tokens > 0 && !arrived.empty() &&
+                          std::all_of(arrived.begin(), arrived.end(),
+                                      [](const MemberValues& p) { return p.weight > 0.0; });
+    if (weighted) {
+        own.weight = static_cast<double>(tokens);
+    } else {
+        for (MemberValues& p : arrived) p.weight = 1.0;
+    }
+    const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, arrived,
+                                              replica.partner_checks(), replica.phi(),
+                                              replica.momentum(), scratch_a_, scratch_b_);
+    outcome.members = step.members;
+    outcome.solo = step.members < 2;
+    for (const Refusal& refusal : step.refused) {
+        add_failure(outcome, refusal.why);
+        outcome.refused++;
+    }
+    for (const MemberValues& p : arrived) {
+        const auto refusal = std::find_if(step.refused.begin(), step.refused.end(),
+                                          [&](const Refusal& r) { return r.member == p.node_id; });
+        link.judged(p.node_id, round,
+                    refusal == step.refused.end() ? std::nullopt
+                                                  : std::optional<std::string>(refusal->why));
+    }
+}
+
+std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replica, uint64_t round,
+                                                std::span<const uint64_t> partners,
+                                                std::span<const float> theta, uint64_t tokens,
+                                                RoundOutcome& outcome) {
+    const bool split = config_.exchange.mode == MessageMode::Split;
+    const ParameterManifest& manifest = replica.manifest();
+    const uint64_t id = replica.node_id();
+    const uint64_t bytes = planned_bytes(plan_) + (split ? planned_bytes(phi_plan_) : 0);
+    // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi.
+    float* residual =
+        split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
+    codec::MessageEncoder first(plan_, {id, round, 0},
+                                split ? replica.displacement().data() : theta.data(), residual,
+                                config_.exchange.zstd);
+    std::optional<codec::MessageEncoder> second;
+    if (split)
+        second.emplace(phi_plan_, codec::RoundingKey{id, round, 1}, replica.phi().data(), nullptr,
+                       config_.exchange.zstd);
+    // One partner's messages stream from the encoders as they go out; several partners get the
+    // same messages, encoded once (error feedback updates the residual once).
+    std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
+    if (partners.size() > 1) {
+        first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
+        if (split)
+            second_whole =
+                std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
+    }
+    ensure_arenas(received_, partners.size());
+    if (split) ensure_arenas(received_phi_, partners.size());
+
+    std::vector<MemberValues> arrived;
+    for (size_t k = 0; k < partners.size(); k++) {
+        codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_[k].data(),
+                                       size_);
+        std::optional<codec::MessageDecoder> second_in;
+        std::vector<LinkPart> parts;
+        parts.push_back(
+            {first_whole ? stored_message(first_whole) : streamed_message(first), first_in});
+        if (split) {
+            second_in.emplace(manifest.fingerprint(), manifest, received_phi_[k].data(), size_);
+            parts.push_back(
+                {second_whole ? stored_message(second_whole) : streamed_message(*second),
+                 *second_in});
+        }
+        bool received = true;
+        uint64_t said = 0;
+        for (const LinkExchanged& r :
+             link.exchange(round, partners[k], std::move(parts), bytes, tokens)) {
+            outcome.bytes_sent += r.bytes_sent;
+            outcome.bytes_received += r.bytes_received;
+            said = r.partner_tokens;
+            if (!r.received) {
+                received = false;
+                add_failure(outcome, r.error);
+            }
+        }
+        if (k == 0) outcome.partner_tokens = said;
+        if (!received) continue;
+        arrived.push_back(
+            {partners[k], received_[k],
+             split ? std::span<const float>(received_phi_[k]) : std::span<const float>(),
+             static_cast<double>(said)});
+        if (k == 0) {
+            // The partner's theta: as sent (fused), or phi + D (split), next to this member's.
+            std::span<const float> theirs = received_[k];
+            if (split) {
+                for (size_t i = 0; i < size_; i++)
+                    scratch_a_[i] = received_phi_[k][i] + received_[k][i];
+                theirs = scratch_a_;
+            }
+            outcome.partner_distance = rms_distance(theta, theirs);
+        }
+    }
+    return arrived;
+}
+
+void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint64_t tokens,
+                         RoundOutcome& outcome) {
+    const auto start = Clock::now();
+    const uint64_t id = replica.node_id();
+    float* residual = config_.exchange.error_feedback ? replica.residual().data() : nullptr;
+    codec::MessageEncoder encoder(plan_, {id, round, 0}, replica.displacement().data(), residual,
+                                  config_.exchange.zstd);
+    const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
+    link.publish(round, own, tokens);
+
+    std::vector<uint64_t> quorum = link.quorum(round);
+    if (std::find(quorum.begin(), quorum.end(), id) == quorum.end()) quorum.push_back(id);
+    std::sort(quorum.begin(), quorum.end());
+    const ParameterManifest& manifest = replica.manifest();
+    ensure_arenas(gathered_, quorum.size());
+    std::vector<std::unique_ptr<codec::MessageDecoder>> decoders;
+    for (size_t i = 0; i < quorum.size(); i++)
+        decoders.push_back(std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest,
+                                                                   gathered_[i].data(), size_));
+    std::vector<uint64_t> others;
+    std::vector<codec::MessageDecoder*> other_decoders;
+    size_t own_index = 0;
+    for (size_t i = 0; i < quorum.size(); i++) {
+        if (quorum[i] == id) {
+            own_index = i;
+            continue;
+        }
+        others.push_back(quorum[i]);
+        other_decoders.push_back(decoders[i].get());
+    }
+    // Its own D as the others decode it, so every member averages the same values.
+    codec::decode_to_end(own->header, own->chunks, *decoders[own_index]);
+    const std::vector<LinkGathered> fetched =
+        link.gather(round, others, other_decoders, &outcome.bytes_received);
+
+    // In node-id order, with the tokens each member said it trained on: the weights when every
+    // member said them.
+    std::vector<std::span<const float>> decoded;
+    std::vector<double> weights;
+    std::vector<uint64_t> authors;
+    for (size_t i = 0, k = 0; i < quorum.size(); i++) {
+        uint64_t said = tokens;
+        if (i != own_index) {
+            const LinkGathered& g = fetched[k++];
+            if (!g.error.empty()) continue;
+            said = g.tokens;
+        }
+        decoded.push_back(std::span<const float>(gathered_[i].data(), size_));
+        weights.push_back(static_cast<double>(said));
+        authors.push_back(quorum[i]);
+    }
+    if (std::find(weights.begin(), weights.end(), 0.0) != weights.end()) weights.clear();
+    for (const LinkGathered& g : fetched)
+        if (!g.error.empty()) add_failure(outcome, g.error);
+    outcome.bytes_sent = own->bytes() * others.size();
+    outcome.quorum = decoded.size();
+    outcome.solo = decoded.size() < 2;
+    outcome.exchange_seconds = seconds_since(start);
+    const DiLoCoStep step = diloco_outer_step(config_.outer, decoded, replica.phi(),
+                                              replica.momentum(), scratch_a_, weights);
+    outcome.members = step.members;
+    for (const size_t k : step.not_finite) {
+        add_failure(outcome,
+                    fmt::format("member {:016x}: its D is not finite, left out", authors[k]));
+        outcome.refused++;
+    }
+}
+
+}  // namespace starling

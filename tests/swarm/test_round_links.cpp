@@ -1,0 +1,185 @@
+// One round protocol, two links (engine/round_link.h): the same replicas, from the same seeds and
+// node ids, run MemberRound through the in-process board the experiment runs on and through
+// PeerNodes on real gRPC servers on 127.0.0.1, and must end on the same phi and momentum bits
+// with the same bytes counted.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "daemon/swarm/peer_round_link.h"
+#include "engine/in_process_link.h"
+#include "engine/member_round.h"
+#include "model/manifest.h"
+#include "peer/local_cluster.h"
+#include "tests/peer/cluster_util.h"
+#include "tests/swarm/swarm_util.h"
+
+using namespace starling;
+using namespace starling::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Where each member ends: its phi and momentum, and what every round's step reported.
+struct MemberEnd {
+    std::vector<float> phi, momentum;
+    std::vector<RoundOutcome> outcomes;
+};
+
+// `rounds` rounds of `config` for members with `ids`: H inner steps each, then every member's
+// MemberRound at once, one thread each, over link_for(i). begin(round) runs before each exchange.
+// Overlapped, the round's message is a copy of theta while the replica restarts from the solo
+// step's phi and trains two steps before the outer step lands as a rebase (engine/overlap.h).
+std::vector<MemberEnd> run_rounds(const SwarmConfig& config, const std::vector<uint64_t>& ids,
+                                  int rounds, bool overlap,
+                                  const std::function<RoundLink&(size_t)>& link_for,
+                                  const std::function<void(uint64_t)>& begin) {
+    const Backend backend =
+        make_backend({config.train.device, config.train.threads, config.train.matmul});
+    const LrSchedule schedule(config.train.lr_schedule());
+    const size_t n = ids.size();
+    std::vector<std::unique_ptr<Replica>> replicas;
+    std::vector<std::unique_ptr<MemberRound>> members;
+    for (size_t i = 0; i < n; i++) {
+        replicas.push_back(std::make_unique<Replica>(config.train, static_cast<int>(n), backend,
+                                                     static_cast<int>(i), ids[i]));
+        members.push_back(std::make_unique<MemberRound>(config, replicas[i]->manifest()));
+    }
+    const size_t size = replicas[0]->size();
+    std::vector<std::vector<float>> sent(n), start(n, std::vector<float>(size)),
+        solo_momentum(n, std::vector<float>(size));
+    const uint64_t tokens = static_cast<uint64_t>(config.inner_steps) * config.train.batch_size *
+                            config.train.effective_seq_len();
+    std::vector<MemberEnd> ends(n);
+    for (int round = 0; round < rounds; round++) {
+        for (size_t i = 0; i < n; i++) {
+            Replica& r = *replicas[i];
+            r.inner_phase(config.inner_steps, schedule);
+            members[i]->prepare(r);
+            sent[i].assign(r.theta().begin(), r.theta().end());
+            if (overlap) {
+                members[i]->overlapped_start(r, sent[i], start[i], solo_momentum[i]);
+                r.restart_from(start[i]);
+            }
+        }
+        begin(static_cast<uint64_t>(round));
+        std::mutex mutex;
+        std::exception_ptr failure;
+        std::vector<std::thread> threads;
+        for (size_t i = 0; i < n; i++) {
+            threads.emplace_back([&, i] {
+                try {
+                    RoundOutcome outcome = members[i]->step(
+                        link_for(i), *replicas[i], static_cast<uint64_t>(round), sent[i], tokens);
+                    std::lock_guard lock(mutex);
+                    ends[i].outcomes.push_back(std::move(outcome));
+                } catch (...) {
+                    std::lock_guard lock(mutex);
+                    failure = std::current_exception();
+                }
+            });
+        }
+        for (auto& thread : threads) thread.join();
+        if (failure) std::rethrow_exception(failure);
+        for (size_t i = 0; i < n; i++) {
+            Replica& r = *replicas[i];
+            if (overlap) {
+                r.inner_phase(2, schedule);
+                r.rebase_onto_phi(start[i]);
+            } else {
+                r.restart_from_phi();
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        ends[i].phi.assign(replicas[i]->phi().begin(), replicas[i]->phi().end());
+        ends[i].momentum.assign(replicas[i]->momentum().begin(), replicas[i]->momentum().end());
+    }
+    return ends;
+}
+
+// Deadlines far beyond what loopback needs: a busy machine slows the rounds, and none goes solo.
+PeerConfig patient_peers(const SwarmConfig& config) {
+    PeerConfig peer = local_cluster_config();
+    const ParameterManifest manifest(config.train.model);
+    peer.fingerprint = manifest.fingerprint();
+    peer.model = model_signature(config.train.model);
+    peer.probe_timeout = 2s;
+    peer.membership.suspicion_timeout = 60s;
+    peer.pair_timeout = 60s;
+    peer.exchange_timeout = 60s;
+    return peer;
+}
+
+// The rounds through both links; the gRPC one's node ids are the in-process one's too.
+void check_links_agree(const SwarmConfig& config, size_t count, int rounds, bool overlap) {
+    LocalCluster cluster(static_cast<int>(count), patient_peers(config));
+    std::vector<PeerNode*> peers;
+    std::vector<uint64_t> ids;
+    std::vector<std::unique_ptr<PeerRoundLink>> grpc_links;
+    for (size_t i = 0; i < count; i++) {
+        peers.push_back(&cluster.node(i));
+        ids.push_back(cluster.node(i).node_id());
+        grpc_links.push_back(std::make_unique<PeerRoundLink>(cluster.node(i)));
+    }
+    wait_for("one view", 60000ms,
+             [&] { return all_see_all_alive(peers) && same_pairable_view(peers); });
+    const std::vector<MemberEnd> over_grpc = run_rounds(
+        config, ids, rounds, overlap, [&](size_t i) -> RoundLink& { return *grpc_links[i]; },
+        [](uint64_t) {});
+
+    InProcessBoard board;
+    std::vector<std::unique_ptr<RoundLink>> board_links;
+    for (const uint64_t id : ids) board_links.push_back(board.link(id));
+    const std::vector<MemberEnd> in_process = run_rounds(
+        config, ids, rounds, overlap, [&](size_t i) -> RoundLink& { return *board_links[i]; },
+        [&](uint64_t round) { board.begin_round(round, ids, 2); });
+
+    for (size_t i = 0; i < count; i++) {
+        INFO("member " << i);
+        for (int round = 0; round < rounds; round++) {
+            INFO("round " << round);
+            const RoundOutcome& a = over_grpc[i].outcomes[round];
+            const RoundOutcome& b = in_process[i].outcomes[round];
+            CHECK(a.failure.empty());
+            CHECK_FALSE(a.solo);
+            CHECK(a.members == static_cast<int>(count));
+            CHECK(a.bytes_received > 0);
+            CHECK(b.members == a.members);
+            CHECK(b.partner == a.partner);
+            CHECK(b.bytes_sent == a.bytes_sent);
+            CHECK(b.bytes_received == a.bytes_received);
+        }
+        CHECK(same_bits(over_grpc[i].phi, in_process[i].phi));
+        CHECK(same_bits(over_grpc[i].momentum, in_process[i].momentum));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("round links: two NoLoCo members land on the same bits in process and over gRPC") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::NoLoCo;
+    check_links_agree(config, 2, 2, false);
+}
+
+TEST_CASE("round links: three DiLoCo members land on the same bits in process and over gRPC") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::DiLoCo;
+    check_links_agree(config, 3, 2, false);
+}
+
+TEST_CASE(
+    "round links: overlapped split NoLoCo members land on the same bits in process and over "
+    "gRPC") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::NoLoCo;
+    config.exchange.mode = MessageMode::Split;
+    config.exchange.error_feedback = true;
+    check_links_agree(config, 2, 2, true);
+}
