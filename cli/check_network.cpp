@@ -15,6 +15,7 @@
 
 #include "common/errno_text.h"
 #include "common/error.h"
+#include "daemon/swarm/swarm_node.h"
 #include "peer/address.h"
 #include "model/config.h"
 #include "model/manifest.h"
@@ -218,6 +219,7 @@ CheckResult check_seeds(const NodeConfig& config) {
     Member self;
     self.fingerprint = ParameterManifest(config.swarm.train.model).fingerprint();
     self.model = model_signature(config.swarm.train.model);
+    self.method = swarm_method(config.swarm);
     self.swarm_id = config.swarm.peer.swarm_id;
     self.protocol_version = kProtocolVersion;
     for (const std::string& seed : seeds) {

@@ -33,6 +33,8 @@ std::string incompatibility(const Member& them, const Member& self) {
     if (them.protocol_version != self.protocol_version)
         return "speaks protocol " + std::to_string(them.protocol_version) +
                " (this node: " + std::to_string(self.protocol_version) + ")";
+    if (!them.method.empty() && !self.method.empty() && them.method != self.method)
+        return "runs method '" + them.method + "' (this node: '" + self.method + "')";
     if (them.fingerprint == self.fingerprint) return "";
     const std::string keys = signature_differences(them.model, self.model);
     return "runs another model (" +
@@ -46,6 +48,7 @@ MemberTable::MemberTable(Member self, MembershipLimits limits)
       fingerprint_(self.fingerprint),
       protocol_version_(self.protocol_version),
       swarm_id_(self.swarm_id),
+      method_(self.method),
       self_(std::move(self)) {}
 
 MemberTable::Merge MemberTable::merge(const Member& incoming, SteadyClock::time_point now) {
@@ -200,7 +203,8 @@ std::vector<Member> MemberTable::reachable_others() const {
 
 bool MemberTable::compatible(const Member& member) const {
     return member.fingerprint == fingerprint_ && member.protocol_version == protocol_version_ &&
-           member.swarm_id == swarm_id_;
+           member.swarm_id == swarm_id_ &&
+           (member.method.empty() || method_.empty() || member.method == method_);
 }
 
 std::vector<uint64_t> MemberTable::pairable_ids() const {

@@ -44,6 +44,8 @@ struct Member {
     double step_seconds = 0.0;
     std::string fingerprint;
     std::string model;  // the model's signature (model/config.h), for saying what differs
+    // The outer method and message mode ("noloco fused", "diloco", ...); "": not said.
+    std::string method;
     uint32_t protocol_version = kProtocolVersion;
     std::string swarm_id;
     PublicKey public_key{};
@@ -110,6 +112,7 @@ private:
     const std::string fingerprint_;
     const uint32_t protocol_version_;
     const std::string swarm_id_;
+    const std::string method_;
     mutable Mutex mutex_;
     Member self_ ABSL_GUARDED_BY(mutex_);
     std::unordered_map<uint64_t, Member> others_ ABSL_GUARDED_BY(mutex_);

@@ -295,6 +295,7 @@ void PeerNode::start() {
     self.incarnation = static_cast<uint64_t>(unix_ms());
     self.fingerprint = config_.fingerprint;
     self.model = config_.model;
+    self.method = config_.method;
     self.swarm_id = config_.swarm_id;
     self.public_key = identity_.public_key();
     self.instance = random_u64();

@@ -50,6 +50,8 @@ struct PeerConfig {
     TlsConfig tls;                   // mutual TLS on the peer port when set (peer/tls.h)
     std::string fingerprint;         // the model's; members with another are never paired
     std::string model;               // its signature (model_signature), named when they differ
+    // How rounds combine ("noloco fused", "diloco", ...); members with another are never paired.
+    std::string method;
     std::filesystem::path data_dir;  // node.key and peers.txt; empty: fresh identity, no cache
     std::chrono::milliseconds gossip_interval{1000};
     std::chrono::milliseconds probe_timeout{500};

@@ -26,6 +26,7 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_step_seconds(member.step_seconds);
     digest->set_fingerprint(member.fingerprint);
     digest->set_model(member.model);
+    digest->set_method(member.method);
     digest->set_protocol_version(member.protocol_version);
     digest->set_swarm_id(member.swarm_id);
     digest->set_public_key(member.public_key.data(), member.public_key.size());
@@ -47,6 +48,9 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (digest.fingerprint().size() > kMaxLabel || digest.swarm_id().size() > kMaxLabel)
         return fmt::format("node {}: fingerprint or swarm id longer than {} bytes",
                            format_node_id(member.node_id), kMaxLabel);
+    if (digest.method().size() > kMaxLabel)
+        return fmt::format("node {}: method longer than {} bytes", format_node_id(member.node_id),
+                           kMaxLabel);
     if (digest.model().size() > kMaxModel)
         return fmt::format("node {}: model signature longer than {} bytes",
                            format_node_id(member.node_id), kMaxModel);
@@ -67,6 +71,7 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     member.step_seconds = digest.step_seconds();
     member.fingerprint = digest.fingerprint();
     member.model = digest.model();
+    member.method = digest.method();
     member.protocol_version = digest.protocol_version();
     member.swarm_id = digest.swarm_id();
     member.instance = digest.instance();

@@ -31,6 +31,13 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
+std::string swarm_method(const SwarmConfig& config) {
+    std::string method(outer_method_name(config.method));
+    if (config.method == OuterMethod::NoLoCo)
+        method += " " + std::string(message_mode_name(config.exchange.mode));
+    return method;
+}
+
 void SwarmConfig::validate() const {
     EngineConfig::validate();
     if (method == OuterMethod::Ddp)
@@ -48,6 +55,7 @@ SwarmNode::SwarmNode(const SwarmConfig& config)
     device_ = backend_.description;
     config_.peer.fingerprint = ParameterManifest(config_.train.model).fingerprint();
     config_.peer.model = model_signature(config_.train.model);
+    config_.peer.method = swarm_method(config_);
     peer_ = std::make_unique<PeerNode>(config_.peer);
     replica_ = std::make_unique<Replica>(config_.train, 1, backend_, 0, peer_->node_id());
     member_round_ = std::make_unique<MemberRound>(config_, replica_->manifest());

@@ -63,6 +63,21 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("a digest's method reads back, and one longer than 128 bytes is refused") {
+    const NodeIdentity identity = NodeIdentity::generate();
+    Member m = digest_of(identity, "127.0.0.1:9");
+    m.method = "noloco split";
+    v1::MemberDigest digest;
+    to_digest(m, &digest);
+    const auto read = from_digest(digest);
+    REQUIRE(std::holds_alternative<Member>(read));
+    CHECK(std::get<Member>(read).method == "noloco split");
+    digest.set_method(std::string(129, 'x'));
+    const auto refused = from_digest(digest);
+    REQUIRE(std::holds_alternative<std::string>(refused));
+    CHECK_THAT(std::get<std::string>(refused), Catch::Contains("method longer than 128 bytes"));
+}
+
 TEST_CASE("peer RPCs without valid credentials get UNAUTHENTICATED and change nothing") {
     LocalCluster cluster(2);
     const auto nodes = nodes_of(cluster);

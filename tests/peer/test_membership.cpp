@@ -215,3 +215,22 @@ TEST_CASE("only alive, compatible members are pairable") {
     REQUIRE(table.all().size() == 7);  // the incompatible ones are still listed
     REQUIRE(table.reachable_others().size() == 5);
 }
+
+TEST_CASE("members that say another method are not pairable; one that says none is") {
+    Member self = member(100, 50, MemberState::Alive, 42);
+    self.method = "noloco fused";
+    MemberTable table(self, {1000ms, 5000ms, 16});
+    Member same = member(1, 5, MemberState::Alive);
+    same.method = "noloco fused";
+    Member split = member(2, 5, MemberState::Alive);
+    split.method = "noloco split";
+    Member diloco = member(3, 5, MemberState::Alive);
+    diloco.method = "diloco";
+    const Member unsaid = member(4, 5, MemberState::Alive);  // a node that does not say it
+    for (const Member& m : {same, split, diloco, unsaid}) table.merge(m, t0);
+    CHECK(table.pairable_ids() == std::vector<uint64_t>{1, 4, 100});
+    CHECK(incompatibility(split, self) == "runs method 'noloco split' (this node: 'noloco fused')");
+    CHECK(incompatibility(diloco, self) == "runs method 'diloco' (this node: 'noloco fused')");
+    CHECK(incompatibility(same, self).empty());
+    CHECK(incompatibility(unsaid, self).empty());
+}

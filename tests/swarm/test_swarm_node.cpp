@@ -878,3 +878,24 @@ TEST_CASE(
                       unweighted.replica->momentum(), scratch);
     CHECK_FALSE(same_bits(plain_phi, copy_of(unweighted.replica->phi())));
 }
+
+TEST_CASE("swarm: a node that splits its messages is never paired with one that fuses them") {
+    SwarmConfig fused = pico_swarm(2);
+    SwarmConfig split = fused;
+    split.exchange.mode = MessageMode::Split;
+    std::vector<std::unique_ptr<SwarmNode>> nodes;
+    nodes.push_back(std::make_unique<SwarmNode>(fused));
+    split.peer.seeds = {nodes[0]->peer().address()};
+    nodes.push_back(std::make_unique<SwarmNode>(split));
+    std::vector<PeerNode*> peers{&nodes[0]->peer(), &nodes[1]->peer()};
+    wait_for("both alive", 20000ms, [&] { return all_see_all_alive(peers); });
+    for (auto& node : nodes)
+        CHECK(node->peer().pairable_ids() == std::vector<uint64_t>{node->node_id()});
+    const auto reports = run_rounds(nodes, 1);
+    for (size_t i = 0; i < nodes.size(); i++) {
+        INFO("node " << i << ": " << reports[i][0].failure);
+        CHECK_FALSE(reports[i][0].partner.has_value());
+        CHECK(reports[i][0].solo);
+        CHECK(reports[i][0].failure.empty());
+    }
+}
