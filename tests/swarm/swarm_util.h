@@ -1,8 +1,13 @@
-// The swarm tests' node config: pico on the KJV, small enough that several nodes share two cores.
+// What the swarm tests share: the node config (pico on the KJV, small enough that several nodes
+// share two cores) and running a body on one thread per node.
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "daemon/config.h"
 #include "daemon/swarm/swarm_node.h"
@@ -30,6 +35,26 @@ inline SwarmConfig pico_swarm(int rounds, codec::Codec state_codec = codec::Code
     c.exchange.zstd = false;  // so the bytes on the wire follow from the plan alone
     c.peer = local_cluster_config();
     return c;
+}
+
+// Runs `body(i)` for every index on its own thread; an exception on any thread is rethrown here.
+template <typename Body>
+void on_threads(size_t count, Body body) {
+    std::mutex mutex;
+    std::exception_ptr failure;
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < count; i++) {
+        threads.emplace_back([&, i] {
+            try {
+                body(i);
+            } catch (...) {
+                std::lock_guard lock(mutex);
+                failure = std::current_exception();
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace starling::test

@@ -5,11 +5,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "daemon/swarm/peer_round_link.h"
 #include "engine/in_process_link.h"
@@ -68,24 +65,10 @@ std::vector<MemberEnd> run_rounds(const SwarmConfig& config, const std::vector<u
             }
         }
         begin(static_cast<uint64_t>(round));
-        std::mutex mutex;
-        std::exception_ptr failure;
-        std::vector<std::thread> threads;
-        for (size_t i = 0; i < n; i++) {
-            threads.emplace_back([&, i] {
-                try {
-                    RoundOutcome outcome = members[i]->step(
-                        link_for(i), *replicas[i], static_cast<uint64_t>(round), sent[i], tokens);
-                    std::lock_guard lock(mutex);
-                    ends[i].outcomes.push_back(std::move(outcome));
-                } catch (...) {
-                    std::lock_guard lock(mutex);
-                    failure = std::current_exception();
-                }
-            });
-        }
-        for (auto& thread : threads) thread.join();
-        if (failure) std::rethrow_exception(failure);
+        on_threads(n, [&](size_t i) {
+            ends[i].outcomes.push_back(members[i]->step(
+                link_for(i), *replicas[i], static_cast<uint64_t>(round), sent[i], tokens));
+        });
         for (size_t i = 0; i < n; i++) {
             Replica& r = *replicas[i];
             if (overlap) {

@@ -51,26 +51,6 @@ SwarmConfig exact_diloco_swarm() {
     return config;
 }
 
-// Runs `body(i)` for every index on its own thread; an exception on any thread is rethrown here.
-template <typename Body>
-void on_threads(size_t count, Body body) {
-    std::mutex mutex;
-    std::exception_ptr failure;
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < count; i++) {
-        threads.emplace_back([&, i] {
-            try {
-                body(i);
-            } catch (...) {
-                std::lock_guard lock(mutex);
-                failure = std::current_exception();
-            }
-        });
-    }
-    for (auto& thread : threads) thread.join();
-    if (failure) std::rethrow_exception(failure);
-}
-
 // `rounds` rounds on every node at once: reports[node][round].
 std::vector<std::vector<SwarmRound>> run_rounds(std::vector<std::unique_ptr<SwarmNode>>& nodes,
                                                 int rounds) {
