@@ -46,10 +46,10 @@ struct PeerConfig {
     // this node; replaceable so that a test can give a name several addresses without a DNS server.
     std::function<std::vector<std::string>(const std::string&)> resolve_seed = resolve_seed_targets;
     std::string swarm_id = "starling";
-    std::string swarm_secret;        // the same on every node of a swarm; may be empty with TLS
-    TlsConfig tls;                   // mutual TLS on the peer port when set (peer/tls.h)
-    std::string fingerprint;         // the model's; members with another are never paired
-    std::string model;               // its signature (model_signature), named when they differ
+    std::string swarm_secret;  // the same on every node of a swarm; may be empty with TLS
+    TlsConfig tls;             // mutual TLS on the peer port when set (peer/tls.h)
+    std::string fingerprint;   // the model's; members with another are never paired
+    std::string model;         // its signature (model_signature), named when they differ
     // How rounds combine ("noloco fused", "diloco", ...); members with another are never paired.
     std::string method;
     std::filesystem::path data_dir;  // node.key and peers.txt; empty: fresh identity, no cache
