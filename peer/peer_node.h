@@ -127,14 +127,12 @@ public:
     std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const;
-    // What went wrong since the start, by reason (peer/failure_tally.h): others' calls this node
-    // refused for failed authentication, connections closed before they authenticated, this
-    // node's joins a seed refused, exchanges, pairing
-    // calls and round-message fetches cut off by their deadlines, partners' messages refused,
-    // and what the layers above counted.
+    // What went wrong in the peer layer since the start, by reason (peer/failure_tally.h):
+    // others' calls this node refused for failed authentication, connections closed before they
+    // authenticated, this node's joins a seed refused, exchanges, pairing calls and round-message
+    // fetches cut off by their deadlines, partners' messages malformed or mismatched. The daemon
+    // adds its own (NodeState::failures).
     FailureCounts failures() const;
-    // A failure a layer above sees: a message its outer step refused, a failed state copy or
-    // checkpoint.
     // What the outer step of `round` made of `member`'s message: nullopt when it entered the
     // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
     // this node does not pair with it for a while, and says so at warn, naming it.
