@@ -131,8 +131,10 @@ public:
     // others' calls this node refused for failed authentication, connections closed before they
     // authenticated, this node's joins a seed refused, exchanges, pairing calls and round-message
     // fetches cut off by their deadlines, partners' messages malformed or mismatched. The daemon
-    // adds its own (NodeState::failures).
+    // keeps its own tally of what its round loop meets (NodeState::failures).
     FailureCounts failures() const;
+    // Called through the daemon's round link (daemon/swarm/peer_round_link.h) after each outer
+    // step.
     // What the outer step of `round` made of `member`'s message: nullopt when it entered the
     // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
     // this node does not pair with it for a while, and says so at warn, naming it.
