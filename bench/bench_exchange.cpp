@@ -186,8 +186,8 @@ void wait_until(const char* what, std::chrono::seconds limit, Done done) {
 
 void pair_both(PeerNode& a, PeerNode& b, uint64_t round) {
     std::optional<Member> partner_of_b;
-    std::thread other([&] { partner_of_b = b.choose_partner(round); });
-    const auto partner_of_a = a.choose_partner(round);
+    std::thread other([&] { partner_of_b = b.rounds().choose_partner(round); });
+    const auto partner_of_a = a.rounds().choose_partner(round);
     other.join();
     if (!partner_of_a || !partner_of_b || partner_of_a->node_id != b.node_id() ||
         partner_of_b->node_id != a.node_id())
@@ -215,8 +215,8 @@ int loopback(const ModelConfig& shape, int reps, int tcp_seconds, int tcp_reps) 
             RoundMessages at_b(model, b.node_id(), a.node_id(), round, encoding, received_b);
             const auto [results, seconds, usage] = timed([&] {
                 ExchangeResult result_b;
-                std::thread other([&] { result_b = b.exchange(at_b.slot()); });
-                ExchangeResult result_a = a.exchange(at_a.slot());
+                std::thread other([&] { result_b = b.rounds().exchange(at_b.slot()); });
+                ExchangeResult result_a = a.rounds().exchange(at_a.slot());
                 other.join();
                 return std::pair{std::move(result_a), std::move(result_b)};
             });
@@ -268,7 +268,7 @@ std::optional<TcpRates> read_baseline(const std::string& path) {
 // Pairs for `round` with `partner`, asking again while the other process catches up.
 void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::seconds limit) {
     wait_until(("pairing for round " + std::to_string(round)).c_str(), limit, [&] {
-        const auto chosen = node.choose_partner(round);
+        const auto chosen = node.rounds().choose_partner(round);
         if (chosen && chosen->node_id != partner)
             throw Error("round " + std::to_string(round) + ": paired with an unexpected node " +
                         format_node_id(chosen->node_id));
@@ -307,7 +307,7 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
             RoundMessages messages(model, node.node_id(), partner, ++round, encoding, received);
             pair_with(node, partner, round, wait);
             const auto [result, seconds, usage] =
-                timed([&] { return node.exchange(messages.slot()); });
+                timed([&] { return node.rounds().exchange(messages.slot()); });
             check(result, "this node");
             return Rep{round,
                        seconds,

@@ -37,7 +37,7 @@ public:
     RoundMessages(const RoundMessages&) = delete;
     RoundMessages& operator=(const RoundMessages&) = delete;
 
-    // The slot for PeerNode::exchange; take it once.
+    // The slot for RoundPeers::exchange; take it once.
     ExchangeSlot slot();
 
 private:

@@ -41,10 +41,10 @@ std::chrono::steady_clock::time_point join_deadline(const grpc::ServerContext& c
 
 class ControlServer::Service final : public v1::Control::Service {
 public:
-    Service(NodeState& state, PeerNode& peer, const ModelConfig& model, std::string tokenizer_json,
-            ControlHandlers handlers, const std::atomic<bool>& stopping)
+    Service(NodeState& state, const SwarmNode& node, const ModelConfig& model,
+            std::string tokenizer_json, ControlHandlers handlers, const std::atomic<bool>& stopping)
         : state_(state),
-          peer_(peer),
+          node_(node),
           model_json_(llama_config_json(model).dump()),
           tokenizer_json_(std::move(tokenizer_json)),
           handlers_(std::move(handlers)),
@@ -52,13 +52,13 @@ public:
 
     grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                            v1::NodeStatus* response) override {
-        *response = state_.status(peer_);
+        *response = state_.status(node_.view());
         return grpc::Status::OK;
     }
 
     grpc::Status ListPeers(grpc::ServerContext*, const v1::ListPeersRequest*,
                            v1::ListPeersResponse* response) override {
-        *response = state_.peers(peer_);
+        *response = state_.peers(node_.view());
         return grpc::Status::OK;
     }
 
@@ -100,7 +100,7 @@ public:
             return {grpc::StatusCode::INVALID_ARGUMENT, "interval_ms must be at least 50"};
         auto next = std::chrono::steady_clock::now();
         while (!context->IsCancelled() && !stopping_.load()) {
-            if (!writer->Write(state_.status(peer_))) break;
+            if (!writer->Write(state_.status(node_.view()))) break;
             next += interval;
             // Short sleeps, so a shutdown or a cancelled caller ends the stream promptly.
             while (std::chrono::steady_clock::now() < next && !context->IsCancelled() &&
@@ -113,7 +113,7 @@ public:
     grpc::Status GetModel(grpc::ServerContext* context, const v1::GetModelRequest*,
                           grpc::ServerWriter<v1::ModelChunk>* writer) override {
         // Held to the end, so the node does not refill these bytes for a later round meanwhile.
-        const std::shared_ptr<const Snapshot> snapshot = peer_.snapshots().latest();
+        const std::shared_ptr<const Snapshot> snapshot = node_.latest_snapshot();
         if (!snapshot)
             return {grpc::StatusCode::FAILED_PRECONDITION,
                     "the node has no state to give yet (it is starting or copying the swarm's)"};
@@ -146,18 +146,18 @@ public:
 
 private:
     NodeState& state_;
-    PeerNode& peer_;
+    const SwarmNode& node_;
     std::string model_json_;
     std::string tokenizer_json_;
     ControlHandlers handlers_;
     const std::atomic<bool>& stopping_;
 };
 
-ControlServer::ControlServer(const std::string& address, NodeState& state, PeerNode& peer,
+ControlServer::ControlServer(const std::string& address, NodeState& state, const SwarmNode& node,
                              const ModelConfig& model, std::string tokenizer_json,
                              ControlHandlers handlers)
     : address_(address),
-      service_(std::make_unique<Service>(state, peer, model, std::move(tokenizer_json),
+      service_(std::make_unique<Service>(state, node, model, std::move(tokenizer_json),
                                          std::move(handlers), stopping_)) {
     grpc::ServerBuilder builder;
     int port = 0;

@@ -1,7 +1,7 @@
 // The Control gRPC service (proto/starling/v1/control.proto) on its own server, with the standard
 // health service and server reflection beside it, so grpcurl and Kubernetes probes work. It reads
-// NodeState and the PeerNode (GetModel: the newest snapshot it publishes); Join and Leave are
-// handed to the node's owner.
+// NodeState and the SwarmNode (its view of the swarm; GetModel: the newest snapshot it
+// publishes); Join and Leave are handed to the node's owner.
 #pragma once
 
 #include <grpcpp/server.h>
@@ -16,7 +16,7 @@
 #include "daemon/service/control_gate.h"
 #include "daemon/service/node_state.h"
 #include "model/config.h"
-#include "peer/peer_node.h"
+#include "daemon/swarm/swarm_node.h"
 #include "starling/v1/control.grpc.pb.h"
 
 namespace starling {
@@ -34,7 +34,7 @@ public:
     // Listens on `address` (host:port or unix:/path); throws starling::Error naming it when it
     // cannot. grpc::EnableDefaultHealthCheckService(true) must have been called before.
     // model and tokenizer_json: the node's, for GetModel's config.json and tokenizer.json.
-    ControlServer(const std::string& address, NodeState& state, PeerNode& peer,
+    ControlServer(const std::string& address, NodeState& state, const SwarmNode& node,
                   const ModelConfig& model, std::string tokenizer_json, ControlHandlers handlers);
     ~ControlServer();
     // What the health service reports; NOT_SERVING once the node drains.

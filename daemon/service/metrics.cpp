@@ -198,15 +198,15 @@ void NodeMetrics::record_control_connections_closed(uint64_t total) {
     follow(*control_connections_closed_, total);
 }
 
-void NodeMetrics::record_peers(const PeerNode& peer) {
+void NodeMetrics::record_peers(const SwarmView& swarm) {
     double counts[5] = {};
     std::map<uint64_t, prometheus::Gauge*> live;
     const MutexLock lock(rtt_mutex_);
-    for (const Member& m : peer.members()) {
-        if (m.node_id == peer.node_id()) continue;
+    for (const KnownPeer& peer : swarm.others) {
+        const Member& m = peer.member;
         counts[static_cast<int>(m.state)]++;
         if (m.state != MemberState::Alive && m.state != MemberState::Suspect) continue;
-        const std::optional<double> rtt_ms = peer.round_trip_ms(m.node_id);
+        const std::optional<double> rtt_ms = peer.rtt_ms;
         if (!rtt_ms) continue;
         const auto known = rtt_by_peer_.extract(m.node_id);
         prometheus::Gauge* series =
@@ -220,7 +220,7 @@ void NodeMetrics::record_peers(const PeerNode& peer) {
     suspect_->Set(counts[static_cast<int>(MemberState::Suspect)]);
     dead_->Set(counts[static_cast<int>(MemberState::Dead)]);
     left_->Set(counts[static_cast<int>(MemberState::Left)]);
-    quarantined_->Set(static_cast<double>(peer.quarantined().size()));
+    quarantined_->Set(static_cast<double>(swarm.quarantined));
 }
 
 }  // namespace starling

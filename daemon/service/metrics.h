@@ -39,7 +39,7 @@ public:
     void record_checkpoint(uint64_t round);
     // Members by state, and the round-trip time of each live one; a member that died, left or
     // was forgotten loses its series, so their number stays the swarm's size.
-    void record_peers(const PeerNode& peer);
+    void record_peers(const SwarmView& swarm);
     // The node's running totals of failures by reason (NodeState::failures).
     void record_failures(const FailureCounts& totals);
     // The running total of connections the Control port's gate closed (ControlServer).

@@ -18,7 +18,7 @@ v1::NodeStatus identity_of(const NodeConfig& config, SwarmNode& node, const std:
     v1::NodeStatus s;
     s.set_node_id(format_node_id(node.node_id()));
     s.set_swarm_id(config.swarm.peer.swarm_id);
-    s.set_address(node.peer().address());
+    s.set_address(node.address());
     s.set_version(version);
     s.set_method(std::string(outer_method_name(config.swarm.method)));
     s.set_model_fingerprint(node.replica().manifest().fingerprint());
@@ -95,7 +95,7 @@ void NodeRunner::reload(const NodeConfig& config) {
     spdlog::info("reloaded: checkpoint every {} rounds, keep {}, {} new seed(s)",
                  config.checkpoint_every, config.keep_checkpoints, added.size());
     // Last: certificates that would not work throw, and the settings above are in effect already.
-    peer().reload_tls(config.swarm.peer.tls);
+    node_->reload_tls(config.swarm.peer.tls);
 }
 
 void NodeRunner::set_phase(v1::NodePhase phase) {
@@ -113,13 +113,9 @@ bool NodeRunner::sleep_unless_draining(double seconds) {
 }
 
 std::vector<Member> NodeRunner::compatible_others() const {
-    PeerNode& peer = node_->peer();
-    const std::vector<uint64_t> pairable = peer.pairable_ids();
     std::vector<Member> others;
-    for (const Member& m : peer.members())
-        if (m.node_id != peer.node_id() &&
-            std::find(pairable.begin(), pairable.end(), m.node_id) != pairable.end())
-            others.push_back(m);
+    for (KnownPeer& peer : node_->view().others)
+        if (peer.pairable) others.push_back(std::move(peer.member));
     return others;
 }
 
@@ -240,7 +236,7 @@ void NodeRunner::wait_for_slower() {
     // Asked directly: gossip would carry their new rounds an interval or more late, and every
     // round would lose that much training time.
     while (!slower.empty() && Clock::now() < deadline) {
-        node_->peer().refresh(slower);
+        node_->refresh(slower);
         slower = slower_in_reach();
         if (!slower.empty() && !sleep_unless_draining(0.01)) return;
     }
@@ -265,7 +261,7 @@ void NodeRunner::checkpoint() {
 void NodeRunner::after_round(const SwarmRound& round) {
     const uint64_t weight_bytes = node_->replica().size() * sizeof(float);
     state_->record_round(round, node_->round(), node_->inner_step(), weight_bytes);
-    state_->forget_departed(node_->peer().members());
+    state_->forget_departed(node_->view());
     watch_.mark();
     if (config_.eval_every > 0 && node_->round() % static_cast<uint64_t>(config_.eval_every) == 0) {
         // The validation shards are opened here for the first time: a failure (no file

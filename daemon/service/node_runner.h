@@ -63,12 +63,11 @@ public:
     // Settings SIGHUP may change: checkpoint cadence, log level, new seeds, and the TLS files (read
     // again and put in use once checked; throws starling::Error naming the problem otherwise).
     void reload(const NodeConfig& config);
-    void add_seeds(const std::vector<std::string>& seeds) { node_->peer().add_seeds(seeds); }
+    void add_seeds(const std::vector<std::string>& seeds) { node_->add_seeds(seeds); }
 
     NodeState& state() { return *state_; }
     // The round loop's progress, for systemd's watchdog.
     const RoundWatch& round_watch() const { return watch_; }
-    PeerNode& peer() { return node_->peer(); }
     SwarmNode& node() { return *node_; }
 
 private:

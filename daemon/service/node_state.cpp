@@ -118,11 +118,11 @@ FailureCounts NodeState::failures(const FailureCounts& peer_layer) const {
     return totals;
 }
 
-void NodeState::forget_departed(const std::vector<Member>& members) {
+void NodeState::forget_departed(const SwarmView& swarm) {
     const MutexLock lock(mutex_);
     std::erase_if(exchanges_, [&](const auto& entry) {
-        return std::none_of(members.begin(), members.end(),
-                            [&](const Member& m) { return m.node_id == entry.first; });
+        return std::none_of(swarm.others.begin(), swarm.others.end(),
+                            [&](const KnownPeer& p) { return p.member.node_id == entry.first; });
     });
 }
 
@@ -150,27 +150,25 @@ v1::NodeStatus NodeState::recorded(Clock::time_point now) const {
     return s;
 }
 
-v1::NodeStatus NodeState::status(PeerNode& peer) const {
+v1::NodeStatus NodeState::status(const SwarmView& swarm) const {
     v1::NodeStatus s = recorded();
     uint32_t alive = 0, suspect = 0;
-    for (const Member& m : peer.members()) {
-        if (m.node_id == peer.node_id()) continue;
-        alive += m.state == MemberState::Alive;
-        suspect += m.state == MemberState::Suspect;
+    for (const KnownPeer& p : swarm.others) {
+        alive += p.member.state == MemberState::Alive;
+        suspect += p.member.state == MemberState::Suspect;
     }
     s.set_peers_alive(alive);
     s.set_peers_suspect(suspect);
     return s;
 }
 
-v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
+v1::ListPeersResponse NodeState::peers(const SwarmView& swarm) const {
     v1::ListPeersResponse response;
     const auto now = Clock::now();
-    const std::vector<Member> members = peer.members();
-    const Member& self = members.front();
+    const Member& self = swarm.self;
     const MutexLock lock(mutex_);
-    for (const Member& m : members) {
-        if (m.node_id == peer.node_id()) continue;
+    for (const KnownPeer& peer : swarm.others) {
+        const Member& m = peer.member;
         v1::PeerInfo* info = response.add_peers();
         info->set_node_id(format_node_id(m.node_id));
         info->set_address(m.address);
@@ -179,11 +177,11 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
         info->set_compatible(m.fingerprint == self.fingerprint &&
                              m.protocol_version == self.protocol_version &&
                              m.swarm_id == self.swarm_id);
-        if (auto rtt = peer.round_trip_ms(m.node_id)) info->set_rtt_ms(*rtt);
-        if (const auto score = peer.score_of(m.node_id)) {
-            info->set_refused_messages(score->refused);
-            if (score->quarantined_until > self.round)
-                info->set_quarantined_until_round(score->quarantined_until);
+        if (peer.rtt_ms) info->set_rtt_ms(*peer.rtt_ms);
+        if (peer.score) {
+            info->set_refused_messages(peer.score->refused);
+            if (peer.score->quarantined_until > self.round)
+                info->set_quarantined_until_round(peer.score->quarantined_until);
         }
         if (auto it = exchanges_.find(m.node_id); it != exchanges_.end()) {
             info->set_exchanges(it->second.count);
@@ -193,8 +191,8 @@ v1::ListPeersResponse NodeState::peers(PeerNode& peer) const {
     return response;
 }
 
-std::string NodeState::summary(PeerNode& peer) const {
-    const v1::NodeStatus s = status(peer);
+std::string NodeState::summary(const SwarmView& swarm) const {
+    const v1::NodeStatus s = status(swarm);
     return fmt::format("round {} {} | loss {} | val {} | peers {} alive | paired {} solo {}",
                        s.round(), node_phase_name(s.phase()),
                        s.has_train_loss() ? fmt::format("{:.4f}", s.train_loss()) : "-",

@@ -39,20 +39,20 @@ public:
     void record_checkpoint_failure(const std::string& why);
     // A state copy from the swarm that failed.
     void record_state_copy_failure() { failures_.count(FailureReason::StateSync); }
-    // The node's failures by reason: the peer layer's (PeerNode::failures: refused calls,
+    // The node's failures by reason: the peer layer's (SwarmView::failures: refused calls,
     // deadlines, malformed or mismatched messages) plus the round loop's own, recorded here:
     // messages the outer step refused (each round's `refused`), state copies, checkpoints.
     FailureCounts failures(const FailureCounts& peer_layer) const;
     // Forgets the exchange history of partners that are no longer members, so a long-lived node
     // in a swarm with churn does not keep one entry per node it ever met.
-    void forget_departed(const std::vector<Member>& members);
+    void forget_departed(const SwarmView& swarm);
 
-    v1::NodeStatus status(PeerNode& peer) const;
+    v1::NodeStatus status(const SwarmView& swarm) const;
     // The fields of the status that need no peer layer: everything recorded, uptime, ETA.
     v1::NodeStatus recorded(Clock::time_point now = Clock::now()) const;
-    v1::ListPeersResponse peers(PeerNode& peer) const;
+    v1::ListPeersResponse peers(const SwarmView& swarm) const;
     // One line for systemd's STATUS and the logs: round, phase, loss, peers.
-    std::string summary(PeerNode& peer) const;
+    std::string summary(const SwarmView& swarm) const;
 
 private:
     static constexpr size_t kRecentRounds = 60;  // losses kept for the trend

@@ -129,13 +129,13 @@ private:
 
     void on_tick() {
         if (watchdog_) ping_watchdog_if_rounds_progress();
-        PeerNode& peer = runner_.peer();
-        const std::string line = runner_.state().summary(peer);
+        const SwarmView swarm = runner_.node().view();
+        const std::string line = runner_.state().summary(swarm);
         if (line != last_status_) notify_status(line);
         last_status_ = line;
         if (metrics_) {
-            metrics_->record_peers(peer);
-            metrics_->record_failures(runner_.state().failures(peer.failures()));
+            metrics_->record_peers(swarm);
+            metrics_->record_failures(runner_.state().failures(swarm.failures));
             metrics_->record_control_connections_closed(control_.closed_connections());
         }
         release_free_memory_now_and_then();
@@ -251,22 +251,22 @@ int run_daemon(int argc, char** argv) {
         // drains.
         auto drain = [&] {
             notify_stopping();
-            runner.peer().set_serving(false);
+            runner.node().set_serving(false);
             if (ControlServer* c = serving_control.load()) c->set_serving(false);
             runner.request_drain();
         };
         control = std::make_unique<ControlServer>(
-            config.control_listen, runner.state(), runner.peer(), config.swarm.train.model,
+            config.control_listen, runner.state(), runner.node(), config.swarm.train.model,
             load_tokenizer(config.swarm.train.data.tokenizer)->hf_json(),
             ControlHandlers{[&](const std::vector<std::string>& seeds,
                                 std::chrono::steady_clock::time_point by) {
-                                return runner.peer().join_seeds(seeds, by);
+                                return runner.node().join_seeds(seeds, by);
                             },
                             drain});
         serving_control = control.get();
         spdlog::info("starlingd {}: node {} on {}, swarm \"{}\", model {}, control {}, metrics {}",
-                     STARLING_VERSION, format_node_id(runner.peer().node_id()),
-                     runner.peer().address(), config.swarm.peer.swarm_id,
+                     STARLING_VERSION, format_node_id(runner.node().node_id()),
+                     runner.node().address(), config.swarm.peer.swarm_id,
                      runner.node().replica().manifest().fingerprint(), control->address(),
                      config.metrics_listen.empty() ? "off" : config.metrics_listen);
         EventLoop(runner, *control, drain, metrics.get(), config_path, flags).run();

@@ -17,7 +17,7 @@ LinkExchanged exchanged(const ExchangeResult& r) {
 }  // namespace
 
 std::vector<uint64_t> PeerRoundLink::partners(uint64_t round) {
-    const std::optional<Member> partner = peer_.choose_partner(round);
+    const std::optional<Member> partner = peer_.rounds().choose_partner(round);
     if (!partner) return {};
     return {partner->node_id};
 }
@@ -26,7 +26,7 @@ std::vector<LinkExchanged> PeerRoundLink::exchange(uint64_t round, uint64_t part
                                                    std::vector<LinkPart> parts, uint64_t bytes,
                                                    uint64_t tokens) {
     // The parts share the link, and one deadline.
-    const auto deadline = SteadyClock::now() + peer_.exchange_budget_with(partner, bytes);
+    const auto deadline = SteadyClock::now() + peer_.rounds().exchange_budget_with(partner, bytes);
     const auto slot = [&](uint32_t part) {
         return ExchangeSlot{
             round, partner, outgoing(parts[part].outgoing), parts[part].incoming, deadline,
@@ -36,31 +36,30 @@ std::vector<LinkExchanged> PeerRoundLink::exchange(uint64_t round, uint64_t part
     // that each message names the partner and this round.
     std::vector<std::future<ExchangeResult>> later;
     for (uint32_t part = 1; part < parts.size(); part++)
-        later.push_back(
-            std::async(std::launch::async, [&, part] { return peer_.exchange(slot(part)); }));
-    std::vector<LinkExchanged> results{exchanged(peer_.exchange(slot(0)))};
+        later.push_back(std::async(std::launch::async,
+                                   [&, part] { return peer_.rounds().exchange(slot(part)); }));
+    std::vector<LinkExchanged> results{exchanged(peer_.rounds().exchange(slot(0)))};
     for (auto& result : later) results.push_back(exchanged(result.get()));
     return results;
 }
 
 void PeerRoundLink::judged(uint64_t member, uint64_t round,
                            const std::optional<std::string>& refusal) {
-    peer_.judged(member, round, refusal);
+    peer_.rounds().judged(member, round, refusal);
 }
 
 std::vector<uint64_t> PeerRoundLink::quorum(uint64_t) { return peer_.pairable_ids(); }
 
 void PeerRoundLink::publish(uint64_t round, std::shared_ptr<const codec::EncodedMessage> message,
                             uint64_t tokens) {
-    peer_.set_round(round);
-    peer_.round_messages().publish(round, {std::move(message), tokens});
+    peer_.rounds().publish(round, {std::move(message), tokens});
 }
 
 std::vector<LinkGathered> PeerRoundLink::gather(uint64_t round, std::span<const uint64_t> members,
                                                 std::span<codec::MessageDecoder* const> decoders,
                                                 uint64_t* bytes) {
     std::vector<LinkGathered> gathered;
-    for (const PeerNode::Gathered& g : peer_.gather(round, members, decoders, bytes))
+    for (const RoundPeers::Gathered& g : peer_.rounds().gather(round, members, decoders, bytes))
         gathered.push_back({g.error, g.tokens});
     return gathered;
 }

@@ -81,7 +81,7 @@ SwarmCounters SwarmNode::adopt(std::span<const std::byte> bytes) {
     r.restart_from_phi();
     round_ = counters.round;
     // Advertise the round at once, so members already there can pair with this node.
-    peer_->set_round(round_);
+    peer_->rounds().advertise(round_);
     publish_snapshot();
     return counters;
 }
@@ -120,7 +120,7 @@ void SwarmNode::skip_to_round(uint64_t round) {
     const int64_t skipped = static_cast<int64_t>(round - round_) * config_.inner_steps;
     replica_->set_inner_step(std::min(replica_->inner_step() + skipped, config_.train.steps));
     round_ = round;
-    peer_->set_round(round_);
+    peer_->rounds().advertise(round_);
     publish_snapshot();
 }
 
@@ -210,6 +210,24 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
     return report;
 }
 
+SwarmView SwarmNode::view() const {
+    SwarmView view;
+    const std::vector<uint64_t> pairable = peer_->pairable_ids();
+    for (Member& m : peer_->members()) {
+        if (m.node_id == node_id()) {
+            view.self = std::move(m);
+            continue;
+        }
+        const uint64_t id = m.node_id;
+        view.others.push_back({std::move(m),
+                               std::find(pairable.begin(), pairable.end(), id) != pairable.end(),
+                               peer_->round_trip_ms(id), peer_->rounds().score_of(id)});
+    }
+    view.quarantined = peer_->rounds().quarantined().size();
+    view.failures = peer_->failures();
+    return view;
+}
+
 double SwarmNode::round_budget() const {
     if (config_.round_seconds > 0.0) return config_.round_seconds;
     if (config_.method == OuterMethod::Local) return 0.0;
@@ -228,7 +246,7 @@ void SwarmNode::finish_round(const SwarmRound& report, const SwarmCounters& next
                              const LoaderState& next_data) {
     round_ = next.round;
     // Pairing advertises NoLoCo's round and publishing DiLoCo's; a local node says it here.
-    if (config_.method == OuterMethod::Local) peer_->set_round(round_);
+    if (config_.method == OuterMethod::Local) peer_->rounds().advertise(round_);
     publish_snapshot(next, next_data);
     log_round(report);
     if (round_listener_) round_listener_(report);

@@ -95,6 +95,22 @@ struct SwarmRound : RoundOutcome {
 // What a round is doing, for status reports.
 enum class RoundPhase { Training, Exchanging };
 
+// A member other than this node, as the service reports it.
+struct KnownPeer {
+    Member member;
+    bool pairable = false;             // one of PeerNode::pairable_ids
+    std::optional<double> rtt_ms;      // the last answered direct probe took
+    std::optional<MemberScore> score;  // how this node judged its messages
+};
+
+// The swarm as this node sees it now: what the service's status, peer list and metrics show.
+struct SwarmView {
+    Member self;
+    std::vector<KnownPeer> others;
+    size_t quarantined = 0;  // members this node does not pair with in its current round
+    FailureCounts failures;  // the peer layer's (PeerNode::failures)
+};
+
 // The state at the start of a round: what a checkpoint holds. The snapshot is the one published
 // to joiners; the data position is this node's own.
 struct RoundStart {
@@ -165,7 +181,20 @@ public:
     int64_t inner_step() const { return replica_->inner_step(); }
     bool schedule_done() const { return replica_->inner_step() >= config_.train.steps; }
     const RoundStart& round_start() const { return round_start_; }
+    // The peer layer, for tests; the service goes through the calls below.
     PeerNode& peer() { return *peer_; }
+    // What the service asks of the peer layer, thread-safe: see PeerNode for each.
+    SwarmView view() const;
+    const std::string& address() const { return peer_->address(); }
+    std::shared_ptr<const Snapshot> latest_snapshot() const { return peer_->snapshots().latest(); }
+    void refresh(const std::vector<uint64_t>& node_ids) { peer_->refresh(node_ids); }
+    void add_seeds(const std::vector<std::string>& seeds) { peer_->add_seeds(seeds); }
+    std::vector<std::string> join_seeds(const std::vector<std::string>& seeds,
+                                        SteadyClock::time_point by) {
+        return peer_->join_seeds(seeds, by);
+    }
+    void reload_tls(const TlsConfig& tls) { peer_->reload_tls(tls); }
+    void set_serving(bool serving) { peer_->set_serving(serving); }
     // The backend that trains, for status and logs: "cuda:0 (...)" or "cpu (N threads)...".
     const std::string& device() const { return device_; }
     Replica& replica() { return *replica_; }

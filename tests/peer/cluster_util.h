@@ -64,7 +64,7 @@ inline std::vector<std::optional<uint64_t>> choose_partners(const std::vector<Pe
     std::vector<std::thread> threads;
     for (size_t i = 0; i < nodes.size(); ++i) {
         threads.emplace_back([&, i] {
-            if (const auto partner = nodes[i]->choose_partner(round))
+            if (const auto partner = nodes[i]->rounds().choose_partner(round))
                 partners[i] = partner->node_id;
         });
     }

@@ -55,7 +55,7 @@ TEST_CASE(
     wait_for("each knows the other from the join", 20000ms, [&] {
         return asking.pairable_ids().size() == 2 && member.pairable_ids().size() == 2;
     });
-    member.set_round(7);
+    member.rounds().advertise(7);
     member.set_step_seconds(0.25);
     auto seen = [&] {
         for (const Member& m : asking.members())

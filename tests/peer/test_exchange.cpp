@@ -132,7 +132,7 @@ std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode
     Timed at_a, at_b;
     const auto run = [](PeerNode& node, ExchangeSlot slot, Timed& out) {
         const auto start = std::chrono::steady_clock::now();
-        out.result = node.exchange(std::move(slot));
+        out.result = node.rounds().exchange(std::move(slot));
         out.took = std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::steady_clock::now() - start);
     };
@@ -171,12 +171,12 @@ TEST_CASE(
         std::vector<std::thread> threads;
         for (size_t i = 0; i < nodes.size(); ++i) {
             threads.emplace_back([&, i] {
-                const auto partner = nodes[i]->choose_partner(round);
+                const auto partner = nodes[i]->rounds().choose_partner(round);
                 if (!partner) return;
                 partners[i] = partner->node_id;
                 ExchangeSlot slot = sides[i]->slot(partner->node_id);
                 slot.tokens = 1000 + i;  // said with the header, to weigh the outer step
-                results[i] = nodes[i]->exchange(std::move(slot));
+                results[i] = nodes[i]->rounds().exchange(std::move(slot));
             });
         }
         for (auto& thread : threads) thread.join();
@@ -232,7 +232,7 @@ TEST_CASE(
     Side side(one_chunk_model(), codec::Codec::Q8, survivor.node_id(), 1, 3);
     victim.kill();
     const auto start = std::chrono::steady_clock::now();
-    const ExchangeResult result = survivor.exchange(side.slot(victim.node_id()));
+    const ExchangeResult result = survivor.rounds().exchange(side.slot(victim.node_id()));
     const auto took = std::chrono::steady_clock::now() - start;
     INFO(result.error);
     CHECK_FALSE(result.received);
@@ -365,7 +365,7 @@ TEST_CASE(
 
     Side side(one_chunk_model(), codec::Codec::Q8, survivor.node_id(), 1, 21);
     const auto start = std::chrono::steady_clock::now();
-    const ExchangeResult result = survivor.exchange(side.slot(restarted_id.node_id()));
+    const ExchangeResult result = survivor.rounds().exchange(side.slot(restarted_id.node_id()));
     const auto took = std::chrono::steady_clock::now() - start;
     INFO(result.error);
     CHECK_FALSE(result.received);
@@ -404,7 +404,7 @@ TEST_CASE("an exchange stream from a node that is not the round's partner is ref
 
     // Nor does a node exchange with anyone for a round it did not pair for.
     Side low(one_chunk_model(), codec::Codec::Q8, lower->node_id(), 2, 10);
-    const auto unpaired = lower->exchange(low.slot(higher->node_id()));
+    const auto unpaired = lower->rounds().exchange(low.slot(higher->node_id()));
     CHECK_THAT(unpaired.error, Catch::Contains("not this node's partner"));
 
     // The partners themselves are unaffected.

@@ -352,7 +352,7 @@ TEST_CASE("a node that comes late to every choice still pairs in half of its rou
         for (size_t i = 0; i < nodes.size(); ++i) {
             threads.emplace_back([&, i] {
                 if (i == 2) std::this_thread::sleep_for(late_by);
-                if (const auto partner = nodes[i]->choose_partner(round))
+                if (const auto partner = nodes[i]->rounds().choose_partner(round))
                     partners[i] = partner->node_id;
             });
         }
@@ -421,10 +421,10 @@ TEST_CASE(
         return round;
     };
     const uint64_t first = partners_again(1);
-    nodes[0]->judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
-    CHECK(nodes[0]->quarantined().empty());
-    nodes[0]->judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
-    const auto score = nodes[0]->score_of(faulty);
+    nodes[0]->rounds().judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
+    CHECK(nodes[0]->rounds().quarantined().empty());
+    nodes[0]->rounds().judged(faulty, first - 1, "partner 1: its distance exceeds the bound");
+    const auto score = nodes[0]->rounds().score_of(faulty);
     REQUIRE(score);
     CHECK(score->refused == 2);
     CHECK(score->quarantined_until == first + 8);

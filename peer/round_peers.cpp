@@ -1,6 +1,5 @@
-// PeerNode's part in each round: choosing a partner (both sides agree before either waits), the
-// pairwise exchange, DiLoCo's gather of every member's message, and a state copy from the swarm.
-// Membership (joining, probes, gossip, leaving) is in peer_node.cpp.
+#include "peer/round_peers.h"
+
 #include <grpcpp/client_context.h>
 #include <spdlog/spdlog.h>
 
@@ -8,40 +7,77 @@
 #include <set>
 #include <thread>
 
-#include "common/error.h"
 #include "peer/identity.h"
 #include "peer/partners.h"
-#include "peer/peer_node.h"
-
-#include "peer/grpc_log.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 
 namespace starling {
 
-std::optional<Member> PeerNode::choose_partner(uint64_t round) {
+RoundPeers::RoundPeers(const PeerConfig& config, MemberTable& table, SwarmAuth& auth,
+                       PeerChannels& channels, FailureTally& failures)
+    : config_(config),
+      node_id_(table.self().node_id),
+      table_(table),
+      auth_(auth),
+      channels_(channels),
+      failures_(failures),
+      pairing_(node_id_, config.max_round_gap) {}
+
+void RoundPeers::advertise(uint64_t round) { table_.set_round(round); }
+
+void RoundPeers::publish(uint64_t round, RoundMessage message) {
+    advertise(round);
+    messages_.publish(round, std::move(message));
+}
+
+void RoundPeers::forget_departed(const std::set<uint64_t>& members) {
+    MutexLock lock(rates_mutex_);
+    std::erase_if(exchange_bytes_per_s_,
+                  [&](const auto& entry) { return !members.contains(entry.first); });
+}
+
+void RoundPeers::stop() {
+    running_ = false;
+    pairing_.stop();
+    exchanges_.stop();
+    messages_.stop();
+}
+
+grpc::Status RoundPeers::answer_round_message(uint64_t caller,
+                                              const v1::FetchRoundMessageRequest& request,
+                                              grpc::ServerWriter<v1::RoundMessageFrame>& writer) {
+    const auto member = table_.find(caller);
+    if (!member || !table_.compatible(*member))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " is not a member of this model and swarm"};
+    return serve_round_message(messages_, request.round(),
+                               SteadyClock::now() + config_.exchange_timeout, writer);
+}
+
+std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     if (!running_) return std::nullopt;
-    table_->set_round(round);
+    advertise(round);
     // One budget for the whole choice, so a round never waits on pairing longer than pair_timeout
     // however many proposals it takes.
     const auto deadline = SteadyClock::now() + config_.pair_timeout;
     // The deterministic matching is over the whole view, which every member shares; a member this
     // node has quarantined is then neither proposed to nor asked.
-    const auto view = table_->pairable_ids();
-    const auto intended = deterministic_partner(round, view, node_id());
+    const auto view = table_.pairable_ids();
+    const auto intended = deterministic_partner(round, view, node_id_);
     std::vector<Member> pairable;
     for (uint64_t id : view)
-        if (auto member = table_->find(id); member && !scores_.quarantined(id, round))
+        if (auto member = table_.find(id); member && !scores_.quarantined(id, round))
             pairable.push_back(std::move(*member));
     const auto candidates =
-        random_candidates(pairable, node_id(), round, config_.max_round_gap,
-                          pairing_->recent_partners(round, kRecentPartnerRounds), random_u64());
+        random_candidates(pairable, node_id_, round, config_.max_round_gap,
+                          pairing_.recent_partners(round, kRecentPartnerRounds), random_u64());
     const auto left_out =
-        left_out_members(pairable, node_id(), round, config_.max_round_gap, random_u64());
+        left_out_members(pairable, node_id_, round, config_.max_round_gap, random_u64());
     if (!left_out.empty())
         spdlog::debug("peer: round {}: asking first {} member(s) left out of their last round",
                       round, left_out.size());
-    pairing_->open(round);
+    pairing_.open(round);
     // A member accepts only while it is choosing for this round too, and members end their inner
     // phases at different times: those that say "not yet" are asked again until the deadline, with
     // proposals taken in between. Members left out of their last round (at this round or still
@@ -86,7 +122,7 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
             if (const auto wanted = next_of(left_out, &next_left_out, false)) {
                 partner = ask(*wanted);
                 if (!partner)
-                    partner = pairing_->await_partner(
+                    partner = pairing_.await_partner(
                         round, std::min(deadline, SteadyClock::now() + kPairRetry));
                 continue;
             }
@@ -105,24 +141,25 @@ std::optional<Member> PeerNode::choose_partner(uint64_t round) {
                                               [&](uint64_t c) { return !declined.count(c); });
         if (partner || !anyone_left) break;
         partner =
-            pairing_->await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
+            pairing_.await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
     }
-    pairing_->close(round);
+    pairing_.close(round);
     // A proposal may have been accepted between the last look and close().
-    if (!partner) partner = pairing_->partner(round);
+    if (!partner) partner = pairing_.partner(round);
     // Said with this node's next digests: after a solo round the others ask it first
     // (left_out_members).
-    table_->set_choice(round, partner.has_value());
+    table_.set_choice(round, partner.has_value());
     if (!partner) return std::nullopt;
-    table_->note_round(*partner, round);
-    return table_->find(*partner);
+    table_.note_round(*partner, round);
+    return table_.find(*partner);
 }
 
-PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest,
-                                     uint64_t nonce, SteadyClock::time_point deadline) {
-    const auto target = table_->find(to);
-    if (!target || !pairing_->begin_proposal(round, to, nonce))
-        return {pairing_->partner(round), false};
+RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode mode,
+                                         uint64_t digest, uint64_t nonce,
+                                         SteadyClock::time_point deadline) {
+    const auto target = table_.find(to);
+    if (!target || !pairing_.begin_proposal(round, to, nonce))
+        return {pairing_.partner(round), false};
     v1::PairRequest request;
     request.set_round(round);
     request.set_nonce(nonce);
@@ -135,26 +172,26 @@ PeerNode::Proposal PeerNode::propose(uint64_t round, uint64_t to, PairMode mode,
     context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
     const auto status =
-        v1::Peer::NewStub(channel(target->address))->Pair(&context, request, &response);
+        v1::Peer::NewStub(channels_.get(target->address))->Pair(&context, request, &response);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
-        pairing_->await_partner(round, deadline);
+        pairing_.await_partner(round, deadline);
     } else if (!accepted) {
         spdlog::debug("peer: node {} declined to pair for round {}: {}", format_node_id(to), round,
                       status.ok() ? response.reason() : status.error_message());
     }
-    return {pairing_->end_proposal(round, accepted), status.ok() && response.ask_again()};
+    return {pairing_.end_proposal(round, accepted), status.ok() && response.ask_again()};
 }
 
-grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& request,
-                                   v1::PairResponse* response) {
-    const auto member = table_->find(caller);
-    if (!member || caller == node_id())
+grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& request,
+                                     v1::PairResponse* response) {
+    const auto member = table_.find(caller);
+    if (!member || caller == node_id_)
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) + " is not a member this node knows"};
-    if (!table_->compatible(*member))
+    if (!table_.compatible(*member))
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) +
                     " runs another model, protocol or swarm and is never paired"};
@@ -162,17 +199,17 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
         const bool ours = paired_with(request.round(), caller);
         response->set_accepted(ours);
         if (!ours)
-            response->set_reason("node " + format_node_id(node_id()) + " is not paired with node " +
+            response->set_reason("node " + format_node_id(node_id_) + " is not paired with node " +
                                  format_node_id(caller) + " for round " +
                                  std::to_string(request.round()));
         return grpc::Status::OK;
     }
     if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
         return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
-    table_->note_round(caller, request.round());  // it is choosing for this round: it is there
+    table_.note_round(caller, request.round());  // it is choosing for this round: it is there
     PairAnswer answer;
     if (scores_.quarantined(caller, request.round())) {
-        answer.reason = "node " + format_node_id(node_id()) + " does not pair with node " +
+        answer.reason = "node " + format_node_id(node_id_) + " does not pair with node " +
                         format_node_id(caller) + " for now: it refused its messages";
     } else if (member->state != MemberState::Alive) {
         answer.reason = "node " + format_node_id(caller) + " is " +
@@ -181,11 +218,11 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
         const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC
                                   ? PairMode::Deterministic
                                   : PairMode::Random;
-        const auto view = table_->pairable_ids();
-        PairingView ours{table_->self().round, membership_digest(view), std::nullopt};
+        const auto view = table_.pairable_ids();
+        PairingView ours{table_.self().round, membership_digest(view), std::nullopt};
         if (mode == PairMode::Deterministic)
-            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id());
-        answer = pairing_->consider(
+            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id_);
+        answer = pairing_.consider(
             {caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
     }
     response->set_accepted(answer.accepted);
@@ -195,16 +232,16 @@ grpc::Status PeerNode::answer_pair(uint64_t caller, const v1::PairRequest& reque
     return grpc::Status::OK;
 }
 
-bool PeerNode::paired_with(uint64_t round, uint64_t caller) {
+bool RoundPeers::paired_with(uint64_t round, uint64_t caller) {
     // The caller may be a step ahead: it accepted our proposal and called before our side of the
     // RPC recorded the answer.
-    if (!pairing_->partner(round) && pairing_->proposing_to(round, caller))
-        pairing_->await_partner(round, SteadyClock::now() + config_.probe_timeout);
-    return pairing_->partner(round) == caller;
+    if (!pairing_.partner(round) && pairing_.proposing_to(round, caller))
+        pairing_.await_partner(round, SteadyClock::now() + config_.probe_timeout);
+    return pairing_.partner(round) == caller;
 }
 
-bool PeerNode::confirm_pairing(uint64_t round, const Member& partner,
-                               SteadyClock::time_point deadline, std::string* why) {
+bool RoundPeers::confirm_pairing(uint64_t round, const Member& partner,
+                                 SteadyClock::time_point deadline, std::string* why) {
     v1::PairRequest request;
     request.set_round(round);
     request.set_mode(v1::PAIR_MODE_CONFIRM);
@@ -215,7 +252,7 @@ bool PeerNode::confirm_pairing(uint64_t round, const Member& partner,
     context.set_deadline(std::chrono::system_clock::now() + allowed);
     auth_.attach(context, "Pair");
     const auto status =
-        v1::Peer::NewStub(channel(partner.address))->Pair(&context, request, &response);
+        v1::Peer::NewStub(channels_.get(partner.address))->Pair(&context, request, &response);
     count_if_cut_off(status, allowed);
     if (status.ok() && response.accepted()) return true;
     *why =
@@ -223,8 +260,8 @@ bool PeerNode::confirm_pairing(uint64_t round, const Member& partner,
     return false;
 }
 
-grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
-                                       uint64_t caller) {
+grpc::Status RoundPeers::answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                         uint64_t caller) {
     ExchangeWireFrame first;
     if (!stream.Read(&first))
         return {grpc::StatusCode::INVALID_ARGUMENT, "the stream ended before its first frame"};
@@ -235,18 +272,19 @@ grpc::Status PeerNode::answer_exchange(grpc::ServerContext& context, ExchangeSer
         return {grpc::StatusCode::PERMISSION_DENIED, "node " + format_node_id(caller) +
                                                          " is not this node's partner for round " +
                                                          std::to_string(round)};
-    return exchanges_->answer(context, stream, caller, first,
-                              SteadyClock::now() + config_.exchange_timeout);
+    return exchanges_.answer(context, stream, caller, first,
+                             SteadyClock::now() + config_.exchange_timeout);
 }
 
-void PeerNode::judged(uint64_t member, uint64_t round, const std::optional<std::string>& refusal) {
+void RoundPeers::judged(uint64_t member, uint64_t round,
+                        const std::optional<std::string>& refusal) {
     if (!refusal) {
         scores_.accepted(member);
         return;
     }
     const auto quarantine = scores_.refused(member, round, *refusal);
     if (!quarantine) return;
-    const auto found = table_->find(member);
+    const auto found = table_.find(member);
     spdlog::warn(
         "peer: node {} ({}) quarantined until round {} ({} rounds, quarantine {}): {} of its "
         "messages refused in a row ({} refused, {} accepted in all), the last: {}",
@@ -255,32 +293,20 @@ void PeerNode::judged(uint64_t member, uint64_t round, const std::optional<std::
         quarantine->score.refused, quarantine->score.accepted, *refusal);
 }
 
-std::vector<uint64_t> PeerNode::quarantined() const {
-    return scores_.quarantined_in(table_->self().round);
+std::vector<uint64_t> RoundPeers::quarantined() const {
+    return scores_.quarantined_in(table_.self().round);
 }
 
-FailureCounts PeerNode::failures() const {
-    FailureCounts totals = failures_.totals();
-    // Handshakes are counted for the whole process, this node's calls and its server's alike.
-    totals[static_cast<size_t>(FailureReason::Auth)] +=
-        auth_.refusals() + failed_tls_handshakes() - tls_failures_before_;
-    if (gate_) {
-        totals[static_cast<size_t>(FailureReason::Connection)] += gate_->closed();
-        totals[static_cast<size_t>(FailureReason::Auth)] += gate_->abandoned();
-    }
-    return totals;
-}
-
-void PeerNode::count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed) {
+void RoundPeers::count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed) {
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
         allowed >= config_.probe_timeout)
         failures_.count(FailureReason::Timeout);
 }
 
-std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
+std::chrono::milliseconds RoundPeers::exchange_budget_with(uint64_t partner, uint64_t bytes) const {
     std::optional<double> measured;
     {
-        MutexLock lock(rtt_mutex_);
+        MutexLock lock(rates_mutex_);
         if (const auto it = exchange_bytes_per_s_.find(partner); it != exchange_bytes_per_s_.end())
             measured = it->second;
     }
@@ -288,30 +314,31 @@ std::chrono::milliseconds PeerNode::exchange_budget_with(uint64_t partner, uint6
                            config_.exchange_timeout_max);
 }
 
-ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
+ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
     const auto started = SteadyClock::now();
     const auto deadline = slot.deadline.value_or(started + config_.exchange_timeout);
     ExchangeResult result = [&] {
         if (!running_) return exchange_failed("this node is not running");
-        if (pairing_->partner(slot.round) != slot.partner)
+        if (pairing_.partner(slot.round) != slot.partner)
             return exchange_failed("not this node's partner for the round");
-        const auto partner = table_->find(slot.partner);
+        const auto partner = table_.find(slot.partner);
         if (!partner) return exchange_failed("not a member this node knows");
-        if (node_id() > slot.partner) {
+        if (node_id_ > slot.partner) {
             // The partner's stream is awaited only once the partner says it holds the pairing too.
             std::string why;
             if (!confirm_pairing(slot.round, *partner, deadline, &why)) return exchange_failed(why);
-            return exchanges_->serve(slot, deadline, [&] {
-                const auto now = table_->find(slot.partner);
+            return exchanges_.serve(slot, deadline, [&] {
+                const auto now = table_.find(slot.partner);
                 return !now || now->state == MemberState::Dead || now->state == MemberState::Left;
             });
         }
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
         auth_.attach(context, "Exchange");
-        if (!exchanges_->track(context)) return exchange_failed("this node is stopping");
-        auto opened = open_exchange(channel(partner->address, ChannelUse::Exchange), context, slot);
-        exchanges_->untrack(context);
+        if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
+        auto opened =
+            open_exchange(channels_.get(partner->address, ChannelUse::Exchange), context, slot);
+        exchanges_.untrack(context);
         return opened;
     }();
     const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
@@ -323,7 +350,7 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
         // early for another reason says nothing about the link.
         const double seconds =
             std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
-        MutexLock lock(rtt_mutex_);
+        MutexLock lock(rates_mutex_);
         exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
     }
     if (result.refused) {
@@ -338,9 +365,9 @@ ExchangeResult PeerNode::exchange(ExchangeSlot slot) {
     return result;
 }
 
-std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const uint64_t> members,
-                                                 std::span<codec::MessageDecoder* const> decoders,
-                                                 uint64_t* bytes) {
+std::vector<RoundPeers::Gathered> RoundPeers::gather(
+    uint64_t round, std::span<const uint64_t> members,
+    std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes) {
     using namespace std::chrono_literals;
     const auto deadline = std::chrono::system_clock::now() + config_.exchange_timeout;
     std::vector<Gathered> gathered(members.size());
@@ -353,7 +380,7 @@ std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const
             // which would part this node's phi from those of the members that got it.
             for (auto pause = 50ms;;
                  pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms)) {
-                const auto member = table_->find(members[i]);
+                const auto member = table_.find(members[i]);
                 if (!running_ || !member) {
                     gathered[i].error = "not a member this node knows";
                     return;
@@ -361,18 +388,18 @@ std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const
                 grpc::ClientContext context;
                 context.set_deadline(deadline);
                 auth_.attach(context, "FetchRoundMessage");
-                if (!exchanges_->track(context)) {
+                if (!exchanges_.track(context)) {
                     gathered[i].error = "this node is stopping";
                     return;
                 }
                 const FetchedRoundMessage fetched = fetch_round_message(
-                    *v1::Peer::NewStub(channel(member->address, ChannelUse::Exchange)), context,
-                    round, members[i], *decoders[i], &read[i]);
-                exchanges_->untrack(context);
+                    *v1::Peer::NewStub(channels_.get(member->address, ChannelUse::Exchange)),
+                    context, round, members[i], *decoders[i], &read[i]);
+                exchanges_.untrack(context);
                 gathered[i] = {fetched.error, fetched.tokens};
                 if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
                 if (fetched.timed_out) failures_.count(FailureReason::Timeout);
-                const auto now = table_->find(members[i]);
+                const auto now = table_.find(members[i]);
                 const bool gone =
                     !now || now->state == MemberState::Dead || now->state == MemberState::Left;
                 if (!fetched.unreachable || gone ||
@@ -391,30 +418,6 @@ std::vector<PeerNode::Gathered> PeerNode::gather(uint64_t round, std::span<const
                     format_node_id(members[i]) + ": " + error;
     }
     return gathered;
-}
-
-FetchResult PeerNode::fetch_state(const SnapshotExpectation& expected,
-                                  std::span<std::byte> destination, const FetchOptions& options) {
-    if (!running_) throw Error("state sync: this node is not running");
-    std::vector<std::string> donors;
-    for (uint64_t id : table_->pairable_ids()) {
-        if (id == node_id()) continue;
-        if (const auto member = table_->find(id)) donors.push_back(member->address);
-    }
-    if (donors.empty())
-        throw Error(
-            "state sync: no live member runs this model, so there is no donor to fetch from");
-    FetchOptions watched = options;
-    // A donor frozen or killed mid-copy is let go once the failure detector says it is dead, not
-    // at its chunk deadline, which on a slow link is tens of seconds. Suspicion alone is not
-    // enough: a donor busy serving may answer probes late without being gone.
-    watched.donor_gone = [this](const std::string& address) {
-        for (const Member& m : table_->all())
-            if (m.address == address)
-                return m.state == MemberState::Dead || m.state == MemberState::Left;
-        return true;  // no longer a member at all
-    };
-    return fetch_snapshot(donors, auth_, channel_credentials_, expected, destination, watched);
 }
 
 }  // namespace starling

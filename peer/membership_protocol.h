@@ -1,0 +1,106 @@
+// SWIM membership over gRPC: bootstrap from seeds and a cache of last-known peers, push-pull
+// gossip of member digests, failure detection (direct probe, indirect probe through k members,
+// suspicion, death), graceful leave, and the server's side of each of those calls. It owns the
+// member table; the round's part (peer/round_peers.h) reads it and notes rounds in it. PeerNode
+// runs tick() on its protocol thread, one every gossip interval.
+#pragma once
+
+#include <grpcpp/channel.h>
+#include <grpcpp/support/status.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "peer/auth.h"
+#include "peer/failure_tally.h"
+#include "peer/membership.h"
+#include "peer/peer_channels.h"
+#include "peer/peer_config.h"
+#include "starling/v1/peer.pb.h"
+
+namespace starling {
+
+class MembershipProtocol {
+public:
+    // self: this node's digest; its address is set once the port is known (set_address).
+    MembershipProtocol(const PeerConfig& config, Member self, SwarmAuth& auth,
+                       PeerChannels& channels, FailureTally& failures);
+
+    MemberTable& table() { return table_; }
+    const MemberTable& table() const { return table_; }
+    void set_address(const std::string& address);
+
+    // The start's joins: through each of `seeds` and the cached peers in turn until one joins
+    // this node. Throws starling::Error when a seed says another live node holds this node's id.
+    void join_first(const std::vector<std::string>& seeds);
+    // One protocol period: expiries, seeds due again, a probe, a gossip, the peer cache.
+    void tick();
+    // Announces LEFT to every reachable member, at once, each within a probe timeout.
+    void announce_leave();
+
+    // See PeerNode for each.
+    void add_seeds(const std::vector<std::string>& seeds);
+    std::vector<std::string> join_seeds(const std::vector<std::string>& seeds,
+                                        SteadyClock::time_point by);
+    void refresh(const std::vector<uint64_t>& node_ids);
+    std::optional<double> round_trip_ms(uint64_t node_id) const;
+    // Members' and seeds' addresses: the connections worth keeping.
+    std::set<std::string> addresses_in_use() const;
+
+    // The server's side of the membership calls, for a caller whose proof was checked.
+    grpc::Status answer_join(uint64_t caller, const v1::JoinRequest& request,
+                             v1::JoinResponse* response);
+    grpc::Status answer_gossip(const v1::GossipRequest& request, v1::GossipResponse* response);
+    grpc::Status answer_ping(const v1::PingRequest& request, v1::PingResponse* response);
+    grpc::Status answer_ping_req(const v1::PingReqRequest& request, v1::PingReqResponse* response);
+    grpc::Status answer_leave(uint64_t caller, const v1::LeaveRequest& request);
+
+private:
+    // Self: the seed's address is this node's own (a name that covers every member, say).
+    enum class JoinResult { Joined, Unreachable, Duplicate, Self };
+    struct SeedState {
+        std::chrono::milliseconds backoff{0};
+        SteadyClock::time_point next_try{};
+    };
+
+    // Each address of the seed gets 4 probe timeouts, or what is left before `by` when less.
+    JoinResult try_join(const std::string& seed, std::string* why,
+                        SteadyClock::time_point by = SteadyClock::time_point::max());
+    JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
+                            std::string* why, SteadyClock::time_point by);
+    std::optional<Member> ping(const std::string& address, uint64_t target_id);
+    bool probe(const Member& target);
+    void gossip_with(const Member& target);
+    std::optional<std::string> duplicate_of(const Member& joiner);
+    void maintain_seeds(SteadyClock::time_point now);
+    void save_peer_cache();
+    // Forgets the round-trip times of former members.
+    void forget_departed();
+
+    const PeerConfig& config_;
+    SwarmAuth& auth_;
+    PeerChannels& channels_;
+    FailureTally& failures_;
+    MemberTable table_;
+    std::string address_;  // set before the server answers and the protocol thread starts
+
+    mutable Mutex rtt_mutex_;
+    std::map<uint64_t, double> rtt_ms_ ABSL_GUARDED_BY(rtt_mutex_);
+    mutable Mutex seeds_mutex_;
+    std::map<std::string, SeedState> seeds_ ABSL_GUARDED_BY(seeds_mutex_);
+
+    // The protocol thread's.
+    std::mt19937_64 rng_;
+    std::vector<uint64_t> probe_order_;
+    size_t probe_next_ = 0;
+    std::vector<std::string> cached_addresses_;
+};
+
+}  // namespace starling

@@ -1,0 +1,131 @@
+// A node's part in each round, over the members its MembershipProtocol knows: choosing a partner
+// (both sides agree before either waits), the pairwise exchange with it and the rate each
+// partner's link gave, DiLoCo's round messages (published here, fetched from every member), the
+// judgement of each member's messages and the quarantine of those refused in a row, and the
+// server's side of each of those calls. It is the one writer of the round this node advertises
+// in its digests.
+#pragma once
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/status.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codec/message.h"
+#include "common/mutex.h"
+#include "peer/auth.h"
+#include "peer/exchange.h"
+#include "peer/failure_tally.h"
+#include "peer/member_scores.h"
+#include "peer/membership.h"
+#include "peer/pairing.h"
+#include "peer/peer_channels.h"
+#include "peer/peer_config.h"
+#include "peer/round_messages.h"
+#include "starling/v1/peer.pb.h"
+
+namespace starling {
+
+class RoundPeers {
+public:
+    RoundPeers(const PeerConfig& config, MemberTable& table, SwarmAuth& auth,
+               PeerChannels& channels, FailureTally& failures);
+
+    // This node is at `round` from now on, in the digests it gives (a state copy adopted, rounds
+    // skipped, a local round ended). Choosing a partner and publishing a round message say so
+    // themselves.
+    void advertise(uint64_t round);
+
+    // CHOOSE_PARTNERS for groups of two (peer/pairing.h): the partner for `round`, which becomes
+    // this node's advertised round, or nullopt for a solo round. Returns within pair_timeout,
+    // whatever the others do. One call per round at a time; none once stopped.
+    std::optional<Member> choose_partner(uint64_t round);
+    // The exchange of slot.round with the partner chosen for it (peer/exchange.h), both messages
+    // at once; returns by slot.deadline (the exchange budget), or within exchange_timeout without
+    // one (plus the moment a cancelled stream takes to end). A round may exchange more than once
+    // with its partner.
+    ExchangeResult exchange(ExchangeSlot slot);
+    // The time an exchange of `bytes` with `partner` gets (exchange_budget): from the rate of the
+    // last whole exchange with it, or the config's minimum before one.
+    std::chrono::milliseconds exchange_budget_with(uint64_t partner, uint64_t bytes) const;
+
+    // DiLoCo's all-gather (peer/round_messages.h): this node's message of `round`, which becomes
+    // its advertised round...
+    void publish(uint64_t round, RoundMessage message);
+    // ...and the round's message of each of `members`, fetched at once, each into its decoder
+    // (decoders[i] for members[i]), within exchange_timeout. Returns per member the error ("" when
+    // the message arrived whole) and the tokens it said; adds the bytes read to *bytes.
+    struct Gathered {
+        std::string error;
+        uint64_t tokens = 0;
+    };
+    std::vector<Gathered> gather(uint64_t round, std::span<const uint64_t> members,
+                                 std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes);
+
+    // What the outer step of `round` made of `member`'s message: nullopt when it entered the
+    // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
+    // this node does not pair with it for a while, and says so at warn, naming it.
+    void judged(uint64_t member, uint64_t round, const std::optional<std::string>& refusal);
+    std::optional<MemberScore> score_of(uint64_t member) const { return scores_.score(member); }
+    // The members this node does not pair with in its current round.
+    std::vector<uint64_t> quarantined() const;
+    // Forgets the link rates of partners that are no longer members.
+    void forget_departed(const std::set<uint64_t>& members);
+    // Pairing waits, exchanges and round-message waits end at once; later calls fail.
+    void stop();
+
+    // The server's side of the round's calls, for a caller whose proof was checked.
+    grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request,
+                             v1::PairResponse* response);
+    grpc::Status answer_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                 uint64_t caller);
+    grpc::Status answer_round_message(uint64_t caller, const v1::FetchRoundMessageRequest& request,
+                                      grpc::ServerWriter<v1::RoundMessageFrame>& writer);
+
+private:
+    // Our proposal to `to` for a round: the round's partner afterwards, if any, and whether `to`
+    // declined for now only (not choosing for the round yet, or busy), so asking again may work.
+    struct Proposal {
+        std::optional<uint64_t> partner;
+        bool ask_again = false;
+    };
+    Proposal propose(uint64_t round, uint64_t to, PairMode mode, uint64_t digest, uint64_t nonce,
+                     SteadyClock::time_point deadline);
+    // Whether this node holds `caller` as its partner for `round` (waiting briefly when its own
+    // proposal to the caller is still being answered).
+    bool paired_with(uint64_t round, uint64_t caller);
+    // Asks the partner whether it holds this node as its partner for the round too; false, with
+    // why, when it does not or cannot be asked.
+    bool confirm_pairing(uint64_t round, const Member& partner, SteadyClock::time_point deadline,
+                         std::string* why);
+    // A pairing call its deadline cut off counts as a timeout when it was allowed a probe's time at
+    // least: one that began as the round's pairing budget ran out met the budget's end, not a
+    // peer too slow to answer.
+    void count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed);
+
+    const PeerConfig& config_;
+    const uint64_t node_id_;
+    MemberTable& table_;
+    SwarmAuth& auth_;
+    PeerChannels& channels_;
+    FailureTally& failures_;
+    PairingBook pairing_;
+    ExchangeBoard exchanges_;
+    RoundMessageBoard messages_;
+    MemberScores scores_;
+    std::atomic<bool> running_{true};
+    mutable Mutex rates_mutex_;
+    // By partner, from the last whole exchange.
+    std::map<uint64_t, double> exchange_bytes_per_s_ ABSL_GUARDED_BY(rates_mutex_);
+};
+
+}  // namespace starling
