@@ -1,6 +1,7 @@
 #include "engine/in_process_link.h"
 
 #include <algorithm>
+#include <utility>
 #include <fmt/format.h>
 
 #include "common/error.h"
@@ -12,14 +13,6 @@ namespace {
 
 // The part number DiLoCo's published messages are posted under (from = to = the author).
 constexpr uint32_t kPublished = 0xffffffffu;
-
-// Every chunk of `message`, sent as a link sends it.
-codec::EncodedMessage drained(LinkMessage& message) {
-    codec::EncodedMessage whole{std::move(message.header), {}};
-    std::vector<std::byte> chunk;
-    while (message.next_chunk(chunk)) whole.chunks.push_back(chunk);
-    return whole;
-}
 
 // Decodes a whole message; the codec's refusal is the error.
 std::string decoded_into(const codec::EncodedMessage& message, codec::MessageDecoder& decoder) {
@@ -50,7 +43,7 @@ public:
         std::vector<LinkExchanged> results(parts.size());
         for (uint32_t p = 0; p < parts.size(); p++) {
             auto message =
-                std::make_shared<const codec::EncodedMessage>(drained(parts[p].outgoing));
+                std::make_shared<const codec::EncodedMessage>(drained_message(parts[p].outgoing));
             results[p].bytes_sent = message->bytes();
             board_.post(round, {self_, partner, p}, {std::move(message), tokens});
         }
@@ -69,7 +62,10 @@ public:
         return results;
     }
 
-    void judged(uint64_t, uint64_t, const std::optional<std::string>&) override {}
+    void judged(uint64_t member, uint64_t round,
+                const std::optional<std::string>& refusal) override {
+        board_.judge(self_, member, round, refusal);
+    }
 
     std::vector<uint64_t> quorum(uint64_t round) override {
         MutexLock lock(board_.mutex_);
@@ -107,20 +103,41 @@ private:
 
 void InProcessBoard::begin_round(uint64_t round, std::vector<uint64_t> members, size_t group_size) {
     std::sort(members.begin(), members.end());
+    MutexLock lock(mutex_);
     std::map<uint64_t, std::vector<uint64_t>> partners;
     for (const auto& group : deterministic_groups(round, members, group_size)) {
         for (const uint64_t member : group) {
             std::vector<uint64_t>& of = partners[member];
             for (const uint64_t other : group)
-                if (other != member) of.push_back(other);
+                if (other != member && !kept_apart(member, other, round)) of.push_back(other);
         }
     }
-    MutexLock lock(mutex_);
     round_ = round;
     members_ = std::move(members);
     partners_ = std::move(partners);
     posts_.clear();
     abandoned_.clear();
+}
+
+bool InProcessBoard::kept_apart(uint64_t a, uint64_t b, uint64_t round) {
+    return scores_[a].quarantined(b, round) || scores_[b].quarantined(a, round);
+}
+
+void InProcessBoard::judge(uint64_t judge, uint64_t member, uint64_t round,
+                           const std::optional<std::string>& refusal) {
+    MutexLock lock(mutex_);
+    MemberScores& scores = scores_[judge];
+    Judgement judgement{round, judge, member, refusal.has_value(), false};
+    if (refusal)
+        judgement.quarantined = scores.refused(member, round, *refusal).has_value();
+    else
+        scores.accepted(member);
+    judgements_.push_back(judgement);
+}
+
+std::vector<InProcessBoard::Judgement> InProcessBoard::take_judgements() {
+    MutexLock lock(mutex_);
+    return std::exchange(judgements_, {});
 }
 
 void InProcessBoard::abandon(uint64_t member) {

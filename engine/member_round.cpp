@@ -58,16 +58,32 @@ LinkMessage stored_message(std::shared_ptr<const codec::EncodedMessage> message)
             }};
 }
 
+RoundPlans round_message_plans(const EngineConfig& config, const ParameterManifest& manifest) {
+    const bool split =
+        config.exchange.mode == MessageMode::Split && config.method == OuterMethod::NoLoCo;
+    RoundPlans plans;
+    plans.first =
+        split || config.method == OuterMethod::DiLoCo
+            ? codec::make_plan(manifest, codec::PlanKind::Delta, config.exchange.delta_codec)
+            : codec::make_plan(manifest, codec::PlanKind::State, config.exchange.state_codec);
+    if (split)
+        plans.second =
+            codec::make_plan(manifest, codec::PlanKind::State, config.exchange.state_codec);
+    return plans;
+}
+
+codec::EncodedMessage drained_message(LinkMessage& message) {
+    codec::EncodedMessage whole{std::move(message.header), {}};
+    std::vector<std::byte> chunk;
+    while (message.next_chunk(chunk)) whole.chunks.push_back(chunk);
+    return whole;
+}
+
 MemberRound::MemberRound(const EngineConfig& config, const ParameterManifest& manifest)
     : config_(config), size_(manifest.total()) {
-    const bool split =
-        config_.exchange.mode == MessageMode::Split && config_.method == OuterMethod::NoLoCo;
-    plan_ = split || config_.method == OuterMethod::DiLoCo
-                ? codec::make_plan(manifest, codec::PlanKind::Delta, config_.exchange.delta_codec)
-                : codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
-    if (split)
-        phi_plan_ =
-            codec::make_plan(manifest, codec::PlanKind::State, config_.exchange.state_codec);
+    RoundPlans plans = round_message_plans(config_, manifest);
+    plan_ = std::move(plans.first);
+    phi_plan_ = std::move(plans.second);
     scratch_a_.resize(size_);
     scratch_b_.resize(size_);
 }

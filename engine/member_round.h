@@ -44,6 +44,14 @@ struct RoundOutcome {
     uint64_t partner_tokens = 0;  // what the first partner said it trained on (NoLoCo; 0: not said)
 };
 
+// The plans of a round's messages: the first part's (theta under the state codec for fused
+// NoLoCo; D under the delta codec for split NoLoCo and DiLoCo) and, split NoLoCo only, the second
+// part's (phi under the state codec; empty otherwise).
+struct RoundPlans {
+    codec::MessagePlan first, second;
+};
+RoundPlans round_message_plans(const EngineConfig& config, const ParameterManifest& manifest);
+
 class MemberRound {
 public:
     // The plans follow config.method and config.exchange; arenas are sized for `manifest`.

@@ -28,6 +28,8 @@ struct LinkMessage {
 LinkMessage streamed_message(codec::MessageEncoder& encoder);
 // A message encoded whole, sent again to each partner that asks.
 LinkMessage stored_message(std::shared_ptr<const codec::EncodedMessage> message);
+// Every chunk of `message`, taken as a link sends it.
+codec::EncodedMessage drained_message(LinkMessage& message);
 
 // One of a round's messages with a partner (split mode sends two at once: D as part 0, phi as
 // part 1): what this member sends, and the decoder the partner's message of the same part goes to.

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "experiment/churn.h"
+#include "experiment/fault.h"
 #include "codec/codec.h"
 #include "common/random.h"
 #include "engine/evaluator.h"
@@ -58,6 +59,18 @@ public:
 
 private:
     std::vector<Replica*> live_replicas();
+    bool faulty(int index) const {
+        return config_.fault.kind != FaultKind::None &&
+               index >= config_.replicas - config_.fault.members;
+    }
+    // The learning rates a replica trains with: a faulty one's under a learning_rate fault.
+    const LrSchedule& schedule_of(const Replica& r) const {
+        return faulty(r.index()) ? faulty_schedule_ : schedule_;
+    }
+    // The link replica r runs its round over: the board's, altered by a message fault.
+    std::unique_ptr<RoundLink> link_of(Replica& r);
+    // The round's judgements of messages (InProcessBoard::take_judgements) into the summary.
+    void tally_judgements();
     void apply_churn(int64_t round);
     // H inner steps; with overlapped rounds the pending outer step lands after overlap_steps.
     // Returns the mean training loss.
@@ -84,7 +97,8 @@ private:
     std::vector<std::unique_ptr<DataLoader>> ddp_streams_;
     std::unique_ptr<Evaluator> evaluator_;
     std::optional<ChurnSchedule> churn_;
-    LrSchedule schedule_;
+    LrSchedule schedule_, faulty_schedule_;
+    std::vector<FaultMemory> fault_memory_;                    // by replica
     std::vector<std::unique_ptr<MemberRound>> member_rounds_;  // one per replica (noloco, diloco)
     InProcessBoard board_;
     std::vector<float> mean_;  // the final averaged phi
@@ -104,7 +118,9 @@ private:
 };
 
 ExperimentRun::ExperimentRun(const ExperimentConfig& config)
-    : config_(config), schedule_(config.train.lr_schedule()) {
+    : config_(config),
+      schedule_(config.train.lr_schedule()),
+      faulty_schedule_(faulty_train_config(config.fault, config.train).lr_schedule()) {
     config_.validate();
     backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
     spdlog::info("device {}: {}", config_.train.device, backend_.description);
@@ -113,8 +129,10 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     for (int i = 0; i < config_.replicas; i++) {
         const uint64_t node_id = hash_index(config_.train.seed, static_cast<uint64_t>(i) + 1);
         if (i < models) {
+            const TrainConfig train =
+                faulty(i) ? faulty_train_config(config_.fault, config_.train) : config_.train;
             replicas_.push_back(
-                std::make_unique<Replica>(config_.train, config_.replicas, backend_, i, node_id));
+                std::make_unique<Replica>(train, config_.replicas, backend_, i, node_id));
         }
         if (config_.method == OuterMethod::Ddp) {
             ddp_streams_.push_back(make_train_loader(config_.train, config_.replicas, i, node_id));
@@ -136,6 +154,11 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
         solo_momentum_.resize(n);
     }
     landing_.assign(replicas_.size(), false);
+    fault_memory_.resize(replicas_.size());
+    if (config_.fault.kind != FaultKind::None)
+        spdlog::info("experiment {}: the last {} replica(s) faulty: {} (scale {})", config_.name,
+                     config_.fault.members, fault_kind_name(config_.fault.kind),
+                     config_.fault.scale);
 
     std::filesystem::create_directories(config_.out_dir);
     const std::filesystem::path csv_path =
@@ -204,7 +227,7 @@ void ExperimentRun::exchange_round(int64_t round, const std::vector<Replica*>& l
             // Every replica's round at once: one thread each codes and steps.
             set_cpu_threads(1);
             const codec::SerialCoding serial;
-            const std::unique_ptr<RoundLink> link = board_.link(r->node_id());
+            const std::unique_ptr<RoundLink> link = link_of(*r);
             const int steps = records_[r->index()].steps;
             const uint64_t tokens =
                 config_.token_weighting ? tokens_per_step * static_cast<uint64_t>(steps) : 0;
@@ -232,11 +255,35 @@ void ExperimentRun::exchange_round(int64_t round, const std::vector<Replica*>& l
             spdlog::warn("round {}: replica {} refused {}", round, live[k]->index(),
                          outcome.failure);
     }
+    tally_judgements();
     if (config_.method == OuterMethod::DiLoCo) check_diloco_agreement(round, live);
 }
 
+std::unique_ptr<RoundLink> ExperimentRun::link_of(Replica& r) {
+    std::unique_ptr<RoundLink> link = board_.link(r.node_id());
+    if (!faulty(r.index()) || !fault_alters_messages(config_.fault.kind)) return link;
+    return std::make_unique<FaultyLink>(std::move(link), config_.fault, config_, r.manifest(),
+                                        r.node_id(), r.phi(), fault_memory_[r.index()]);
+}
+
+void ExperimentRun::tally_judgements() {
+    std::map<uint64_t, bool> faulty_by_id;
+    for (const auto& r : replicas_) faulty_by_id[r->node_id()] = faulty(r->index());
+    for (const InProcessBoard::Judgement& j : board_.take_judgements()) {
+        if (faulty_by_id[j.judge]) continue;  // what faulty members make of others says nothing
+        const bool poisoned = faulty_by_id[j.member];
+        (poisoned ? summary_.poisoned_judged : summary_.honest_judged)++;
+        if (j.refused) (poisoned ? summary_.poisoned_refused : summary_.honest_refused)++;
+        if (j.quarantined && poisoned && summary_.first_quarantine_round < 0)
+            summary_.first_quarantine_round = static_cast<int64_t>(j.round);
+    }
+}
+
 void ExperimentRun::check_diloco_agreement(int64_t round, const std::vector<Replica*>& live) const {
-    std::vector<Replica*> quorum = live;
+    // A faulty member steps with its own D, which the others did not get.
+    std::vector<Replica*> quorum;
+    for (Replica* r : live)
+        if (!faulty(r->index()) || !fault_alters_messages(config_.fault.kind)) quorum.push_back(r);
     std::sort(quorum.begin(), quorum.end(),
               [](Replica* a, Replica* b) { return a->node_id() < b->node_id(); });
     const uint64_t phi_hash = hash_of(quorum[0]->phi());
@@ -333,7 +380,7 @@ ExperimentSummary ExperimentRun::execute() {
             if (config_.method == OuterMethod::Ddp) {
                 record.train_loss = r->averaged_gradient_phase(H, schedule_, ddp_streams_);
             } else if (config_.round_budget == RoundBudget::Tokens) {
-                record.train_loss = r->inner_phase(record.steps, schedule_, H);
+                record.train_loss = r->inner_phase(record.steps, schedule_of(*r), H);
             } else {
                 record.train_loss = inner_phase_landing_outer_step(*r);
             }
@@ -430,17 +477,19 @@ double ExperimentRun::plan_steps(const std::vector<Replica*>& live) {
 double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
     const int H = config_.inner_steps;
     const int late = config_.overlap_steps;
-    if (!landing_[r.index()]) return r.inner_phase(H, schedule_);
-    const double before = r.inner_phase(late, schedule_);
+    const LrSchedule& schedule = schedule_of(r);
+    if (!landing_[r.index()]) return r.inner_phase(H, schedule);
+    const double before = r.inner_phase(late, schedule);
     r.rebase_onto_phi(overlap_start_[r.index()]);
     landing_[r.index()] = false;
     if (late == H) return before;
-    return (before * late + r.inner_phase(H - late, schedule_) * (H - late)) / H;
+    return (before * late + r.inner_phase(H - late, schedule) * (H - late)) / H;
 }
 
 void ExperimentRun::finish_summary() {
     std::vector<std::span<const float>> phis;
-    double sum = 0.0;
+    double sum = 0.0, honest_sum = 0.0;
+    int honest = 0;
     summary_.final_loss_min = INFINITY;
     summary_.final_loss_max = -INFINITY;
     for (Replica* r : live_replicas()) {
@@ -449,8 +498,13 @@ void ExperimentRun::finish_summary() {
         summary_.final_loss_min = std::min(summary_.final_loss_min, loss);
         summary_.final_loss_max = std::max(summary_.final_loss_max, loss);
         phis.push_back(r->phi());
+        if (!faulty(r->index())) {
+            honest_sum += loss;
+            honest++;
+        }
     }
     summary_.final_loss_mean = sum / static_cast<double>(phis.size());
+    summary_.honest_loss_mean = honest > 0 ? honest_sum / honest : NAN;
     group_mean(mean_, phis);
     summary_.averaged_phi_loss = evaluator_->loss(mean_);
     if (live_replica_rounds_ > 0) {
@@ -467,6 +521,13 @@ void ExperimentRun::finish_summary() {
         std::exp(summary_.final_loss_mean), summary_.averaged_phi_loss, summary_.final_spread,
         summary_.sent_per_round / static_cast<double>(summary_.params), summary_.paired,
         summary_.solo, summary_.refused, summary_.rejoins, summary_.seconds);
+    if (config_.fault.kind != FaultKind::None)
+        spdlog::info(
+            "{}: honest replicas' final val loss {:.4f}; faulty members' messages refused {} of "
+            "{}, honest members' {} of {}; first quarantine of a faulty member in round {}",
+            summary_.name, summary_.honest_loss_mean, summary_.poisoned_refused,
+            summary_.poisoned_judged, summary_.honest_refused, summary_.honest_judged,
+            summary_.first_quarantine_round);
 }
 
 // One line per run in <out_dir>/summary.csv, with the settings that distinguish runs.
@@ -480,13 +541,16 @@ void ExperimentRun::append_summary_line() const {
                "final_loss_min,final_loss_max,final_ppl,averaged_phi_loss,final_sigma_w,"
                "sent_per_round,received_per_round,sent_bytes_per_param,paired,solo,refused,"
                "rejoins,seconds,mode,state_codec,delta_codec,error_feedback,momentum,outer_lr,"
-               "pull,form,churn,round_budget,token_weighting,speeds,sim_time\n";
+               "pull,form,churn,round_budget,token_weighting,speeds,sim_time,fault,faulty,"
+               "fault_scale,honest_loss_mean,poisoned_judged,poisoned_refused,honest_judged,"
+               "honest_refused,first_quarantine_round\n";
     }
     const ExperimentSummary& s = summary_;
     const ExchangeConfig& x = config_.exchange;
     out << fmt::format(
         "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
-        "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f}\n",
+        "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},{},{},{:.6f},{},{},{},{},"
+        "{}\n",
         s.name, outer_method_name(s.method), config_.replicas, config_.inner_steps,
         config_.train.seed, s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min,
         s.final_loss_max, std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread,
@@ -496,7 +560,10 @@ void ExperimentRun::append_summary_line() const {
         x.error_feedback ? 1 : 0, config_.outer.momentum, config_.outer.lr, config_.outer.pull,
         momentum_form_name(config_.outer.form), config_.churn.enabled ? 1 : 0,
         round_budget_name(config_.round_budget), config_.token_weighting ? 1 : 0,
-        speeds_text(config_), s.sim_time);
+        speeds_text(config_), s.sim_time, fault_kind_name(config_.fault.kind),
+        config_.fault.kind == FaultKind::None ? 0 : config_.fault.members, config_.fault.scale,
+        s.honest_loss_mean, s.poisoned_judged, s.poisoned_refused, s.honest_judged,
+        s.honest_refused, s.first_quarantine_round);
 }
 
 }  // namespace

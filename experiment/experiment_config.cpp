@@ -48,6 +48,15 @@ void visit_experiment_config(V& v, ExperimentConfig& c) {
       above(0));
     v("down_steps", c.churn.down_steps, "down-time, in inner steps", at_least(1));
     v("seed", c.churn.seed, "seed of the up-times");
+    v.section("fault");
+    v("kind", Named<FaultKind>{c.fault.kind, fault_kind_name, fault_kind_from_name},
+      "what the faulty members do wrong (experiment/fault.h): none, learning_rate, weight_decay, "
+      "non_finite, scaled, sign_flip, noise, free_rider, replay, bias or tokens");
+    v("members", c.fault.members, "how many replicas are faulty: the last ones", at_least(1));
+    v("scale", c.fault.scale,
+      "learning_rate, scaled, tokens: the factor; weight_decay: the decay; bias: its size over "
+      "the update's norm",
+      above(0));
 }
 
 }  // namespace
@@ -79,6 +88,12 @@ void ExperimentConfig::validate() const {
     need(speeds.empty() || speeds.size() == static_cast<size_t>(replicas),
          "[experiment].speeds must give one speed per replica (" + std::to_string(replicas) +
              "), or none");
+    need(fault.kind == FaultKind::None || fault.members < replicas,
+         "[fault].members must leave at least one honest replica (at most replicas - 1)");
+    need(!fault_alters_messages(fault.kind) || method == OuterMethod::NoLoCo ||
+             method == OuterMethod::DiLoCo,
+         "[fault].kind \"" + std::string(fault_kind_name(fault.kind)) +
+             "\" alters messages: method noloco or diloco");
     need(round_budget == RoundBudget::Steps || (method != OuterMethod::Ddp && overlap_steps == 0),
          "[experiment].round_budget = \"tokens\" needs replicas that train apart and sequential "
          "rounds: not method ddp, not overlap_steps");

@@ -10,6 +10,7 @@
 
 #include "engine/config.h"
 #include "engine/config_keys.h"
+#include "experiment/fault.h"
 
 namespace starling {
 
@@ -48,6 +49,7 @@ struct ExperimentConfig : EngineConfig {
     RoundBudget round_budget = RoundBudget::Steps;
     bool token_weighting = true;  // weigh members' values in the outer step by tokens trained
     ChurnConfig churn;
+    FaultConfig fault;  // faulty members, for the study of robust rounds (experiment/fault.h)
     std::string out_dir = "out/experiments";
     std::string name = "run";  // the CSV is <out_dir>/<name>.csv
 

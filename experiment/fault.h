@@ -1,0 +1,108 @@
+// Faulty members for the study of robust rounds (docs/security.md): what a member with a broken
+// config, a broken machine or bad intent sends. The simulation only: starlingd has no such code.
+//
+// Config faults change how the faulty replicas train (learning_rate: the rate times `scale`;
+// weight_decay: the decay set to `scale`); their messages are then honest reports of a bad run.
+// Message faults leave the faulty replica's own training and outer step alone and change what its
+// link sends, through the real codec: the message is decoded, altered and encoded again, and the
+// honest members receive it like any other. With D the update the message carries (D itself in
+// split NoLoCo and DiLoCo; theta - phi in fused NoLoCo, sent as phi + D):
+//   non_finite  D = NaN in fp32 segments, +-3e38 elsewhere (what a codec lets through)
+//   scaled      D = scale * D                    sign_flip  D = -D
+//   noise       D = Gaussian noise of D's norm   free_rider D = 0 (its phi, as if it trained not)
+//   replay      the message it sent the round before (the first round: its own)
+//   bias        D = D + scale * |D| * u, u one fixed unit direction for every round
+//   tokens      the tokens it says it trained on, times scale
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/member_round.h"
+#include "model/manifest.h"
+#include "engine/round_link.h"
+
+namespace starling {
+
+enum class FaultKind {
+    None,
+    LearningRate,
+    WeightDecay,
+    NonFinite,
+    Scaled,
+    SignFlip,
+    Noise,
+    FreeRider,
+    Replay,
+    Bias,
+    Tokens,
+};
+
+std::string_view fault_kind_name(FaultKind kind);       // "none", "learning_rate", ...
+FaultKind fault_kind_from_name(std::string_view name);  // throws starling::Error when unknown
+// Whether the fault changes what the link sends (else it changes training, or nothing).
+bool fault_alters_messages(FaultKind kind);
+
+struct FaultConfig {
+    FaultKind kind = FaultKind::None;
+    int members = 1;  // the last `members` replicas are faulty
+    double scale = 100.0;
+};
+
+// The train config of a faulty replica under a config fault; `train` itself otherwise.
+TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train);
+
+// What a faulty replica's links remember from round to round: the values of each part it sent
+// last (for a replay).
+struct FaultMemory {
+    std::vector<std::vector<float>> last;
+};
+
+// A faulty member's link: `inner` with its outgoing messages (and said tokens) altered by the
+// fault. phi: the member's, as its messages of the round start from (fused ones are phi + D);
+// it, the manifest and the memory must outlive the link.
+class FaultyLink : public RoundLink {
+public:
+    FaultyLink(std::unique_ptr<RoundLink> inner, const FaultConfig& fault,
+               const EngineConfig& config, const ParameterManifest& manifest, uint64_t node_id,
+               std::span<const float> phi, FaultMemory& memory);
+
+    std::vector<uint64_t> partners(uint64_t round) override { return inner_->partners(round); }
+    std::vector<LinkExchanged> exchange(uint64_t round, uint64_t partner,
+                                        std::vector<LinkPart> parts, uint64_t bytes,
+                                        uint64_t tokens) override;
+    void judged(uint64_t member, uint64_t round,
+                const std::optional<std::string>& refusal) override {
+        inner_->judged(member, round, refusal);
+    }
+    std::vector<uint64_t> quorum(uint64_t round) override { return inner_->quorum(round); }
+    void publish(uint64_t round, std::shared_ptr<const codec::EncodedMessage> message,
+                 uint64_t tokens) override;
+    std::vector<LinkGathered> gather(uint64_t round, std::span<const uint64_t> members,
+                                     std::span<codec::MessageDecoder* const> decoders,
+                                     uint64_t* bytes) override {
+        return inner_->gather(round, members, decoders, bytes);
+    }
+
+private:
+    // The message of `part` as the fault makes it.
+    std::shared_ptr<const codec::EncodedMessage> altered(uint64_t round, uint32_t part,
+                                                         const codec::EncodedMessage& message);
+    // What the fault does to an update D encoded under `plan`.
+    void alter_update(uint64_t round, const codec::MessagePlan& plan, std::span<float> d) const;
+    uint64_t said(uint64_t tokens) const;
+
+    std::unique_ptr<RoundLink> inner_;
+    const FaultConfig fault_;
+    const bool zstd_;
+    const ParameterManifest& manifest_;
+    const uint64_t node_id_;
+    const std::span<const float> phi_;
+    FaultMemory& memory_;
+    RoundPlans plans_;
+};
+
+}  // namespace starling
