@@ -15,8 +15,8 @@
 #include "experiment/fault.h"
 #include "model/manifest.h"
 #include "peer/partners.h"
+#include "tests/support/experiment_configs.h"
 #include "tests/support/files.h"
-#include "tests/support/kjv.h"
 
 using namespace starling;
 using namespace starling::test;
@@ -244,10 +244,7 @@ namespace {
 
 ExperimentConfig small_faulty(const std::string& name, OuterMethod method, FaultKind kind,
                               double scale) {
-    ExperimentConfig c = load_experiment_config(std::string(STARLING_SOURCE_DIR) +
-                                                "/configs/experiments/swarm.toml");
-    c.train.data.dir = kjv_dir();
-    c.train.threads = 2;
+    ExperimentConfig c = one_node_experiment();
     c.train.steps = 60;
     c.train.schedule.warmup_steps = 10;
     c.train.eval_batches = 2;
