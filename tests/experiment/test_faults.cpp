@@ -60,13 +60,13 @@ double norm(std::span<const float> v) {
 
 // One member, faulty or not, and the honest member that receives what it sends.
 struct Pair {
-    explicit Pair(const FaultConfig& fault, OuterMethod method = OuterMethod::DiLoCo)
+    explicit Pair(const FaultConfig& faulty, OuterMethod method = OuterMethod::DiLoCo)
         : config(lossless(method)),
           manifest(tiny_model()),
           n(manifest.total()),
           phi(values_of(7, n, 0.1)),
           plans(round_message_plans(config, manifest)),
-          fault(fault) {}
+          fault(faulty) {}
 
     // DiLoCo: the faulty member publishes D for `round`; what the honest one gathers, and the
     // tokens it was told.
