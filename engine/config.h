@@ -87,6 +87,10 @@ struct EngineConfig {
     // Fused: theta under state_codec. Split: D = theta - phi under delta_codec (error feedback
     // when set) and phi under state_codec.
     ExchangeConfig exchange;
+    // The outer step judges the others' messages (optimizer/outer_round.h: sane(), direction,
+    // clip, token caps; the link's quarantine follows the refusals). Always on in starlingd; the
+    // experiment's [fault].defences turns it off to measure what the defences save.
+    bool judge_messages = true;
 
     // Throws starling::Error naming the key: the training config, H, the outer step, fused
     // NoLoCo's pull, and codecs in their roles.

@@ -143,6 +143,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     } else {
         for (MemberValues& p : arrived) p.weight = 1.0;
     }
+    replica.partner_checks().judge = config_.judge_messages;
     const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, arrived,
                                               replica.partner_checks(), replica.phi(),
                                               replica.momentum(), scratch_a_, scratch_b_);
@@ -295,13 +296,27 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
     outcome.quorum = decoded.size();
     outcome.solo = decoded.size() < 2;
     outcome.exchange_seconds = seconds_since(start);
-    const DiLoCoStep step = diloco_outer_step(config_.outer, decoded, replica.phi(),
-                                              replica.momentum(), scratch_a_, weights);
+    const DiLoCoStep step =
+        diloco_outer_step(config_.outer, decoded, replica.phi(), replica.momentum(), scratch_a_,
+                          weights, config_.judge_messages);
     outcome.members = step.members;
-    for (const size_t k : step.not_finite) {
-        add_failure(outcome,
-                    fmt::format("member {:016x}: its D is not finite, left out", authors[k]));
-        outcome.refused++;
+    std::vector<std::optional<std::string>> refusals(authors.size());
+    for (const size_t k : step.not_finite)
+        refusals[k] = fmt::format("member {:016x}: its D is not finite, left out", authors[k]);
+    for (const size_t k : step.off_course)
+        refusals[k] = fmt::format(
+            "member {:016x}: its D points away from the others', left out (cosine with their "
+            "sum {:.3f}, below {} times the median member's {:.3f})",
+            authors[k], step.cosines[k], kMinCosineOfMedian, step.median_cosine);
+    // Every member leaves out the same D's; the judgements name the member that sent them (a
+    // quarantine here names it and stops pairing with it, while the quorum still gathers its D
+    // so that every member averages the same ones).
+    for (size_t k = 0; k < authors.size(); k++) {
+        if (refusals[k]) {
+            add_failure(outcome, *refusals[k]);
+            outcome.refused++;
+        }
+        if (authors[k] != replica.node_id()) link.judged(authors[k], round, refusals[k]);
     }
 }
 

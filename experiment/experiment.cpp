@@ -543,14 +543,14 @@ void ExperimentRun::append_summary_line() const {
                "rejoins,seconds,mode,state_codec,delta_codec,error_feedback,momentum,outer_lr,"
                "pull,form,churn,round_budget,token_weighting,speeds,sim_time,fault,faulty,"
                "fault_scale,honest_loss_mean,poisoned_judged,poisoned_refused,honest_judged,"
-               "honest_refused,first_quarantine_round\n";
+               "honest_refused,first_quarantine_round,defences\n";
     }
     const ExperimentSummary& s = summary_;
     const ExchangeConfig& x = config_.exchange;
     out << fmt::format(
         "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
         "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},{},{},{:.6f},{},{},{},{},"
-        "{}\n",
+        "{},{}\n",
         s.name, outer_method_name(s.method), config_.replicas, config_.inner_steps,
         config_.train.seed, s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min,
         s.final_loss_max, std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread,
@@ -563,7 +563,7 @@ void ExperimentRun::append_summary_line() const {
         speeds_text(config_), s.sim_time, fault_kind_name(config_.fault.kind),
         config_.fault.kind == FaultKind::None ? 0 : config_.fault.members, config_.fault.scale,
         s.honest_loss_mean, s.poisoned_judged, s.poisoned_refused, s.honest_judged,
-        s.honest_refused, s.first_quarantine_round);
+        s.honest_refused, s.first_quarantine_round, config_.judge_messages ? 1 : 0);
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ struct ExperimentSummary {
     double seconds = 0.0;
     double sim_time = 0.0;  // simulated time of the whole run, in steps at speed 1 (speeds)
     // With faulty members ([fault]): the honest replicas' final loss, and how the outer steps
-    // judged the messages of faulty and honest members (NoLoCo's; DiLoCo's clip judges none).
+    // judged the messages of faulty and honest members (NoLoCo's partners; every other member's D
+    // in DiLoCo).
     double honest_loss_mean = 0.0;
     uint64_t poisoned_judged = 0, poisoned_refused = 0;
     uint64_t honest_judged = 0, honest_refused = 0;

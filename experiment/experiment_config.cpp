@@ -57,6 +57,9 @@ void visit_experiment_config(V& v, ExperimentConfig& c) {
       "learning_rate, scaled, tokens: the factor; weight_decay: the decay; bias: its size over "
       "the update's norm",
       above(0));
+    v("defences", c.judge_messages,
+      "the outer step judges the others' messages (sane(), direction, clip, token caps) and "
+      "quarantines; false only to measure what that saves");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "common/error.h"
@@ -47,10 +48,19 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     const double own_update =
         fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
     for (const MemberValues& p : partners) {
+        if (!checks.judge) {
+            members.push_back(&p);
+            continue;
+        }
         std::optional<std::string> problem =
             fused ? checks.state.check(p.values, self.values, own_update)
                   : checks.delta.check(p.values, self.values, own_update);
         if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
+        // Direction tells only between members that trained alike: in token-budget rounds a
+        // partner that trained three times this node's steps points away from its update as
+        // often as a flipped one does (docs/security.md).
+        if (!problem && p.weight == self.weight)
+            problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
         if (problem) {
             result.refused.push_back({p.node_id, partner_name(p.node_id) + ": " + *problem});
             continue;
@@ -73,7 +83,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     for (const MemberValues* m : members) {
         values.push_back(m->values);
         phis.push_back(m->phi);
-        weights.push_back(std::min(m->weight, kMaxTokenRatio * self.weight));
+        weights.push_back(checks.judge ? std::min(m->weight, kMaxTokenRatio * self.weight)
+                                       : m->weight);
     }
     group_mean(scratch_a, values, weights);
     if (fused) {
@@ -88,13 +99,20 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
 DiLoCoStep diloco_outer_step(const OuterConfig& config,
                              std::span<const std::span<const float>> decoded, std::span<float> phi,
                              std::span<float> momentum, std::span<float> scratch,
-                             std::span<const double> weights) {
+                             std::span<const double> weights, bool judge) {
     if (!weights.empty() && weights.size() != decoded.size())
         throw Error("DiLoCo step: " + std::to_string(weights.size()) + " weights for " +
                     std::to_string(decoded.size()) + " members");
     for (const double w : weights)
         if (!(w > 0.0) || !std::isfinite(w)) throw Error("DiLoCo step: a weight is not positive");
     DiLoCoStep result;
+    result.cosines.assign(decoded.size(), std::numeric_limits<double>::quiet_NaN());
+    if (!judge) {
+        result.members = static_cast<int>(decoded.size());
+        group_mean(scratch, decoded, weights);
+        outer_step(config, phi, momentum, scratch, {});
+        return result;
+    }
     std::vector<size_t> kept;
     std::vector<double> norms(decoded.size());
     for (size_t k = 0; k < decoded.size(); k++) {
@@ -105,35 +123,74 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     }
     if (kept.empty()) return result;
 
-    std::vector<std::span<const float>> members;
-    std::vector<double> kept_weights;
+    std::vector<double> kept_weights, kept_norms;
     for (const size_t k : kept) {
-        members.push_back(decoded[k]);
         kept_weights.push_back(weights.empty() ? 1.0 : weights[k]);
+        kept_norms.push_back(norms[k]);
     }
-    const double weight_cap = kMaxTokenRatio * lower_median(kept_weights);
-    for (double& w : kept_weights) w = std::min(w, weight_cap);
+    const double median_norm = lower_median(kept_norms);
+    // A claim of tokens must be backed by the D's size: the steps of a member that trained r times
+    // the median tokens add at worst like a random walk's, so its D is at least sqrt(r) times the
+    // median norm. A claim beyond that, or beyond kMaxTokenRatio, counts as the most it could be.
+    const double claimed_median = lower_median(kept_weights);
+    for (size_t m = 0; m < kept.size(); m++) {
+        const double ratio = median_norm > 0.0 ? kept_norms[m] / median_norm : 1.0;
+        const double backed = std::max(1.0, ratio * ratio);
+        kept_weights[m] =
+            std::min(kept_weights[m], claimed_median * std::min(kMaxTokenRatio, backed));
+    }
     // A member that trained more tokens than the median one may send a D of a proportionally
     // larger norm (an honest one sends less: its steps partly cancel); the rest are held to the
     // median norm. With equal weights every D is held to the median norm.
     const double median_weight = lower_median(kept_weights);
-    std::vector<double> kept_norms;
-    for (const size_t k : kept) kept_norms.push_back(norms[k]);
-    const double median_norm = lower_median(kept_norms);
-    std::vector<double> scales;
-    for (size_t m = 0; m < members.size(); m++) {
+    std::vector<double> scales;  // 1, or what scales the D down to the norm allowed
+    std::vector<float> shares;   // of each kept D in a sum, its clip included
+    for (size_t m = 0; m < kept.size(); m++) {
         const double allowed = median_norm * std::max(1.0, kept_weights[m] / median_weight);
         const bool clip = kept_norms[m] > allowed;
         scales.push_back(clip ? allowed / kept_norms[m] : 1.0);
+        shares.push_back(static_cast<float>(kept_weights[m] * scales.back()));
         if (clip) result.clipped.push_back(kept[m]);
     }
+    // A D pointing away from where the others' go together is left out: a sign flip, noise, a
+    // diverged or decayed replica. Three or more members make a majority to tell; every member
+    // judges the same D's alike, so each still takes the same step.
+    std::vector<std::span<const float>> members;
+    for (const size_t k : kept) members.push_back(decoded[k]);
+    if (kept.size() >= 3) {
+        weighted_sum(scratch, members, shares);
+        std::vector<double> kept_cosines;
+        for (size_t m = 0; m < kept.size(); m++) {
+            const std::span<const float> d = members[m];
+            double dot = 0.0, others_squared = 0.0;
+            for (size_t i = 0; i < d.size(); i++) {
+                const double others = static_cast<double>(scratch[i]) - double(shares[m]) * d[i];
+                dot += others * d[i];
+                others_squared += others * others;
+            }
+            const double norm_product = std::sqrt(others_squared) * kept_norms[m];
+            kept_cosines.push_back(norm_product > 0.0 ? dot / norm_product : 0.0);
+            result.cosines[kept[m]] = kept_cosines.back();
+        }
+        result.median_cosine = lower_median(kept_cosines);
+        if (result.median_cosine > 0.0) {
+            for (size_t m = kept.size(); m-- > 0;) {
+                if (kept_cosines[m] >= kMinCosineOfMedian * result.median_cosine) continue;
+                result.off_course.insert(result.off_course.begin(), kept[m]);
+                const auto at = static_cast<std::ptrdiff_t>(m);
+                members.erase(members.begin() + at);
+                kept_weights.erase(kept_weights.begin() + at);
+                scales.erase(scales.begin() + at);
+            }
+        }
+    }
     result.members = static_cast<int>(members.size());
-    if (result.clipped.empty()) {
+    if (std::all_of(scales.begin(), scales.end(), [](double x) { return x == 1.0; })) {
         group_mean(scratch, members, weights.empty() ? std::span<const double>() : kept_weights);
     } else {
         double total = 0.0;
         for (const double w : kept_weights) total += w;
-        std::vector<float> shares;
+        shares.clear();
         for (size_t m = 0; m < members.size(); m++)
             shares.push_back(static_cast<float>(kept_weights[m] * scales[m] / total));
         weighted_sum(scratch, members, shares);

@@ -42,6 +42,9 @@ inline constexpr double kMaxTokenRatio = 8.0;
 struct PartnerChecks {
     MessageSanity state;  // theta or phi messages
     MessageSanity delta;  // D messages
+    // false: every partner's values enter at the weight it claims, unjudged (the fault study's
+    // baseline without defences; never in starlingd).
+    bool judge = true;
 };
 
 // A partner's values the step left out.
@@ -55,33 +58,50 @@ struct NoLoCoStep {
     std::vector<Refusal> refused;  // one per partner left out
 };
 
-// NoLoCo: partners whose values fail the sanity check are left out; the rest and the node's own
-// exact values are averaged in node-id order; with no partner left the node takes a solo step
-// (its own D only) and never waits. self.phi must be the phi span being updated (split mode).
-// scratch_a and scratch_b hold the group means (phi.size() floats each).
+// NoLoCo: partners whose values fail the sanity check are left out, and so is one whose update
+// points away from this node's (opposed_update) where both trained the same tokens (equal
+// weights: every H-step round); the rest and the node's own exact values are averaged in node-id
+// order; with no partner left the node takes a solo step (its own D only) and never waits. self.phi
+// must be the phi span being updated (split mode). scratch_a and scratch_b hold the group means
+// (phi.size() floats each).
 NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
                              std::span<const MemberValues> partners, PartnerChecks& checks,
                              std::span<float> phi, std::span<float> momentum,
                              std::span<float> scratch_a, std::span<float> scratch_b);
 
+// DiLoCo leaves out a D whose cosine with the others' sum is below this fraction of the median
+// member's. Honest D's of one round point alike (cosines of 0.85 to 0.98 in the swarm experiment),
+// while a sign flip, noise of the same norm, a diverged or decayed replica's D scores 0.5 or less.
+inline constexpr double kMinCosineOfMedian = 0.7;
+
 struct DiLoCoStep {
     int members = 0;                 // D's that entered the mean; 0: no step was taken
     std::vector<size_t> not_finite;  // indices into decoded left out: a NaN or infinity
     std::vector<size_t> clipped;     // indices scaled down to the norm allowed
+    std::vector<size_t> off_course;  // indices left out: pointing away from the others
+    // Per index into decoded: its cosine with the others' clipped, weighted sum; NaN where not
+    // judged (not finite, or fewer than 3 finite D's). median_cosine: the lower middle one.
+    std::vector<double> cosines;
+    double median_cosine = 0.0;
 };
 
 // DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
 // in the order given (node-id order), then the outer step; every member gets the same bits, for
 // every member decides alike on the same inputs. weights, when given, weigh each member's D by
 // the tokens it trained (group_mean), each at most kMaxTokenRatio times the median weight of the
-// members kept. A minority cannot steer the mean: a D that is not finite is left out, and a D whose
-// norm exceeds the median norm (the lower of the two middle ones for an even count), times its
-// weight over the median weight where that is above 1, is scaled down to it. A member that claims
-// its real tokens thus moves phi by at most its share of one typical update. With no finite D the
-// node takes no step.
+// members kept, and at most the square of its D's norm over the median norm times it (a claim the
+// D's size does not back counts for no more). A minority cannot steer the mean: a D that is not
+// finite is left out; a D whose norm exceeds the median norm (the lower of the two middle ones for
+// an even count), times its weight over the median weight where that is above 1, is scaled down
+// to it; and with 3 or more D's, one whose cosine with the others' sum is below
+// kMinCosineOfMedian times the median member's (when that is positive) is left out. A member that
+// claims its real tokens thus moves phi by at most its share of one typical update, in the
+// direction the others take. With no finite D the node takes no step. judge false: the plain
+// (weighted) mean of every D, unjudged (the fault study's baseline without defences; never in
+// starlingd).
 DiLoCoStep diloco_outer_step(const OuterConfig& config,
                              std::span<const std::span<const float>> decoded, std::span<float> phi,
                              std::span<float> momentum, std::span<float> scratch,
-                             std::span<const double> weights = {});
+                             std::span<const double> weights = {}, bool judge = true);
 
 }  // namespace starling

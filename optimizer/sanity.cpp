@@ -58,6 +58,21 @@ std::optional<std::string> MessageSanity::check(std::span<const float> decoded,
     return std::nullopt;
 }
 
+std::optional<std::string> opposed_update(std::span<const float> partner,
+                                          std::span<const float> own, std::span<const float> base) {
+    double dot = 0.0, partner_squared = 0.0, own_squared = 0.0;
+    for (size_t i = 0; i < own.size(); i++) {
+        const double b = base.empty() ? 0.0 : base[i];
+        const double u = partner[i] - b, v = own[i] - b;
+        dot += u * v;
+        partner_squared += u * u;
+        own_squared += v * v;
+    }
+    const double norms = std::sqrt(partner_squared) * std::sqrt(own_squared);
+    if (!(norms > 0.0) || dot >= kMinUpdateCosine * norms) return std::nullopt;
+    return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
+}
+
 double euclidean_distance(std::span<const float> a, std::span<const float> b) {
     double sum_squares = 0.0;
     for (size_t i = 0; i < a.size(); i++) {

@@ -34,6 +34,18 @@ private:
     std::deque<double> accepted_;
 };
 
+// A NoLoCo partner's update points away from this node's: empty when the cosine of
+// (partner - base) with (own - base) is at least kMinUpdateCosine (or either is zero), otherwise
+// why not; base empty counts as zeros. Replicas of one swarm trained from nearby phis on the same
+// distribution move alike, but with few inner steps their updates are mostly noise: honest
+// partners scored 0.03 to 0.98 in the swarm experiment (H = 25) and down to -0.15 among pico
+// daemons at H = 8. A sign-flipped update scores -0.5 to -0.97 in its first rounds, a replica
+// decaying towards zero as low as -0.76, while a distance test passes both whenever their norm is
+// ordinary.
+inline constexpr double kMinUpdateCosine = -0.5;
+std::optional<std::string> opposed_update(std::span<const float> partner,
+                                          std::span<const float> own, std::span<const float> base);
+
 // |a - b|, or |a| when b is empty, summed in double in index order (the same bits everywhere).
 double euclidean_distance(std::span<const float> a, std::span<const float> b);
 

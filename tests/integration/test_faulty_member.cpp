@@ -1,6 +1,6 @@
 // One member with a mistyped learning rate among honest starlingd processes (the config typo of
-// docs/spec.md's sane() and DiLoCo clip): its messages are refused or clipped, and the honest
-// nodes keep finite weights and learn. Before those defences one partner's message at a learning
+// docs/spec.md's sane() and DiLoCo's clip and direction test): its messages are refused, and the
+// honest nodes keep finite weights and learn. Before those defences one partner's message at a learning
 // rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN. A fresh
 // node joining such a swarm refuses the faulty member's state (daemon/swarm/snapshot_check.h);
 // before that check it copied whichever snapshot won the race, the faulty one's included.
@@ -140,12 +140,23 @@ TEST_CASE(
     CHECK(!quarantines.empty());
 }
 
-TEST_CASE("a DiLoCo member whose learning rate is mistyped 1e3 cannot steer the mean",
-          "[integration]") {
+TEST_CASE(
+    "a DiLoCo member whose learning rate is mistyped 1e3 is left out, quarantined and named, and "
+    "sinks no one",
+    "[integration]") {
     const FaultyRun run = run_with_faulty_member("diloco", "1e3");
-    // The gather takes every member's D, so that every member averages the same ones: a member's
-    // own quarantine would part its phi from the others'. The clip bounds the faulty one instead.
-    CHECK(lines_with(run.logs, {"quarantined until round"}).empty());
+    // Every member judges the same D's alike: the faulty one's is not finite, or clipped to the
+    // median norm and pointing away from the others' sum, and left out. The gather still takes it
+    // (so every member averages the same ones); the judgements name and quarantine its author.
+    INFO(run.logs);
+    CHECK((run.logs.find("its D points away from the others'") != std::string::npos ||
+           run.logs.find("its D is not finite") != std::string::npos));
+    CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
+    REQUIRE(run.views_of_faulty.size() == 3);
+    for (const nlohmann::json& view : run.views_of_faulty) {
+        INFO(view.dump());
+        CHECK(view.contains("refused_messages"));
+    }
 }
 
 TEST_CASE(

@@ -49,7 +49,8 @@ TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps
 TEST_CASE("noloco_outer_step: the result does not depend on the order partners arrive in") {
     const size_t n = 100;
     const OuterConfig config{0.5f, 0.7f, 0.35f, MomentumForm::Nesterov};
-    const std::vector<float> d0 = ramp(n, 0.01f, 1e-3f), d1 = ramp(n, -0.02f, 3e-4f),
+    // Partners' D's point roughly the node's way, as replicas of one swarm do.
+    const std::vector<float> d0 = ramp(n, 0.01f, 1e-3f), d1 = ramp(n, 0.02f, -1e-4f),
                              d2 = ramp(n, 0.03f, -2e-4f);
     const std::vector<float> p1 = ramp(n, 0.2f, 0.01f), p2 = ramp(n, 0.1f, 0.02f);
     const std::vector<MemberValues> forward{{20, d1, p1}, {30, d2, p2}};
@@ -79,7 +80,7 @@ TEST_CASE("noloco_outer_step: the result does not depend on the order partners a
 TEST_CASE("noloco_outer_step and diloco_outer_step weigh members by the tokens they trained") {
     const size_t n = 64;
     const OuterConfig config{0.5f, 0.7f, 0.35f, MomentumForm::HeavyBall};
-    const std::vector<float> d0 = ramp(n, 0.01f, 1e-3f), d1 = ramp(n, -0.02f, 3e-4f);
+    const std::vector<float> d0 = ramp(n, 0.01f, 1e-3f), d1 = ramp(n, 0.02f, -2e-4f);
     const std::vector<float> p0 = ramp(n, 0.15f, 0.015f), p1 = ramp(n, 0.2f, 0.01f);
     std::vector<float> phi = p0, momentum(n, 0.0f), a(n), b(n);
     PartnerChecks checks;
@@ -95,14 +96,18 @@ TEST_CASE("noloco_outer_step and diloco_outer_step weigh members by the tokens t
         CHECK(phi[i] == Approx(p0[i] + g).epsilon(1e-5));
     }
 
-    // DiLoCo with two D's of one norm (the second is the first reversed), so neither is clipped.
-    const std::vector<float> d1_reversed(d0.rbegin(), d0.rend());
+    // DiLoCo: the second D is the first reversed and doubled. Twice the median norm backs a claim
+    // of up to 4 times the median tokens and may be up to 3 times the median norm at 30 tokens
+    // against 10, so it counts in full and is not clipped.
+    std::vector<float> d1_reversed(d0.rbegin(), d0.rend());
+    for (float& x : d1_reversed) x *= 2.0f;
     std::vector<float> phi_d = p0, momentum_d(n, 0.0f), scratch(n);
     const std::vector<std::span<const float>> decoded{d0, d1_reversed};
     const std::vector<double> weights{10.0, 30.0};
     const DiLoCoStep diloco =
         diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
     CHECK(diloco.members == 2);
+    CHECK(diloco.clipped.empty());
     for (size_t i = 0; i < n; i += 7) {
         const double g = 0.7 * (0.25 * d0[i] + 0.75 * d1_reversed[i]);
         CHECK(phi_d[i] == Approx(p0[i] + g).epsilon(1e-5));
@@ -118,7 +123,7 @@ TEST_CASE("noloco_outer_step refuses a partner a thousand updates away in the fi
     for (size_t i = 0; i < n; i++) {
         theta[i] = phi0[i] + update[i];
         wild[i] = phi0[i] + 1000.0f * update[i];
-        honest[i] = phi0[i] - update[i];  // trained on other data: two updates away
+        honest[i] = phi0[i] + 2.0f * update[i];  // trained on other data: one update away
     }
     std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
     PartnerChecks checks;
@@ -129,6 +134,32 @@ TEST_CASE("noloco_outer_step refuses a partner a thousand updates away in the fi
     REQUIRE(step.refused.size() == 1);
     CHECK(step.refused[0].member == 5);
     CHECK(step.refused[0].why.find("0000000000000005") != std::string::npos);
+}
+
+TEST_CASE("noloco_outer_step refuses a flipped update where both trained the same tokens") {
+    // Fused: the partner's theta is phi minus this node's update, a flip of it.
+    const size_t n = 32;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0 = ramp(n, 0.1f, 0.01f), update = ramp(n, 1e-3f, 2e-5f);
+    std::vector<float> theta(n), flipped(n);
+    for (size_t i = 0; i < n; i++) {
+        theta[i] = phi0[i] + update[i];
+        flipped[i] = phi0[i] - update[i];
+    }
+    std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    const std::vector<MemberValues> same{{5, flipped, {}, 10.0}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0},
+                                              same, checks, phi, momentum, a, b);
+    CHECK(step.members == 1);
+    REQUIRE(step.refused.size() == 1);
+    CHECK_THAT(step.refused[0].why, Catch::Contains("points away"));
+    // A partner that trained other tokens (a token-budget round) is judged by distance alone.
+    phi = phi0;
+    const std::vector<MemberValues> other{{5, flipped, {}, 30.0}};
+    CHECK(noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0}, other, checks, phi,
+                            momentum, a, b)
+              .members == 2);
 }
 
 TEST_CASE(
@@ -160,6 +191,7 @@ TEST_CASE(
         return norm(v) > median ? v[i] * median / norm(v) : double(v[i]);
     };
     CHECK(std::find(step.clipped.begin(), step.clipped.end(), size_t{3}) != step.clipped.end());
+    CHECK(step.off_course.empty());  // these D's share no direction: none is off the others'
     for (size_t i = 0; i < n; i++) {
         const double mean = (clipped(a, i) + clipped(c, i) + clipped(wild, i) + clipped(b, i)) / 4;
         CHECK(phi[i] == Approx(phi0[i] + mean).epsilon(1e-5).margin(1e-7));
@@ -177,16 +209,92 @@ TEST_CASE("diloco_outer_step on D's of one norm is the plain mean, bit for bit")
     const OuterConfig config{0.3f, 0.7f, 0.0f, MomentumForm::Nesterov};
     const std::vector<float> a = ramp(n, 0.01f, 1e-3f);
     const std::vector<float> b(a.rbegin(), a.rend());
-    std::vector<float> c = a;
-    for (float& x : c) x = -x;
+    std::vector<float> c = a;  // a third member that drew the same batches as the first
     const std::vector<std::span<const float>> decoded{a, b, c};
     std::vector<float> phi(n, 0.25f), momentum(n, 0.0f), scratch(n);
     std::vector<float> phi_ref = phi, momentum_ref = momentum, mean(n);
     const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
     CHECK(step.clipped.empty());
+    CHECK(step.off_course.empty());
     group_mean(mean, decoded);
     outer_step(config, phi_ref, momentum_ref, mean, {});
     CHECK(std::memcmp(phi.data(), phi_ref.data(), n * sizeof(float)) == 0);
+}
+
+TEST_CASE("diloco_outer_step leaves out a D that points away from the others'") {
+    const size_t n = 48;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};  // phi += mean D
+    // Four honest D's: one trend with each its own wiggle. A fifth is the first sign-flipped, a
+    // sixth alternates in sign (of the honest norm, nearly orthogonal to the trend).
+    std::vector<std::vector<float>> honest(4, std::vector<float>(n));
+    for (size_t k = 0; k < 4; k++)
+        for (size_t i = 0; i < n; i++)
+            honest[k][i] = 0.01f + 1e-3f * float(i) + 2e-3f * std::sin(float(i * (k + 1)));
+    std::vector<float> flipped = honest[0], alternating(n);
+    for (float& x : flipped) x = -x;
+    for (size_t i = 0; i < n; i++) alternating[i] = (i % 2 ? 1.0f : -1.0f) * honest[1][i];
+    const std::vector<std::span<const float>> decoded{honest[0], flipped,     honest[1],
+                                                      honest[2], alternating, honest[3]};
+    std::vector<float> phi(n, 0.0f), momentum(n, 0.0f), scratch(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
+    CHECK(step.off_course == std::vector<size_t>{1, 4});
+    CHECK(step.members == 4);
+    CHECK(step.cosines[1] < 0.0);
+    CHECK(step.median_cosine > 0.5);
+    // The rest, by hand: every D of about one norm; the step is the mean of the honest ones,
+    // each clipped to the median norm of all six.
+    auto norm = [](std::span<const float> v) {
+        double s = 0.0;
+        for (const float x : v) s += double(x) * x;
+        return std::sqrt(s);
+    };
+    std::vector<double> norms;
+    for (const auto d : decoded) norms.push_back(norm(d));
+    std::sort(norms.begin(), norms.end());
+    const double median = norms[2];
+    for (size_t i = 0; i < n; i++) {
+        double mean = 0.0;
+        for (const auto& d : honest) mean += d[i] * std::min(1.0, median / norm(d)) / 4.0;
+        CHECK(phi[i] == Approx(mean).epsilon(1e-5).margin(1e-7));
+    }
+
+    // Two D's make no majority: a flipped partner is only clipped, never judged.
+    const std::vector<std::span<const float>> pair{honest[0], flipped};
+    std::vector<float> phi_pair(n, 0.0f);
+    const DiLoCoStep two = diloco_outer_step(config, pair, phi_pair, momentum, scratch);
+    CHECK(two.members == 2);
+    CHECK(two.off_course.empty());
+    CHECK(std::isnan(two.cosines[0]));
+}
+
+TEST_CASE("with judge off, the outer steps take every message as it comes") {
+    const size_t n = 16;
+    const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
+    const std::vector<float> own = ramp(n, 0.1f, 0.01f);
+    std::vector<float> wild = own;
+    for (float& x : wild) x *= -1000.0f;
+    // NoLoCo: a partner a thousand updates away, pointing against this node, claiming 1e6 tokens
+    // against 1, enters at its claim.
+    std::vector<float> phi(n, 0.0f), momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    checks.judge = false;
+    const std::vector<MemberValues> partner{{8, wild, {}, 1e6}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {4, own, {}, 1.0},
+                                              partner, checks, phi, momentum, a, b);
+    CHECK(step.members == 2);
+    CHECK(step.refused.empty());
+    for (size_t i = 0; i < n; i++)
+        CHECK(phi[i] == Approx((own[i] + 1e6 * wild[i]) / (1.0 + 1e6)).epsilon(1e-5));
+    // DiLoCo: the plain mean, the flipped and outsized D included.
+    const std::vector<std::span<const float>> decoded{own, own, wild};
+    std::vector<float> phi_d(n, 0.0f), momentum_d(n, 0.0f), scratch(n);
+    const DiLoCoStep diloco =
+        diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, {}, false);
+    CHECK(diloco.members == 3);
+    CHECK(diloco.clipped.empty());
+    CHECK(diloco.off_course.empty());
+    for (size_t i = 0; i < n; i++)
+        CHECK(phi_d[i] == Approx((2.0 * own[i] + wild[i]) / 3.0).epsilon(1e-5));
 }
 
 TEST_CASE("message modes by name") {
@@ -198,7 +306,7 @@ TEST_CASE("message modes by name") {
 TEST_CASE("a claim of tokens counts at most kMaxTokenRatio times the reference") {
     const size_t n = 24;
     const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
-    const std::vector<float> own = ramp(n, 0.1f, 0.01f), claimed = ramp(n, 0.12f, 0.008f);
+    const std::vector<float> own = ramp(n, 0.1f, 0.01f), claimed = ramp(n, 0.12f, 0.009f);
 
     // NoLoCo, fused: a partner claiming a billion tokens against this node's 10 weighs 80.
     std::vector<float> phi = ramp(n, 0.1f, 0.0095f), momentum(n, 0.0f), a(n), b(n);
@@ -213,22 +321,29 @@ TEST_CASE("a claim of tokens counts at most kMaxTokenRatio times the reference")
         CHECK(phi[i] == Approx(mean).epsilon(1e-5));
     }
 
-    // DiLoCo: three members at 10 tokens and one claiming a billion, which weighs 8 times the
-    // median, 80. The D's share one norm (the same values in other orders), so none is clipped.
+    // DiLoCo: three members at 10 tokens and two claiming a billion. One sends a D of the others'
+    // norm, which backs no more than the median claim: it weighs 10. The other's D is 4 times the
+    // median norm, which would back 16 times the median claim: it weighs kMaxTokenRatio times
+    // the median, 80, and may be up to 8 times the median norm, so neither is clipped.
     const std::vector<float> d = ramp(n, 0.01f, 1e-3f);
     const std::vector<float> d_reversed(d.rbegin(), d.rend());
-    std::vector<float> d_negated = d, d_rotated(n);
-    for (float& x : d_negated) x = -x;
-    for (size_t i = 0; i < n; i++) d_rotated[i] = d[(i + 5) % n];
-    const std::vector<std::span<const float>> decoded{d, d_reversed, d_negated, d_rotated};
-    const std::vector<double> weights{10.0, 10.0, 10.0, 1e9};
+    std::vector<float> d_rotated(n), d_shifted(n), d_big(n);
+    for (size_t i = 0; i < n; i++) {
+        d_rotated[i] = d[(i + 5) % n];
+        d_shifted[i] = d[(i + 11) % n];
+        d_big[i] = 4.0f * d[(i + 17) % n];
+    }
+    const std::vector<std::span<const float>> decoded{d, d_reversed, d_rotated, d_shifted, d_big};
+    const std::vector<double> weights{10.0, 10.0, 10.0, 1e9, 1e9};
     std::vector<float> phi_d(n, 0.0f), momentum_d(n, 0.0f), scratch(n);
     const DiLoCoStep step = diloco_outer_step(config, decoded, phi_d, momentum_d, scratch, weights);
-    REQUIRE(step.members == 4);
-    const double cap = kMaxTokenRatio * 10.0, total = 30.0 + cap;
+    REQUIRE(step.members == 5);
+    CHECK(step.clipped.empty());
+    const double cap = kMaxTokenRatio * 10.0, total = 40.0 + cap;
     for (size_t i = 0; i < n; i++) {
         const double mean =
-            (10.0 * (double(d[i]) + d_reversed[i] + d_negated[i]) + cap * d_rotated[i]) / total;
+            (10.0 * (double(d[i]) + d_reversed[i] + d_rotated[i] + d_shifted[i]) + cap * d_big[i]) /
+            total;
         CHECK(phi_d[i] == Approx(mean).epsilon(1e-4).margin(1e-6));
     }
 }
@@ -239,14 +354,13 @@ TEST_CASE("diloco_outer_step lets a member that trained more tokens send a large
     const size_t n = 12;
     const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};
     const std::vector<float> d = ramp(n, 0.01f, 1e-3f);
-    std::vector<float> twice = d, negated = d;
+    std::vector<float> twice = d, reversed(d.rbegin(), d.rend());
     for (float& x : twice) x *= 2.0f;
-    for (float& x : negated) x = -x;
     std::vector<float> phi(n, 0.0f), momentum(n, 0.0f), scratch(n);
-    const std::vector<std::span<const float>> fast{d, negated, d, twice};
+    const std::vector<std::span<const float>> fast{d, reversed, d, twice};
     const std::vector<double> weights{10.0, 10.0, 10.0, 30.0};
     CHECK(diloco_outer_step(config, fast, phi, momentum, scratch, weights).clipped.empty());
-    const std::vector<std::span<const float>> loud{d, negated, twice, d};
+    const std::vector<std::span<const float>> loud{d, reversed, twice, d};
     const DiLoCoStep step = diloco_outer_step(config, loud, phi, momentum, scratch, weights);
     CHECK(step.clipped == std::vector<size_t>{2});
 }

@@ -138,3 +138,23 @@ TEST_CASE("far_from_median judges a norm by the median of finite, positive votes
     CHECK_FALSE(far_from_median(1e20, std::vector<double>{nan}, 10.0));  // nothing to judge by
     CHECK_THROWS_AS(far_from_median(1.0, votes, 1.0), Error);
 }
+
+TEST_CASE("opposed_update refuses a partner's update far against this node's") {
+    // Updates from a shared base (fused NoLoCo: theta - phi); the cosine by hand.
+    const std::vector<float> base{1.0f, 2.0f, 3.0f};
+    const std::vector<float> own{2.0f, 2.0f, 3.0f};      // update (1, 0, 0)
+    const std::vector<float> along{1.5f, 2.5f, 3.0f};    // (0.5, 0.5, 0): cosine 0.707
+    const std::vector<float> across{1.0f, 3.0f, 3.0f};   // (0, 1, 0): cosine 0
+    const std::vector<float> against{0.2f, 1.6f, 3.0f};  // (-0.8, -0.4, 0): cosine -0.894
+    CHECK_FALSE(opposed_update(along, own, base));
+    CHECK_FALSE(opposed_update(across, own, base));
+    const std::vector<float> noisy{0.7f, 3.0f, 3.0f};  // (-0.3, 1, 0): cosine -0.287
+    CHECK_FALSE(opposed_update(noisy, own, base));     // above kMinUpdateCosine: noise
+    const auto why = opposed_update(against, own, base);
+    REQUIRE(why);
+    CHECK_THAT(*why, Catch::Contains("points away") && Catch::Contains("-0.894"));
+    // Split NoLoCo: the D's themselves, from zero; a node that did not move judges nothing.
+    CHECK(opposed_update(std::vector<float>{-1.0f, 0.1f}, std::vector<float>{1.0f, 0.0f}, {}));
+    CHECK_FALSE(
+        opposed_update(std::vector<float>{-1.0f, 0.1f}, std::vector<float>{0.0f, 0.0f}, {}));
+}
