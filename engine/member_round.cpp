@@ -303,6 +303,10 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
     std::vector<std::optional<std::string>> refusals(authors.size());
     for (const size_t k : step.not_finite)
         refusals[k] = fmt::format("member {:016x}: its D is not finite, left out", authors[k]);
+    for (const size_t k : step.too_large)
+        refusals[k] =
+            fmt::format("member {:016x}: its D is more than {} times the norm allowed it, left out",
+                        authors[k], kFarAboveAllowed);
     for (const size_t k : step.off_course)
         refusals[k] = fmt::format(
             "member {:016x}: its D points away from the others', left out (cosine with their "

@@ -145,9 +145,11 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     const double median_weight = lower_median(kept_weights);
     std::vector<double> scales;  // 1, or what scales the D down to the norm allowed
     std::vector<float> shares;   // of each kept D in a sum, its clip included
+    std::vector<bool> far;       // far above the norm allowed: left out where a majority can tell
     for (size_t m = 0; m < kept.size(); m++) {
         const double allowed = median_norm * std::max(1.0, kept_weights[m] / median_weight);
         const bool clip = kept_norms[m] > allowed;
+        far.push_back(kept_norms[m] > kFarAboveAllowed * allowed);
         scales.push_back(clip ? allowed / kept_norms[m] : 1.0);
         shares.push_back(static_cast<float>(kept_weights[m] * scales.back()));
         if (clip) result.clipped.push_back(kept[m]);
@@ -173,15 +175,16 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
             result.cosines[kept[m]] = kept_cosines.back();
         }
         result.median_cosine = lower_median(kept_cosines);
-        if (result.median_cosine > 0.0) {
-            for (size_t m = kept.size(); m-- > 0;) {
-                if (kept_cosines[m] >= kMinCosineOfMedian * result.median_cosine) continue;
-                result.off_course.insert(result.off_course.begin(), kept[m]);
-                const auto at = static_cast<std::ptrdiff_t>(m);
-                members.erase(members.begin() + at);
-                kept_weights.erase(kept_weights.begin() + at);
-                scales.erase(scales.begin() + at);
-            }
+        for (size_t m = kept.size(); m-- > 0;) {
+            const bool off_course = result.median_cosine > 0.0 &&
+                                    kept_cosines[m] < kMinCosineOfMedian * result.median_cosine;
+            if (!off_course && !far[m]) continue;
+            auto& list = far[m] ? result.too_large : result.off_course;
+            list.insert(list.begin(), kept[m]);
+            const auto at = static_cast<std::ptrdiff_t>(m);
+            members.erase(members.begin() + at);
+            kept_weights.erase(kept_weights.begin() + at);
+            scales.erase(scales.begin() + at);
         }
     }
     result.members = static_cast<int>(members.size());

@@ -73,12 +73,16 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
 // member's. Honest D's of one round point alike (cosines of 0.85 to 0.98 in the swarm experiment),
 // while a sign flip, noise of the same norm, a diverged or decayed replica's D scores 0.5 or less.
 inline constexpr double kMinCosineOfMedian = 0.7;
+// With 3 or more D's, one whose norm exceeds this many times the norm it is allowed is left out
+// rather than clipped, as sane() refuses a NoLoCo message 10 updates away: no honest D comes near.
+inline constexpr double kFarAboveAllowed = 10.0;
 
 struct DiLoCoStep {
     int members = 0;                 // D's that entered the mean; 0: no step was taken
     std::vector<size_t> not_finite;  // indices into decoded left out: a NaN or infinity
     std::vector<size_t> clipped;     // indices scaled down to the norm allowed
     std::vector<size_t> off_course;  // indices left out: pointing away from the others
+    std::vector<size_t> too_large;   // indices left out: kFarAboveAllowed times the norm allowed
     // Per index into decoded: its cosine with the others' clipped, weighted sum; NaN where not
     // judged (not finite, or fewer than 3 finite D's). median_cosine: the lower middle one.
     std::vector<double> cosines;
@@ -93,8 +97,9 @@ struct DiLoCoStep {
 // D's size does not back counts for no more). A minority cannot steer the mean: a D that is not
 // finite is left out; a D whose norm exceeds the median norm (the lower of the two middle ones for
 // an even count), times its weight over the median weight where that is above 1, is scaled down
-// to it; and with 3 or more D's, one whose cosine with the others' sum is below
-// kMinCosineOfMedian times the median member's (when that is positive) is left out. A member that
+// to it; and with 3 or more D's, one more than kFarAboveAllowed times its allowed norm, or whose
+// cosine with the others' sum is below kMinCosineOfMedian times the median member's (when that
+// is positive), is left out. A member that
 // claims its real tokens thus moves phi by at most its share of one typical update, in the
 // direction the others take. With no finite D the node takes no step. judge false: the plain
 // (weighted) mean of every D, unjudged (the fault study's baseline without defences; never in

@@ -1,9 +1,10 @@
 // One member with a mistyped learning rate among honest starlingd processes (the config typo of
 // docs/spec.md's sane() and DiLoCo's clip and direction test): its messages are refused, and the
-// honest nodes keep finite weights and learn. Before those defences one partner's message at a learning
-// rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN. A fresh
-// node joining such a swarm refuses the faulty member's state (daemon/swarm/snapshot_check.h);
-// before that check it copied whichever snapshot won the race, the faulty one's included.
+// honest nodes keep finite weights and learn. Before those defences one partner's message at a
+// learning rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN. A
+// fresh node joining such a swarm refuses the faulty member's state
+// (daemon/swarm/snapshot_check.h); before that check it copied whichever snapshot won the race, the
+// faulty one's included.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -64,16 +65,16 @@ struct FaultyRun {
     std::string faulty_address;
 };
 
-// Three honest daemons and one whose [optimizer].lr is `faulty_lr`, all with `method`, evaluated
-// every 8 rounds. Each honest node must reach kRounds with a finite validation loss and a training
-// loss well below its first.
-FaultyRun run_with_faulty_member(const std::string& method, const std::string& faulty_lr) {
+// Three honest daemons and one whose config differs by `fault` (environment overrides), all with
+// `method`, evaluated every 8 rounds. Each honest node must reach kRounds with a finite validation
+// loss and a training loss well below its first.
+FaultyRun run_with_faulty_member(const std::string& method, const Environment& fault) {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path()),
         faulty("faulty", root.path());
     const Environment honest{{"STARLING_SWARM_METHOD", method}, {"STARLING_SWARM_EVAL_EVERY", "8"}};
     Environment typo = honest;
-    typo["STARLING_OPTIMIZER_LR"] = faulty_lr;
+    for (const auto& [key, value] : fault) typo[key] = value;
     a.start({}, honest);
     b.start({a.peer_address()}, honest);
     c.start({a.peer_address()}, honest);
@@ -116,7 +117,7 @@ TEST_CASE(
     "a NoLoCo member whose learning rate is mistyped 1e2 is refused, quarantined and named, and "
     "sinks no one",
     "[integration]") {
-    const FaultyRun run = run_with_faulty_member("noloco", "1e2");
+    const FaultyRun run = run_with_faulty_member("noloco", {{"STARLING_OPTIMIZER_LR", "1e2"}});
     // Pairing is random, but in 40 rounds of 4 members an honest node meets the faulty one.
     CHECK((run.logs.find("exceeds 10.000000 times the larger of this node's own update") !=
                std::string::npos ||
@@ -144,12 +145,13 @@ TEST_CASE(
     "a DiLoCo member whose learning rate is mistyped 1e3 is left out, quarantined and named, and "
     "sinks no one",
     "[integration]") {
-    const FaultyRun run = run_with_faulty_member("diloco", "1e3");
-    // Every member judges the same D's alike: the faulty one's is not finite, or clipped to the
-    // median norm and pointing away from the others' sum, and left out. The gather still takes it
+    const FaultyRun run = run_with_faulty_member("diloco", {{"STARLING_OPTIMIZER_LR", "1e3"}});
+    // Every member judges the same D's alike: the faulty one's is not finite, far above the
+    // median norm or pointing away from the others' sum, and left out. The gather still takes it
     // (so every member averages the same ones); the judgements name and quarantine its author.
     INFO(run.logs);
     CHECK((run.logs.find("its D points away from the others'") != std::string::npos ||
+           run.logs.find("times the norm allowed it") != std::string::npos ||
            run.logs.find("its D is not finite") != std::string::npos));
     CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
     REQUIRE(run.views_of_faulty.size() == 3);
@@ -157,6 +159,17 @@ TEST_CASE(
         INFO(view.dump());
         CHECK(view.contains("refused_messages"));
     }
+}
+
+TEST_CASE("a DiLoCo member whose weight decay is mistyped 30 is left out, quarantined and named",
+          "[integration]") {
+    // Its weights shrink towards zero: its D is of an ordinary norm, so the clip passes it, but it
+    // points against the others' and the direction test leaves it out.
+    const FaultyRun run =
+        run_with_faulty_member("diloco", {{"STARLING_OPTIMIZER_WEIGHT_DECAY", "30"}});
+    INFO(run.logs);
+    CHECK(run.logs.find("its D points away from the others'") != std::string::npos);
+    CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
 }
 
 TEST_CASE(
