@@ -140,6 +140,12 @@ std::vector<InProcessBoard::Judgement> InProcessBoard::take_judgements() {
     return std::exchange(judgements_, {});
 }
 
+std::shared_ptr<const codec::EncodedMessage> InProcessBoard::sent(uint64_t round, uint64_t from,
+                                                                  uint64_t to, uint32_t part) {
+    const auto post = wait_for(round, {from, to, part}, from);
+    return post ? post->message : nullptr;
+}
+
 void InProcessBoard::abandon(uint64_t member) {
     MutexLock lock(mutex_);
     abandoned_.insert(member);

@@ -44,6 +44,11 @@ public:
     // The judgements since the last call, in the order they were made.
     std::vector<Judgement> take_judgements();
 
+    // What `from` sent `to` as part `part` of `round`, once sent; nullptr when `from` was
+    // abandoned first. The fault study's echoing member reads its partner's message with it.
+    std::shared_ptr<const codec::EncodedMessage> sent(uint64_t round, uint64_t from, uint64_t to,
+                                                      uint32_t part);
+
 private:
     friend class InProcessLink;
     struct Post {

@@ -98,7 +98,8 @@ private:
     std::unique_ptr<Evaluator> evaluator_;
     std::optional<ChurnSchedule> churn_;
     LrSchedule schedule_, faulty_schedule_;
-    std::vector<FaultMemory> fault_memory_;                    // by replica
+    std::string garbage_dir_;                // what a garbage_data fault's replicas read
+    std::vector<FaultMemory> fault_memory_;  // by replica
     std::vector<std::unique_ptr<MemberRound>> member_rounds_;  // one per replica (noloco, diloco)
     InProcessBoard board_;
     std::vector<float> mean_;  // the final averaged phi
@@ -124,13 +125,19 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
     config_.validate();
     backend_ = make_backend({config_.train.device, config_.train.threads, config_.train.matmul});
     spdlog::info("device {}: {}", config_.train.device, backend_.description);
+    if (config_.fault.kind == FaultKind::GarbageData) {
+        garbage_dir_ =
+            (std::filesystem::path(config_.out_dir) / (config_.name + "-garbage-data")).string();
+        write_garbage_data(config_.train, garbage_dir_);
+    }
     // Data-parallel training keeps one model, fed by every replica's stream each step.
     const int models = config_.method == OuterMethod::Ddp ? 1 : config_.replicas;
     for (int i = 0; i < config_.replicas; i++) {
         const uint64_t node_id = hash_index(config_.train.seed, static_cast<uint64_t>(i) + 1);
         if (i < models) {
             const TrainConfig train =
-                faulty(i) ? faulty_train_config(config_.fault, config_.train) : config_.train;
+                faulty(i) ? faulty_train_config(config_.fault, config_.train, garbage_dir_)
+                          : config_.train;
             replicas_.push_back(
                 std::make_unique<Replica>(train, config_.replicas, backend_, i, node_id));
         }
@@ -262,8 +269,16 @@ void ExperimentRun::exchange_round(int64_t round, const std::vector<Replica*>& l
 std::unique_ptr<RoundLink> ExperimentRun::link_of(Replica& r) {
     std::unique_ptr<RoundLink> link = board_.link(r.node_id());
     if (!faulty(r.index()) || !fault_alters_messages(config_.fault.kind)) return link;
+    const uint64_t self = r.node_id();
+    PartnerMessage partner_message = [this, self](uint64_t round, uint64_t partner, uint32_t part) {
+        const bool honest = std::any_of(replicas_.begin(), replicas_.end(), [&](const auto& other) {
+            return other->node_id() == partner && !faulty(other->index());
+        });
+        return honest ? board_.sent(round, partner, self, part) : nullptr;
+    };
     return std::make_unique<FaultyLink>(std::move(link), config_.fault, config_, r.manifest(),
-                                        r.node_id(), r.phi(), fault_memory_[r.index()]);
+                                        r.node_id(), r.phi(), fault_memory_[r.index()],
+                                        std::move(partner_message));
 }
 
 void ExperimentRun::tally_judgements() {

@@ -51,7 +51,7 @@ void visit_experiment_config(V& v, ExperimentConfig& c) {
     v.section("fault");
     v("kind", Named<FaultKind>{c.fault.kind, fault_kind_name, fault_kind_from_name},
       "what the faulty members do wrong (experiment/fault.h): none, learning_rate, weight_decay, "
-      "non_finite, scaled, sign_flip, noise, free_rider, replay, bias or tokens");
+      "garbage_data, non_finite, scaled, sign_flip, noise, free_rider, replay, bias, tokens or echo");
     v("members", c.fault.members, "how many replicas are faulty: the last ones", at_least(1));
     v("scale", c.fault.scale,
       "learning_rate, scaled, tokens: the factor; weight_decay: the decay; bias: its size over "
@@ -97,6 +97,8 @@ void ExperimentConfig::validate() const {
              method == OuterMethod::DiLoCo,
          "[fault].kind \"" + std::string(fault_kind_name(fault.kind)) +
              "\" alters messages: method noloco or diloco");
+    need(fault.kind != FaultKind::Echo || method == OuterMethod::NoLoCo,
+         "[fault].kind \"echo\" sends back a partner's message: method noloco");
     need(round_budget == RoundBudget::Steps || (method != OuterMethod::Ddp && overlap_steps == 0),
          "[experiment].round_budget = \"tokens\" needs replicas that train apart and sequential "
          "rounds: not method ddp, not overlap_steps");

@@ -1,12 +1,15 @@
 #include "experiment/fault.h"
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 
 #include "codec/codec.h"
 #include "common/error.h"
 #include "common/random.h"
+#include "data/prepare.h"
+#include "data/shard.h"
 
 namespace starling {
 
@@ -24,6 +27,8 @@ constexpr std::pair<FaultKind, std::string_view> kNames[] = {
     {FaultKind::Replay, "replay"},
     {FaultKind::Bias, "bias"},
     {FaultKind::Tokens, "tokens"},
+    {FaultKind::GarbageData, "garbage_data"},
+    {FaultKind::Echo, "echo"},
 };
 
 double norm_of(std::span<const float> values) {
@@ -51,20 +56,43 @@ FaultKind fault_kind_from_name(std::string_view name) {
 
 bool fault_alters_messages(FaultKind kind) {
     return kind != FaultKind::None && kind != FaultKind::LearningRate &&
-           kind != FaultKind::WeightDecay;
+           kind != FaultKind::WeightDecay && kind != FaultKind::GarbageData;
 }
 
-TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train) {
+TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train,
+                                const std::string& garbage_dir) {
     if (fault.kind == FaultKind::LearningRate)
         train.schedule.max_lr = static_cast<float>(train.schedule.max_lr * fault.scale);
     if (fault.kind == FaultKind::WeightDecay)
         train.adamw.weight_decay = static_cast<float>(fault.scale);
+    if (fault.kind == FaultKind::GarbageData) train.data.dir = garbage_dir;
     return train;
+}
+
+void write_garbage_data(const TrainConfig& train, const std::string& dir) {
+    check_shards_tokenizer(train.data.dir, train.data.tokenizer);
+    size_t count = 0;
+    for (const std::string& path : list_shards(train.data.dir, "train"))
+        count += Shard(path).size();
+    std::vector<uint16_t> tokens(count);
+    const uint64_t seed = hash_index(train.seed, 0x6a7ba6e);
+    const auto vocab = static_cast<uint64_t>(train.model.vocab_size);
+    for (size_t i = 0; i < count; i++)
+        tokens[i] = static_cast<uint16_t>(hash_index(seed, i) % vocab);
+    std::filesystem::create_directories(dir);
+    write_shard((std::filesystem::path(dir) / shard_file_name("train", 0)).string(), tokens);
+    const std::filesystem::path tokenizer = std::filesystem::path(dir) / kDataTokenizerFile;
+    if (train.data.tokenizer.empty())
+        std::filesystem::remove(tokenizer);
+    else
+        std::filesystem::copy_file(train.data.tokenizer, tokenizer,
+                                   std::filesystem::copy_options::overwrite_existing);
 }
 
 FaultyLink::FaultyLink(std::unique_ptr<RoundLink> inner, const FaultConfig& fault,
                        const EngineConfig& config, const ParameterManifest& manifest,
-                       uint64_t node_id, std::span<const float> phi, FaultMemory& memory)
+                       uint64_t node_id, std::span<const float> phi, FaultMemory& memory,
+                       PartnerMessage partner_message)
     : inner_(std::move(inner)),
       fault_(fault),
       zstd_(config.exchange.zstd),
@@ -72,14 +100,20 @@ FaultyLink::FaultyLink(std::unique_ptr<RoundLink> inner, const FaultConfig& faul
       node_id_(node_id),
       phi_(phi),
       memory_(memory),
-      plans_(round_message_plans(config, manifest)) {}
+      plans_(round_message_plans(config, manifest)),
+      partner_message_(std::move(partner_message)) {}
 
 std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner,
                                                 std::vector<LinkPart> parts, uint64_t bytes,
                                                 uint64_t tokens) {
-    for (uint32_t part = 0; part < parts.size(); part++)
-        parts[part].outgoing =
-            stored_message(altered(round, part, drained_message(parts[part].outgoing)));
+    for (uint32_t part = 0; part < parts.size(); part++) {
+        const codec::EncodedMessage own = drained_message(parts[part].outgoing);
+        std::shared_ptr<const codec::EncodedMessage> theirs;
+        if (fault_.kind == FaultKind::Echo && partner_message_)
+            theirs = partner_message_(round, partner, part);
+        parts[part].outgoing = stored_message(theirs ? encoded(round, part, decoded(*theirs))
+                                                     : altered(round, part, own));
+    }
     return inner_->exchange(round, partner, std::move(parts), bytes, said(tokens));
 }
 
@@ -93,12 +127,25 @@ uint64_t FaultyLink::said(uint64_t tokens) const {
     return static_cast<uint64_t>(static_cast<double>(tokens) * fault_.scale);
 }
 
-std::shared_ptr<const codec::EncodedMessage> FaultyLink::altered(
-    uint64_t round, uint32_t part, const codec::EncodedMessage& message) {
+std::vector<float> FaultyLink::decoded(const codec::EncodedMessage& message) const {
     const size_t n = manifest_.total();
     std::vector<float> values(n);
     codec::MessageDecoder decoder(manifest_.fingerprint(), manifest_, values.data(), n);
     codec::decode_to_end(message.header, message.chunks, decoder);
+    return values;
+}
+
+std::shared_ptr<const codec::EncodedMessage> FaultyLink::encoded(
+    uint64_t round, uint32_t part, std::span<const float> values) const {
+    const codec::MessagePlan& plan = part == 0 ? plans_.first : plans_.second;
+    codec::MessageEncoder encoder(plan, {node_id_, round, part}, values.data(), nullptr, zstd_);
+    return std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
+}
+
+std::shared_ptr<const codec::EncodedMessage> FaultyLink::altered(
+    uint64_t round, uint32_t part, const codec::EncodedMessage& message) {
+    std::vector<float> values = decoded(message);
+    const size_t n = values.size();
     const codec::MessagePlan& plan = part == 0 ? plans_.first : plans_.second;
     if (fault_.kind == FaultKind::Replay) {
         if (memory_.last.size() <= part) memory_.last.resize(part + 1);
@@ -114,8 +161,7 @@ std::shared_ptr<const codec::EncodedMessage> FaultyLink::altered(
         if (fused)
             for (size_t i = 0; i < n; i++) values[i] += phi_[i];
     }
-    codec::MessageEncoder encoder(plan, {node_id_, round, part}, values.data(), nullptr, zstd_);
-    return std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
+    return encoded(round, part, values);
 }
 
 void FaultyLink::alter_update(uint64_t round, const codec::MessagePlan& plan,
@@ -159,7 +205,9 @@ void FaultyLink::alter_update(uint64_t round, const codec::MessagePlan& plan,
         case FaultKind::LearningRate:
         case FaultKind::WeightDecay:
         case FaultKind::Replay:
-        case FaultKind::Tokens: return;
+        case FaultKind::Tokens:
+        case FaultKind::GarbageData:
+        case FaultKind::Echo: return;
     }
 }
 

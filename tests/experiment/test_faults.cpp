@@ -8,6 +8,8 @@
 
 #include "codec/codec.h"
 #include "common/random.h"
+#include "data/prepare.h"
+#include "data/shard.h"
 #include "engine/in_process_link.h"
 #include "engine/member_round.h"
 #include "experiment/experiment.h"
@@ -207,6 +209,72 @@ TEST_CASE("fault: a fused message is phi plus the altered update") {
     }
 }
 
+TEST_CASE("fault: an echo sends its partner's own message back as its own") {
+    Pair pair(fault_of(FaultKind::Echo), OuterMethod::NoLoCo);
+    const size_t n = pair.n;
+    const std::vector<float> faulty_theta = values_of(3, n, 0.1);
+    const std::vector<float> honest_theta = values_of(5, n, 0.1);
+    pair.board.begin_round(0, {kHonest, kFaulty}, 2);
+    std::vector<float> at_honest(n), at_faulty(n);
+    codec::MessageDecoder to_honest(pair.manifest.fingerprint(), pair.manifest, at_honest.data(),
+                                    n);
+    codec::MessageDecoder to_faulty(pair.manifest.fingerprint(), pair.manifest, at_faulty.data(),
+                                    n);
+    codec::MessageEncoder faulty_out(pair.plans.first, {kFaulty, 0, 0}, faulty_theta.data(),
+                                     nullptr, false);
+    codec::MessageEncoder honest_out(pair.plans.first, {kHonest, 0, 0}, honest_theta.data(),
+                                     nullptr, false);
+    std::thread faulty_side([&] {
+        const PartnerMessage partner_message = [&](uint64_t round, uint64_t partner,
+                                                   uint32_t part) {
+            return pair.board.sent(round, partner, kFaulty, part);
+        };
+        FaultyLink link(pair.board.link(kFaulty), pair.fault, pair.config, pair.manifest, kFaulty,
+                        pair.phi, pair.memory, partner_message);
+        std::vector<LinkPart> parts;
+        parts.push_back({streamed_message(faulty_out), to_faulty});
+        link.exchange(0, kHonest, std::move(parts), 0, 0);
+    });
+    std::vector<LinkPart> parts;
+    parts.push_back({streamed_message(honest_out), to_honest});
+    const auto result = pair.board.link(kHonest)->exchange(0, kFaulty, std::move(parts), 0, 0);
+    faulty_side.join();
+    REQUIRE(result[0].received);
+    CHECK(at_faulty == honest_theta);
+    CHECK(at_honest == honest_theta);  // its own values, nothing of the echo's
+}
+
+TEST_CASE("fault: garbage data is uniform tokens, as many as the real train shards hold") {
+    TempDir dir;
+    ExperimentConfig c = one_node_experiment();
+    const FaultConfig fault = fault_of(FaultKind::GarbageData);
+    const std::string garbage = (dir.path() / "garbage").string();
+    write_garbage_data(c.train, garbage);
+    size_t real = 0;
+    for (const std::string& path : list_shards(c.train.data.dir, "train"))
+        real += Shard(path).size();
+    const std::vector<std::string> shards = list_shards(garbage, "train");
+    REQUIRE(shards.size() == 1);
+    const Shard shard(shards[0]);
+    REQUIRE(shard.size() == real);
+    const int vocab = c.train.model.vocab_size;
+    std::vector<size_t> counts(static_cast<size_t>(vocab));
+    for (const uint16_t t : shard.tokens()) {
+        REQUIRE(t < vocab);
+        counts[t]++;
+    }
+    // Every token about equally often: within 10% of the mean, where the KJV's bytes are
+    // mostly letters and never most of the 256.
+    const double mean = static_cast<double>(real) / vocab;
+    for (const size_t count : counts) CHECK(std::abs(count - mean) < 0.1 * mean);
+    // The faulty replica reads it; the honest config is left alone.
+    CHECK(faulty_train_config(fault, c.train, garbage).data.dir == garbage);
+    CHECK(faulty_train_config(fault_of(FaultKind::Scaled), c.train, garbage).data.dir ==
+          c.train.data.dir);
+    // It passes the check a replica's loader makes of the shards' tokenizer.
+    CHECK_NOTHROW(check_shards_tokenizer(garbage, c.train.data.tokenizer));
+}
+
 TEST_CASE("fault: the in-process board keeps a member apart from one that quarantined it") {
     const std::vector<uint64_t> members{11, 22, 33, 44};
     InProcessBoard board;
@@ -279,6 +347,16 @@ TEST_CASE("fault: DiLoCo's honest members agree on their bits beside a faulty on
     CHECK(s.final_loss_max > s.final_loss_min);  // the faulty replica stepped apart
 }
 
+TEST_CASE("fault: two echoing members paired together send their own, and the run ends") {
+    // An echo waits for its partner's message first; two echoes answer each other honestly
+    // instead of waiting for each other forever.
+    ExperimentConfig c = small_faulty("echo-two", OuterMethod::NoLoCo, FaultKind::Echo, 1.0);
+    c.fault.members = 2;
+    const ExperimentSummary s = run_experiment(c);
+    CHECK(std::isfinite(s.honest_loss_mean));
+    CHECK(s.poisoned_judged > 0);
+}
+
 TEST_CASE("fault: fault settings that cannot work are refused with the key named") {
     ExperimentConfig all = small_faulty("all", OuterMethod::NoLoCo, FaultKind::Noise, 1.0);
     all.fault.members = 4;
@@ -289,4 +367,6 @@ TEST_CASE("fault: fault settings that cannot work are refused with the key named
         small_faulty("typo", OuterMethod::Local, FaultKind::LearningRate, 100.0);
     CHECK_NOTHROW(typo.validate());  // a config fault needs no exchange
     CHECK_THROWS_WITH(fault_kind_from_name("flipped"), Catch::Contains("sign_flip"));
+    ExperimentConfig echo = small_faulty("echo", OuterMethod::DiLoCo, FaultKind::Echo, 1.0);
+    CHECK_THROWS_WITH(echo.validate(), Catch::Contains("method noloco"));
 }
