@@ -9,6 +9,10 @@
 namespace starling {
 
 Evaluator::Evaluator(const TrainConfig& train, const Backend& backend)
+    : Evaluator(train, backend, 0, static_cast<uint64_t>(std::max(train.eval_batches, 0))) {}
+
+Evaluator::Evaluator(const TrainConfig& train, const Backend& backend, uint64_t first,
+                     uint64_t count)
     : train_(train), backend_(backend) {
     const int B = train.batch_size, T = train.effective_seq_len();
     // Refused here, not at the first loss(weights): a batch the devices cannot share.
@@ -20,11 +24,14 @@ Evaluator::Evaluator(const TrainConfig& train, const Backend& backend)
     options.shuffle = false;
     DataLoader val(options);
     const uint64_t available = val.sequences_per_epoch() / static_cast<uint64_t>(B);
-    const uint64_t count = std::min<uint64_t>(available, static_cast<uint64_t>(train.eval_batches));
+    count = std::min(available, count);
     if (count == 0)
         throw Error("evaluator: the validation split of " + train.data.dir +
                     " holds less than one batch of " + std::to_string(B) + " x " +
                     std::to_string(T) + " tokens");
+    std::vector<int32_t> skipped(static_cast<size_t>(B) * T), skipped_targets(skipped.size());
+    for (uint64_t i = 0; i < first % available; i++)
+        val.next_batch(skipped.data(), skipped_targets.data());
     for (uint64_t i = 0; i < count; i++) {
         inputs_.emplace_back(static_cast<size_t>(B) * T);
         targets_.emplace_back(static_cast<size_t>(B) * T);

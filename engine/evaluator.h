@@ -23,6 +23,9 @@ namespace starling {
 class Evaluator {
 public:
     Evaluator(const TrainConfig& train, const Backend& backend);
+    // Scores `count` validation batches from batch `first` on instead, where the split holds
+    // them; one that holds fewer wraps around (to the first eval_batches, if it must).
+    Evaluator(const TrainConfig& train, const Backend& backend, uint64_t first, uint64_t count);
     // Mean cross-entropy in nats per token of the given weights.
     double loss(std::span<const float> weights);
     // Mean cross-entropy of the group's own weights, forward passes only.

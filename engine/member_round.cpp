@@ -144,6 +144,11 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
         for (MemberValues& p : arrived) p.weight = 1.0;
     }
     replica.partner_checks().judge = config_.judge_messages;
+    replica.partner_checks().held_out_loss = nullptr;
+    if (config_.judge_messages && replica.held_out_available())
+        replica.partner_checks().held_out_loss = [&replica](std::span<const float> weights) {
+            return replica.held_out_loss(weights);
+        };
     const NoLoCoStep step = noloco_outer_step(config_.outer, config_.exchange.mode, own, arrived,
                                               replica.partner_checks(), replica.phi(),
                                               replica.momentum(), scratch_a_, scratch_b_);

@@ -1,7 +1,10 @@
 #include "engine/replica.h"
 
 #include <algorithm>
+#include <spdlog/spdlog.h>
 #include <utility>
+
+#include "common/error.h"
 
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -24,7 +27,7 @@ std::unique_ptr<DataLoader> make_train_loader(const TrainConfig& train, int part
 
 Replica::Replica(const TrainConfig& train, int partitions, const Backend& backend, int index,
                  uint64_t node_id)
-    : train_(train), partitions_(partitions), index_(index), node_id_(node_id) {
+    : train_(train), partitions_(partitions), index_(index), node_id_(node_id), backend_(&backend) {
     const int B = train.batch_size, T = train.effective_seq_len();
     group_ = std::make_unique<DeviceGroup>(backend, train.model, train.adamw, B, T);
     data_ = make_train_loader(train, partitions, index, node_id);
@@ -134,6 +137,23 @@ void Replica::rejoin_from(const Replica& sponsor, uint64_t new_node_id) {
     node_id_ = new_node_id;
     data_ = make_train_loader(train_, partitions_, index_, node_id_);
     checks_ = PartnerChecks();
+}
+
+bool Replica::held_out_available() {
+    if (held_out_ || held_out_missing_) return !held_out_missing_;
+    try {
+        held_out_ = std::make_unique<Evaluator>(
+            train_, *backend_, static_cast<uint64_t>(std::max(train_.eval_batches, 0)), 1);
+    } catch (const Error& e) {
+        spdlog::warn("partners' weights go unscored on a held-out batch: {}", e.what());
+        held_out_missing_ = true;
+    }
+    return !held_out_missing_;
+}
+
+double Replica::held_out_loss(std::span<const float> weights) {
+    if (!held_out_available()) throw Error("replica: no held-out batch to score weights on");
+    return held_out_->loss(weights);
 }
 
 size_t Replica::snapshot_bytes() const {

@@ -14,6 +14,7 @@
 #include "engine/config.h"
 #include "kernels/backend.h"
 #include "engine/device_group.h"
+#include "engine/evaluator.h"
 #include "optimizer/outer_round.h"
 
 namespace starling {
@@ -85,6 +86,13 @@ public:
     std::span<const float> adamw_v_host();
     void set_adamw_moments(std::span<const float> m, std::span<const float> v);
     PartnerChecks& partner_checks() { return checks_; }
+    // The loss of whole weights on the held-out batch: the validation batch after the
+    // eval_batches the evaluator scores, which no replica trains on (NoLoCo's check of a
+    // partner's weights, optimizer/outer_round.h). Its model is made at the first call.
+    double held_out_loss(std::span<const float> weights);
+    // Whether there is a held-out batch: false, warned once, where the data holds no validation
+    // split a batch long (the check is then off, not the round).
+    bool held_out_available();
     DataLoader& data() { return *data_; }  // its position goes into a node's checkpoint
 
     bool live = true;
@@ -104,6 +112,9 @@ private:
     std::vector<float> theta_mirror_, adamw_m_mirror_, adamw_v_mirror_;
     std::vector<float> phi_, momentum_, residual_, displacement_;
     PartnerChecks checks_;
+    const Backend* backend_;
+    std::unique_ptr<Evaluator> held_out_;
+    bool held_out_missing_ = false;
     int64_t inner_step_ = 0;
 };
 

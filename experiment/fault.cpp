@@ -71,16 +71,18 @@ TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train,
 
 void write_garbage_data(const TrainConfig& train, const std::string& dir) {
     check_shards_tokenizer(train.data.dir, train.data.tokenizer);
-    size_t count = 0;
-    for (const std::string& path : list_shards(train.data.dir, "train"))
-        count += Shard(path).size();
-    std::vector<uint16_t> tokens(count);
-    const uint64_t seed = hash_index(train.seed, 0x6a7ba6e);
-    const auto vocab = static_cast<uint64_t>(train.model.vocab_size);
-    for (size_t i = 0; i < count; i++)
-        tokens[i] = static_cast<uint16_t>(hash_index(seed, i) % vocab);
     std::filesystem::create_directories(dir);
-    write_shard((std::filesystem::path(dir) / shard_file_name("train", 0)).string(), tokens);
+    const auto vocab = static_cast<uint64_t>(train.model.vocab_size);
+    for (const char* split : {"train", "val"}) {
+        size_t count = 0;
+        for (const std::string& path : list_shards(train.data.dir, split))
+            count += Shard(path).size();
+        std::vector<uint16_t> tokens(count);
+        const uint64_t seed = hash_index(train.seed, split[0]);
+        for (size_t i = 0; i < count; i++)
+            tokens[i] = static_cast<uint16_t>(hash_index(seed, i) % vocab);
+        write_shard((std::filesystem::path(dir) / shard_file_name(split, 0)).string(), tokens);
+    }
     const std::filesystem::path tokenizer = std::filesystem::path(dir) / kDataTokenizerFile;
     if (train.data.tokenizer.empty())
         std::filesystem::remove(tokenizer);

@@ -65,8 +65,8 @@ struct FaultConfig {
 TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train,
                                 const std::string& garbage_dir = {});
 
-// Writes into `dir` as many uniformly random tokens as train.data.dir's train shards hold (and
-// its tokenizer file, so the shards pass the same check), drawn from train.seed.
+// Writes into `dir` as many uniformly random tokens as train.data.dir's train and val shards hold
+// (and its tokenizer file, so the shards pass the same check), drawn from train.seed.
 void write_garbage_data(const TrainConfig& train, const std::string& dir);
 
 // What a faulty replica's links remember from round to round: the values of each part it sent

@@ -25,6 +25,22 @@ double lower_median(std::vector<double> values) {
     return values[(values.size() - 1) / 2];
 }
 
+// A member's weights: theta as sent (fused), or phi + D into `scratch` (split).
+std::span<const float> theta_of(const MemberValues& m, bool fused, std::span<float> scratch) {
+    if (fused) return m.values;
+    for (size_t i = 0; i < scratch.size(); i++) scratch[i] = m.phi[i] + m.values[i];
+    return scratch;
+}
+
+std::string worse_on_held_out(double loss, double own_theta, double own_phi) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "its weights score %.4f on a held-out batch, more than %g times the worse of "
+                  "this node's own %.4f and its round's start %.4f",
+                  loss, kMaxHeldOutLossRatio, own_theta, own_phi);
+    return text;
+}
+
 }  // namespace
 
 std::string_view message_mode_name(MessageMode mode) {
@@ -44,6 +60,10 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     const bool fused = mode == MessageMode::Fused;
     std::vector<const MemberValues*> members{&self};
     NoLoCoStep result;
+    struct OwnLosses {
+        double theta = 0.0, phi = 0.0;
+    };
+    std::optional<OwnLosses> own;  // on the held-out batch, once a partner is scored
     // This node's own update, D = theta - phi, sets the scale a partner's message is judged on.
     const double own_update =
         fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
@@ -56,11 +76,24 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             fused ? checks.state.check(p.values, self.values, own_update)
                   : checks.delta.check(p.values, self.values, own_update);
         if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
-        // Direction tells only between members that trained alike: in token-budget rounds a
-        // partner that trained three times this node's steps points away from its update as
-        // often as a flipped one does (docs/security.md).
-        if (!problem && p.weight == self.weight)
+        // Direction and loss tell only between members that trained alike: in token-budget
+        // rounds a partner that trained three times this node's steps points away from its
+        // update as often as a flipped one does, and one that trained fewer scores worse
+        // (docs/security.md). The direction test stands in where there is no held-out batch:
+        // honest pico daemons at H 8 score down to -0.52 beside a decaying member, while the
+        // loss measures the harm itself.
+        if (!problem && p.weight == self.weight && !checks.held_out_loss)
             problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
+        if (!problem && p.weight == self.weight && checks.held_out_loss) {
+            if (!own) {
+                own.emplace();
+                own->theta = checks.held_out_loss(theta_of(self, fused, scratch_a));
+                own->phi = checks.held_out_loss(phi);
+            }
+            const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
+            if (!(loss <= kMaxHeldOutLossRatio * std::max(own->theta, own->phi)))
+                problem = worse_on_held_out(loss, own->theta, own->phi);
+        }
         if (problem) {
             result.refused.push_back({p.node_id, partner_name(p.node_id) + ": " + *problem});
             continue;

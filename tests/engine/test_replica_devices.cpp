@@ -125,3 +125,22 @@ TEST_CASE("the evaluator scores weights the same on one device and on two", "[re
     CHECK_THROWS_WITH(Evaluator(config.train, two),
                       Catch::Contains("batch_size 3 does not split evenly over 2 devices"));
 }
+
+TEST_CASE("a replica's held-out batch is the validation batch after those the evaluator scores",
+          "[replica]") {
+    // Batch k's loss from the evaluators' means: 3 x mean(0..2) - 2 x mean(0..1) is batch 2's.
+    ExperimentConfig config = one_node();
+    const Backend one = make_backend({"cpu", 1, "fp32"});
+    config.train.eval_batches = 2;
+    Replica replica(config.train, 1, one, 0, 7);
+    replica.inner_phase(2, config.train.lr_schedule());
+    Evaluator first_two(config.train, one);
+    config.train.eval_batches = 3;
+    Evaluator first_three(config.train, one);
+    const double third =
+        3.0 * first_three.loss(replica.theta()) - 2.0 * first_two.loss(replica.theta());
+    CHECK(std::fabs(replica.held_out_loss(replica.theta()) - third) <= 1e-6 * third);
+    // The same batch through the range constructor.
+    Evaluator only_third(config.train, one, 2, 1);
+    CHECK(std::fabs(only_third.loss(replica.theta()) - third) <= 1e-6 * third);
+}

@@ -255,6 +255,7 @@ TEST_CASE("fault: garbage data is uniform tokens, as many as the real train shar
         real += Shard(path).size();
     const std::vector<std::string> shards = list_shards(garbage, "train");
     REQUIRE(shards.size() == 1);
+    REQUIRE(list_shards(garbage, "val").size() == 1);  // its evaluator reads garbage too
     const Shard shard(shards[0]);
     REQUIRE(shard.size() == real);
     const int vocab = c.train.model.vocab_size;

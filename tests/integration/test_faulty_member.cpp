@@ -63,6 +63,7 @@ struct FaultyRun {
     // Per honest node, what its `starling peers` said of the faulty member at the end.
     std::vector<nlohmann::json> views_of_faulty;
     std::string faulty_address;
+    uint64_t honest_refused = 0;  // honest members' messages the honest nodes refused
 };
 
 // Three honest daemons and one whose config differs by `fault` (environment overrides), all with
@@ -103,12 +104,45 @@ FaultyRun run_with_faulty_member(const std::string& method, const Environment& f
     const std::string faulty_id = faulty.status()["node_id"];
     for (TestDaemon* d : {&a, &b, &c}) {
         const nlohmann::json peers = d->peers();
-        for (const nlohmann::json& p : peers["peers"])
-            if (p["node_id"] == faulty_id) run.views_of_faulty.push_back(p);
+        for (const nlohmann::json& p : peers["peers"]) {
+            if (p["node_id"] == faulty_id)
+                run.views_of_faulty.push_back(p);
+            else if (p.contains("refused_messages"))
+                run.honest_refused += json_u64(p["refused_messages"]);
+        }
     }
     for (TestDaemon* d : {&a, &b, &c, &faulty}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b, &c, &faulty}) d->process().wait(20s);
     return run;
+}
+
+// Shards an operator could prepare by mistake from a file of random bytes, through the real CLI.
+std::string random_byte_shards(const std::filesystem::path& root) {
+    const std::filesystem::path text = root / "random.bin", shards = root / "random-shards";
+    std::string bytes(400000, '\0');
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (char& c : bytes) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        c = static_cast<char>(state >> 56);
+    }
+    put(text, bytes);
+    const CommandResult prepared = run_command(
+        {starling_binary(), "data", "prepare", "--input", text.string(), "--out", shards.string()});
+    INFO(prepared.output);
+    REQUIRE(prepared.status == 0);
+    return shards.string();
+}
+
+// The faulty member is refused when it is paired or gathered, quarantined and named; the honest
+// members refuse few of each other's messages. Few, not none: pico daemons early in training
+// drift apart, and an honest partner's weights scored up to 14% worse than a node's own on the
+// held-out batch (1 refusal in about 80 honest judgements of a run), where a decaying member's
+// scored 6 to 25% worse.
+void check_named_and_quarantined(const FaultyRun& run) {
+    INFO(run.logs);
+    CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
+    REQUIRE(run.views_of_faulty.size() == 3);
+    CHECK(run.honest_refused <= 3);
 }
 
 }  // namespace
@@ -218,4 +252,25 @@ TEST_CASE(
     CHECK(status["val_loss"].get<double>() < 5.0);  // ln 256 = 5.55 untrained
     for (TestDaemon* d : {&a, &b, &faulty, &joiner}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b, &faulty, &joiner}) d->process().wait(20s);
+}
+
+TEST_CASE("a NoLoCo member whose weight decay is mistyped 30 is refused, quarantined and named",
+          "[integration]") {
+    // Its weights shrink: the update's norm is ordinary and, after the first rounds, it no longer
+    // points clearly away, but its weights score worse on the held-out batch.
+    const FaultyRun run =
+        run_with_faulty_member("noloco", {{"STARLING_OPTIMIZER_WEIGHT_DECAY", "30"}});
+    check_named_and_quarantined(run);
+}
+
+TEST_CASE(
+    "a member whose data is random bytes is refused, quarantined and named, NoLoCo and DiLoCo",
+    "[integration]") {
+    TempDir shards_root;
+    const std::string shards = random_byte_shards(shards_root.path());
+    for (const std::string method : {"noloco", "diloco"}) {
+        INFO(method);
+        const FaultyRun run = run_with_faulty_member(method, {{"STARLING_DATA_DIR", shards}});
+        check_named_and_quarantined(run);
+    }
 }

@@ -162,6 +162,63 @@ TEST_CASE("noloco_outer_step refuses a flipped update where both trained the sam
               .members == 2);
 }
 
+TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the held-out batch") {
+    // Split messages: a member's weights are phi + D. The held-out loss here is a quadratic
+    // bowl around `best`, so each loss is computed by hand. The partner "garbage" moved as far as
+    // this node and not against it (the distance test passes it), but away from the bottom.
+    const size_t n = 8;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> best(n, 1.0f), phi0(n, 0.75f);
+    const std::vector<float> own_d(n, 0.125f), honest_d(n, 0.0625f);
+    std::vector<float> garbage_d(n, 0.125f);
+    for (size_t i = 0; i < n; i += 2) garbage_d[i] = -0.375f;
+    auto bowl = [&](std::span<const float> w) {
+        double s = 1.0;
+        for (size_t i = 0; i < n; i++) s += (double(w[i]) - best[i]) * (double(w[i]) - best[i]);
+        return s;
+    };
+    std::vector<std::vector<float>> scored;
+    PartnerChecks checks;
+    checks.held_out_loss = [&](std::span<const float> w) {
+        scored.emplace_back(w.begin(), w.end());
+        return bowl(w);
+    };
+    std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+    const std::vector<MemberValues> partners{{5, garbage_d, phi0, 10.0}, {9, honest_d, phi0, 10.0}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0},
+                                              partners, checks, phi, momentum, a, b);
+    // Own weights 0.875: 1 + 8 x 0.125^2 = 1.125; its phi 0.75: 1.5, the bound 1.05 x 1.5 =
+    // 1.575. Honest weights 0.8125: 1 + 8 x 0.1875^2 = 1.28125, worse than this node's own but
+    // better than its start. Garbage 0.375 and 0.875: 1 + 4 x 0.625^2 + 4 x 0.125^2 = 2.625.
+    CHECK(step.members == 2);
+    REQUIRE(step.refused.size() == 1);
+    CHECK(step.refused[0].member == 5);
+    CHECK_THAT(step.refused[0].why, Catch::Contains("2.6250 on a held-out batch") &&
+                                        Catch::Contains("own 1.1250 and its round's start 1.5000"));
+    // Own weights and phi once, then each partner's: phi + D.
+    REQUIRE(scored.size() == 4);
+    CHECK(scored[0] == std::vector<float>(n, 0.875f));
+    CHECK(scored[1] == phi0);
+    CHECK(scored[3] == std::vector<float>(n, 0.8125f));
+    // A partner that trained other tokens (a token-budget round) is not scored: fewer steps give
+    // a worse model honestly.
+    phi = phi0;
+    scored.clear();
+    const std::vector<MemberValues> slower{{5, garbage_d, phi0, 4.0}};
+    CHECK(noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, slower, checks, phi,
+                            momentum, a, b)
+              .members == 2);
+    CHECK(scored.empty());
+    // With a held-out batch, the loss judges where the direction test would have: an update
+    // against this node's that scores as well is taken.
+    phi = phi0;
+    const std::vector<float> flipped_d(n, -0.125f), flipped_phi(n, 1.0f);  // weights 0.875
+    const std::vector<MemberValues> flipped{{5, flipped_d, flipped_phi, 10.0}};
+    CHECK(noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, flipped, checks,
+                            phi, momentum, a, b)
+              .members == 2);
+}
+
 TEST_CASE(
     "diloco_outer_step leaves out a D that is not finite or a thousand times the median norm") {
     const size_t n = 16;
