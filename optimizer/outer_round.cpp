@@ -32,12 +32,12 @@ std::span<const float> theta_of(const MemberValues& m, bool fused, std::span<flo
     return scratch;
 }
 
-std::string worse_on_held_out(double loss, double own_theta, double own_phi) {
-    char text[200];
+std::string worse_on_held_out(double loss, double own_loss) {
+    char text[160];
     std::snprintf(text, sizeof text,
-                  "its weights score %.4f on a held-out batch, more than %g times the worse of "
-                  "this node's own %.4f and its round's start %.4f",
-                  loss, kMaxHeldOutLossRatio, own_theta, own_phi);
+                  "its weights score %.4f on a held-out batch, more than %g times this node's "
+                  "own %.4f",
+                  loss, kMaxHeldOutLossRatio, own_loss);
     return text;
 }
 
@@ -60,10 +60,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     const bool fused = mode == MessageMode::Fused;
     std::vector<const MemberValues*> members{&self};
     NoLoCoStep result;
-    struct OwnLosses {
-        double theta = 0.0, phi = 0.0;
-    };
-    std::optional<OwnLosses> own;  // on the held-out batch, once a partner is scored
+    std::optional<double> own_loss;  // on the held-out batch, once a partner is scored
     // This node's own update, D = theta - phi, sets the scale a partner's message is judged on.
     const double own_update =
         fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
@@ -85,14 +82,10 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         if (!problem && p.weight == self.weight && !checks.held_out_loss)
             problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
         if (!problem && p.weight == self.weight && checks.held_out_loss) {
-            if (!own) {
-                own.emplace();
-                own->theta = checks.held_out_loss(theta_of(self, fused, scratch_a));
-                own->phi = checks.held_out_loss(phi);
-            }
+            if (!own_loss) own_loss = checks.held_out_loss(theta_of(self, fused, scratch_a));
             const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
-            if (!(loss <= kMaxHeldOutLossRatio * std::max(own->theta, own->phi)))
-                problem = worse_on_held_out(loss, own->theta, own->phi);
+            if (!(loss <= kMaxHeldOutLossRatio * *own_loss))
+                problem = worse_on_held_out(loss, *own_loss);
         }
         if (problem) {
             result.refused.push_back({p.node_id, partner_name(p.node_id) + ": " + *problem});

@@ -135,14 +135,14 @@ std::string random_byte_shards(const std::filesystem::path& root) {
 
 // The faulty member is refused when it is paired or gathered, quarantined and named; the honest
 // members refuse few of each other's messages. Few, not none: pico daemons early in training
-// drift apart, and an honest partner's weights scored up to 14% worse than the worse of a node's
-// own and its round's start on the held-out batch (1 refusal in about 80 honest judgements of a
-// run), where a decaying member's scored 6 to 25% worse.
+// drift apart, and an honest partner's weights scored up to 15% worse than a node's own on the
+// held-out batch (0 to 3 refusals in about 80 honest judgements of a run), where a decaying
+// member's scored 6 to 25% worse.
 void check_named_and_quarantined(const FaultyRun& run) {
     INFO(run.logs);
     CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
     REQUIRE(run.views_of_faulty.size() == 3);
-    CHECK(run.honest_refused <= 3);
+    CHECK(run.honest_refused <= 5);
 }
 
 }  // namespace
