@@ -89,6 +89,34 @@ struct Pair {
         return {got, gathered[0].tokens};
     }
 
+    // NoLoCo round 0: the faulty member sends faulty_theta and the honest one honest_theta over
+    // the board at once; what each received (honest, faulty).
+    std::pair<std::vector<float>, std::vector<float>> exchange_fused(
+        const std::vector<float>& faulty_theta, const std::vector<float>& honest_theta,
+        PartnerMessage partner_message = {}) {
+        board.begin_round(0, {kHonest, kFaulty}, 2);
+        std::vector<float> at_honest(n), at_faulty(n);
+        codec::MessageDecoder to_honest(manifest.fingerprint(), manifest, at_honest.data(), n);
+        codec::MessageDecoder to_faulty(manifest.fingerprint(), manifest, at_faulty.data(), n);
+        codec::MessageEncoder faulty_out(plans.first, {kFaulty, 0, 0}, faulty_theta.data(), nullptr,
+                                         false);
+        codec::MessageEncoder honest_out(plans.first, {kHonest, 0, 0}, honest_theta.data(), nullptr,
+                                         false);
+        std::thread faulty_side([&] {
+            FaultyLink link(board.link(kFaulty), fault, config, manifest, kFaulty, phi, memory,
+                            partner_message);
+            std::vector<LinkPart> parts;
+            parts.push_back({streamed_message(faulty_out), to_faulty});
+            link.exchange(0, kHonest, std::move(parts), 0, 0);
+        });
+        std::vector<LinkPart> parts;
+        parts.push_back({streamed_message(honest_out), to_honest});
+        const auto result = board.link(kHonest)->exchange(0, kFaulty, std::move(parts), 0, 0);
+        faulty_side.join();
+        REQUIRE(result[0].received);
+        return {at_honest, at_faulty};
+    }
+
     EngineConfig config;
     ParameterManifest manifest;
     size_t n;
@@ -179,29 +207,8 @@ TEST_CASE("fault: a fused message is phi plus the altered update") {
     std::vector<float> theta = pair.phi;
     const std::vector<float> d = values_of(3, n, 0.01);
     for (size_t i = 0; i < n; i++) theta[i] += d[i];
-    std::vector<float> honest_theta = values_of(5, n, 0.1);
-    pair.board.begin_round(0, {kHonest, kFaulty}, 2);
-    std::vector<float> at_honest(n), at_faulty(n);
-    codec::MessageDecoder to_honest(pair.manifest.fingerprint(), pair.manifest, at_honest.data(),
-                                    n);
-    codec::MessageDecoder to_faulty(pair.manifest.fingerprint(), pair.manifest, at_faulty.data(),
-                                    n);
-    codec::MessageEncoder faulty_out(pair.plans.first, {kFaulty, 0, 0}, theta.data(), nullptr,
-                                     false);
-    codec::MessageEncoder honest_out(pair.plans.first, {kHonest, 0, 0}, honest_theta.data(),
-                                     nullptr, false);
-    std::thread faulty_side([&] {
-        FaultyLink link(pair.board.link(kFaulty), pair.fault, pair.config, pair.manifest, kFaulty,
-                        pair.phi, pair.memory);
-        std::vector<LinkPart> parts;
-        parts.push_back({streamed_message(faulty_out), to_faulty});
-        link.exchange(0, kHonest, std::move(parts), 0, 0);
-    });
-    std::vector<LinkPart> parts;
-    parts.push_back({streamed_message(honest_out), to_honest});
-    const auto result = pair.board.link(kHonest)->exchange(0, kFaulty, std::move(parts), 0, 0);
-    faulty_side.join();
-    REQUIRE(result[0].received);
+    const std::vector<float> honest_theta = values_of(5, n, 0.1);
+    const auto [at_honest, at_faulty] = pair.exchange_fused(theta, honest_theta);
     CHECK(at_faulty == honest_theta);  // what the faulty member receives is untouched
     for (size_t i = 0; i < n; i++) {
         const double expected = pair.phi[i] + 10.0 * (static_cast<double>(theta[i]) - pair.phi[i]);
@@ -211,35 +218,12 @@ TEST_CASE("fault: a fused message is phi plus the altered update") {
 
 TEST_CASE("fault: an echo sends its partner's own message back as its own") {
     Pair pair(fault_of(FaultKind::Echo), OuterMethod::NoLoCo);
-    const size_t n = pair.n;
-    const std::vector<float> faulty_theta = values_of(3, n, 0.1);
-    const std::vector<float> honest_theta = values_of(5, n, 0.1);
-    pair.board.begin_round(0, {kHonest, kFaulty}, 2);
-    std::vector<float> at_honest(n), at_faulty(n);
-    codec::MessageDecoder to_honest(pair.manifest.fingerprint(), pair.manifest, at_honest.data(),
-                                    n);
-    codec::MessageDecoder to_faulty(pair.manifest.fingerprint(), pair.manifest, at_faulty.data(),
-                                    n);
-    codec::MessageEncoder faulty_out(pair.plans.first, {kFaulty, 0, 0}, faulty_theta.data(),
-                                     nullptr, false);
-    codec::MessageEncoder honest_out(pair.plans.first, {kHonest, 0, 0}, honest_theta.data(),
-                                     nullptr, false);
-    std::thread faulty_side([&] {
-        const PartnerMessage partner_message = [&](uint64_t round, uint64_t partner,
-                                                   uint32_t part) {
-            return pair.board.sent(round, partner, kFaulty, part);
-        };
-        FaultyLink link(pair.board.link(kFaulty), pair.fault, pair.config, pair.manifest, kFaulty,
-                        pair.phi, pair.memory, partner_message);
-        std::vector<LinkPart> parts;
-        parts.push_back({streamed_message(faulty_out), to_faulty});
-        link.exchange(0, kHonest, std::move(parts), 0, 0);
-    });
-    std::vector<LinkPart> parts;
-    parts.push_back({streamed_message(honest_out), to_honest});
-    const auto result = pair.board.link(kHonest)->exchange(0, kFaulty, std::move(parts), 0, 0);
-    faulty_side.join();
-    REQUIRE(result[0].received);
+    const std::vector<float> honest_theta = values_of(5, pair.n, 0.1);
+    const auto [at_honest, at_faulty] =
+        pair.exchange_fused(values_of(3, pair.n, 0.1), honest_theta,
+                            [&](uint64_t round, uint64_t partner, uint32_t part) {
+                                return pair.board.sent(round, partner, kFaulty, part);
+                            });
     CHECK(at_faulty == honest_theta);
     CHECK(at_honest == honest_theta);  // its own values, nothing of the echo's
 }
