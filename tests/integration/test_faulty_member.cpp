@@ -73,7 +73,12 @@ FaultyRun run_with_faulty_member(const std::string& method, const Environment& f
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path()),
         faulty("faulty", root.path());
-    const Environment honest{{"STARLING_SWARM_METHOD", method}, {"STARLING_SWARM_EVAL_EVERY", "8"}};
+    // H-step rounds always: on a busy machine the members' step times spread and automatic rounds
+    // turn to time budgets, where members train unequal tokens and NoLoCo's held-out check does
+    // not judge (an honest partner with fewer steps scores worse); those rounds are sane()'s alone.
+    const Environment honest{{"STARLING_SWARM_METHOD", method},
+                             {"STARLING_SWARM_EVAL_EVERY", "8"},
+                             {"STARLING_SWARM_UNEVEN_MARGIN", "inf"}};
     Environment typo = honest;
     for (const auto& [key, value] : fault) typo[key] = value;
     a.start({}, honest);
