@@ -28,6 +28,8 @@
 #include "daemon/config.h"
 #include "peer/address.h"
 #include "peer/local_cluster.h"
+#include "peer/message_signature.h"
+#include "peer/round_messages.h"
 
 using namespace starling;
 using namespace starling::bench;
@@ -339,6 +341,51 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     return 0;
 }
 
+// What signing costs a side against the coding it does anyway, on one thread as the exchange's
+// writer and reader each do: encoding the message, decoding it, and its signature made (digest
+// and sign) and checked (digest and verify). Medians of `reps`.
+int signature(const ModelConfig& shape, int reps) {
+    const DeltaModel model(shape);
+    print_message(model);
+    const codec::SerialCoding serial;
+    const NodeIdentity author = NodeIdentity::generate();
+    std::vector<float> received(model.manifest.total());
+    std::vector<double> encode_s, decode_s, sign_s, verify_s;
+    const auto seconds = [](auto&& step) {
+        const auto start = Clock::now();
+        step();
+        return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    for (int rep = 0; rep < reps; rep++) {
+        codec::MessageEncoder encoder(model.plan, {author.node_id(), 1, 0}, model.delta.data(),
+                                      nullptr, false);
+        codec::EncodedMessage message;
+        encode_s.push_back(seconds([&] { message = codec::encode_to_end(encoder); }));
+        codec::MessageDecoder decoder(model.manifest.fingerprint(), model.manifest,
+                                      received.data(), received.size());
+        decode_s.push_back(
+            seconds([&] { codec::decode_to_end(message.header, message.chunks, decoder); }));
+        Signature signed_once{};
+        sign_s.push_back(
+            seconds([&] { signed_once = sign_round_message(author, 1, message, 0); }));
+        bool verified = false;
+        verify_s.push_back(seconds([&] {
+            MessageDigest digest(author.node_id(), 1, 0, 0);
+            digest.add(message.header);
+            for (const auto& chunk : message.chunks) digest.add(chunk);
+            verified = digest.verify(author.public_key(), signed_once);
+        }));
+        if (!verified) throw Error("the message's own signature did not verify");
+    }
+    const double encode = median(encode_s), decode = median(decode_s);
+    const double sign = median(sign_s), verify = median(verify_s);
+    std::printf("one thread, median of %d: encode %.3f s, decode %.3f s; signature made %.3f s "
+                "(%.1f%% of encoding), checked %.3f s (%.1f%% of decoding)\n",
+                reps, encode, decode, sign, 100.0 * sign / encode, verify,
+                100.0 * verify / decode);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -358,6 +405,12 @@ int main(int argc, char** argv) {
     loopback_cmd->add_option("--tcp-seconds", tcp_seconds, "length of each iperf3 run")
         ->capture_default_str();
     loopback_cmd->add_option("--tcp-reps", tcp_reps, "iperf3 runs per mode (median reported)")
+        ->capture_default_str();
+
+    CLI::App* signature_cmd = app.add_subcommand(
+        "signature", "what signing and checking a message costs beside coding it");
+    signature_cmd
+        ->add_option("--reps", reps, "messages signed and checked (median reported)")
         ->capture_default_str();
 
     std::string connect, tcp_out;
@@ -398,6 +451,7 @@ int main(int argc, char** argv) {
         if (tcp_cmd->parsed()) return tcp(connect, tcp_seconds, tcp_reps, tcp_out);
         const ModelConfig shape = load_train_config(config_path).model;
         if (loopback_cmd->parsed()) return loopback(shape, reps, tcp_seconds, tcp_reps);
+        if (signature_cmd->parsed()) return signature(shape, reps);
         return node(shape, node_options);
     } catch (const std::exception& e) {
         std::fflush(stdout);

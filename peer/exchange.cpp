@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "peer/message_signature.h"
 #include "peer/wire.h"
 
 namespace starling {
@@ -65,6 +66,8 @@ public:
         frame.fields.set_part(slot_.part);
         frame.fields.set_header(slot_.outgoing.header.data(), slot_.outgoing.header.size());
         frame.fields.set_tokens(slot_.tokens);
+        MessageDigest digest(slot_.author->node_id(), slot_.round, slot_.part, slot_.tokens);
+        digest.add(bytes_of(frame.fields.header()));
         if (!send(stream, frame)) return;
         frame.fields.clear_tokens();
         ChunkBufferPool buffers;
@@ -82,8 +85,14 @@ public:
                 if (!send(stream, frame)) return;
                 break;
             }
-            if (!more) break;
+            if (!more) {
+                frame.has_chunk = false;
+                frame.fields.set_signature(signature_bytes(digest.sign(*slot_.author)));
+                if (!send(stream, frame)) return;
+                break;
+            }
             frame.fields.clear_body();
+            digest.add(*chunk);
             frame.chunk = std::move(chunk);
             frame.has_chunk = true;
             if (!send(stream, frame)) return;
@@ -110,6 +119,7 @@ public:
             bytes_received_ += wire.chunk->size();
             return decode([&] {
                 slot_.incoming.accept_chunk(*wire.chunk);
+                digest_->add(*wire.chunk);
                 ++chunks_received_;
             });
         }
@@ -120,7 +130,26 @@ public:
                 return decode([&] {
                     slot_.incoming.accept_header(bytes_of(frame.header()));
                     check_sender(slot_.incoming.header());
+                    digest_.emplace(slot_.partner, slot_.round, slot_.part, frame.tokens());
+                    digest_->add(bytes_of(frame.header()));
                 });
+            case v1::ExchangeFrame::kSignature:
+                if (settled()) return;
+                if (!slot_.incoming.has_header())
+                    return refuse(Failure::Corrupt, "a signature before the message header");
+                if (!slot_.incoming.complete())
+                    return refuse(Failure::Corrupt,
+                                  "the signature came after " + std::to_string(chunks_received_) +
+                                      " of " +
+                                      std::to_string(slot_.incoming.header().chunk_count) +
+                                      " chunks");
+                if (!digest_->verify(slot_.partner_key, signature_view(frame.signature())))
+                    return refuse(Failure::Corrupt,
+                                  "its signature is not node " + format_node_id(slot_.partner) +
+                                      "'s of this message, round " + std::to_string(slot_.round) +
+                                      " part " + std::to_string(slot_.part) + " with " +
+                                      std::to_string(partner_tokens_) + " tokens");
+                return settle(Failure::None, "");
             case v1::ExchangeFrame::kAbort:
                 return refuse(Failure::Aborted,
                               "the partner aborted its message: " + frame.abort());
@@ -139,6 +168,8 @@ public:
         if (settled()) return;
         if (!slot_.incoming.has_header())
             return refuse(Failure::Cut, "the stream ended before the message header");
+        if (slot_.incoming.complete())
+            return refuse(Failure::Cut, "the stream ended before the message's signature");
         refuse(Failure::Cut, "the stream ended after " + std::to_string(chunks_received_) + " of " +
                                  std::to_string(slot_.incoming.header().chunk_count) + " chunks");
     }
@@ -205,6 +236,7 @@ private:
         return stream.Write(frame);
     }
 
+    // A whole message settles only with its signature (read()).
     template <typename Decode>
     void decode(Decode&& step) {
         // Once settled, the rest of a message is dropped: the receipt has gone out.
@@ -214,7 +246,6 @@ private:
         } catch (const Error& e) {
             return refuse(Failure::Corrupt, e.what());
         }
-        if (slot_.incoming.complete()) settle(Failure::None, "");
     }
 
     void check_sender(const codec::MessageHeader& header) const {
@@ -255,6 +286,7 @@ private:
     uint64_t bytes_received_ = 0;
     uint64_t partner_tokens_ = 0;
     uint32_t chunks_received_ = 0;
+    std::optional<MessageDigest> digest_;  // from the header on
     Failure failure_ = Failure::None;
     std::string incoming_error_;
     std::optional<v1::ExchangeReceipt> their_receipt_;

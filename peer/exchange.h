@@ -3,8 +3,9 @@
 // while it reads and decodes the other's straight into the destination arena. A side holds at most
 // the chunk it is writing and the one it is decoding, never a whole message.
 //
-// Each direction carries its sender's message (header, then chunks) and one receipt for the
-// message going the other way: "complete", or the decoder's error. A receiver that finds the
+// Each direction carries its sender's message (header, then chunks, then the sender's signature of
+// it: peer/message_signature.h) and one receipt for the message going the other way: "complete"
+// once the whole message decoded and its signature verified, or what was wrong. A receiver that finds the
 // incoming message corrupt says so in its receipt at once (the sender stops sending it) and keeps
 // sending its own, so one bad direction does not cost the other. The server also answers the
 // stream with INVALID_ARGUMENT naming the problem.
@@ -31,6 +32,7 @@
 #include "codec/message.h"
 #include "common/mutex.h"
 #include "peer/exchange_frame.h"
+#include "peer/identity.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -64,6 +66,10 @@ struct ExchangeSlot {
     // on a stream of its own, at the same time); both sides use the same numbers.
     uint32_t part = 0;
     uint64_t tokens = 0;  // trained on in the round the message ends, said with its header
+    // Set by the node (RoundPeers::exchange): this node's identity, which signs the outgoing
+    // message, and the partner's public key, under which the incoming one must verify.
+    const NodeIdentity* author = nullptr;
+    PublicKey partner_key{};
 };
 
 struct ExchangeResult {

@@ -27,7 +27,9 @@ using SteadyClock = std::chrono::steady_clock;
 enum class MemberState { Alive = 1, Suspect = 2, Dead = 3, Left = 4 };
 const char* member_state_name(MemberState state);
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// Members of another version never pair. 2: round messages end with their author's signature
+// (peer/message_signature.h), which version 1 neither sends nor expects.
+inline constexpr uint32_t kProtocolVersion = 2;
 
 struct Member {
     uint64_t node_id = 0;

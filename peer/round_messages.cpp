@@ -1,7 +1,10 @@
 #include "peer/round_messages.h"
 
+#include <optional>
+
 #include "common/error.h"
 #include "peer/identity.h"
+#include "peer/message_signature.h"
 #include "peer/wire.h"
 
 namespace starling {
@@ -17,6 +20,14 @@ std::span<const std::byte> as_bytes(const std::string& text) {
 }
 
 }  // namespace
+
+Signature sign_round_message(const NodeIdentity& author, uint64_t round,
+                             const EncodedMessage& message, uint64_t tokens) {
+    MessageDigest digest(author.node_id(), round, 0, tokens);
+    digest.add(message.header);
+    for (const auto& chunk : message.chunks) digest.add(chunk);
+    return digest.sign(author);
+}
 
 void RoundMessageBoard::publish(uint64_t round, RoundMessage message) {
     {
@@ -61,11 +72,14 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
         frame.set_chunk(as_string(chunk));
         if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
     }
+    frame.set_signature(signature_bytes(published.signature));
+    if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
     return grpc::Status::OK;
 }
 
 FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
                                         uint64_t round, uint64_t sender,
+                                        const PublicKey& sender_key,
                                         codec::MessageDecoder& decoder, uint64_t* bytes) {
     v1::FetchRoundMessageRequest request;
     request.set_round(round);
@@ -73,10 +87,14 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
     v1::RoundMessageFrame frame;
     std::string problem;
     uint64_t tokens = 0;
+    std::optional<MessageDigest> digest;  // from the header on
+    bool signed_by_sender = false;
     while (problem.empty() && reader->Read(&frame)) {
         try {
+            if (signed_by_sender) throw Error("a frame after the signature");
             if (frame.has_header() != !decoder.has_header())
-                throw Error(decoder.has_header() ? "a second header" : "a chunk before the header");
+                throw Error(decoder.has_header() ? "a second header"
+                                                 : "a chunk or signature before the header");
             if (frame.has_header()) {
                 *bytes += frame.header().size();
                 tokens = frame.tokens();
@@ -85,9 +103,21 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
                 if (h.node_id != sender || h.round != round)
                     throw Error("the message is node " + format_node_id(h.node_id) +
                                 "'s for round " + std::to_string(h.round));
-            } else {
+                digest.emplace(sender, round, 0, tokens);
+                digest->add(as_bytes(frame.header()));
+            } else if (frame.has_chunk()) {
                 *bytes += frame.chunk().size();
                 decoder.accept_chunk(as_bytes(frame.chunk()));
+                digest->add(as_bytes(frame.chunk()));
+            } else if (frame.has_signature()) {
+                if (!decoder.complete()) throw Error("a signature before the message's last chunk");
+                if (!digest->verify(sender_key, signature_view(frame.signature())))
+                    throw Error("its signature is not node " + format_node_id(sender) +
+                                "'s of this message, round " + std::to_string(round) + " with " +
+                                std::to_string(tokens) + " tokens");
+                signed_by_sender = true;
+            } else {
+                throw Error("a frame with no body");
             }
         } catch (const Error& e) {
             problem = e.what();
@@ -102,6 +132,7 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
                 false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED,
                 status.error_code() == grpc::StatusCode::UNAVAILABLE && !decoder.has_header()};
     if (!decoder.complete()) return {"the message ended before its last chunk"};
+    if (!signed_by_sender) return {"the message ended before its signature", true};
     FetchedRoundMessage fetched;
     fetched.tokens = tokens;
     return fetched;

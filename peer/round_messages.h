@@ -14,6 +14,7 @@
 
 #include "codec/message.h"
 #include "common/mutex.h"
+#include "peer/identity.h"
 #include "peer/membership.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -22,11 +23,17 @@ namespace starling {
 using codec::EncodedMessage;
 
 // A round's message as published, with the tokens its sender trained on in the round (0: not
-// said), which weigh the members' mean.
+// said), which weigh the members' mean, and its author's signature of both
+// (peer/message_signature.h), served after the last chunk.
 struct RoundMessage {
     std::shared_ptr<const EncodedMessage> message;
     uint64_t tokens = 0;
+    Signature signature{};
 };
+
+// `author`'s signature of its message of `round` claiming `tokens`.
+Signature sign_round_message(const NodeIdentity& author, uint64_t round,
+                             const EncodedMessage& message, uint64_t tokens);
 
 // This node's messages of the last two rounds, for members to fetch.
 class RoundMessageBoard {
@@ -58,9 +65,11 @@ struct FetchedRoundMessage {
 };
 
 // The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
-// names that sender and round; adds the bytes read to *bytes.
+// names that sender and round and that its signature verifies under `sender_key`; adds the bytes
+// read to *bytes.
 FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
                                         uint64_t round, uint64_t sender,
+                                        const PublicKey& sender_key,
                                         codec::MessageDecoder& decoder, uint64_t* bytes);
 
 }  // namespace starling

@@ -14,9 +14,10 @@
 
 namespace starling {
 
-RoundPeers::RoundPeers(const PeerConfig& config, MemberTable& table, SwarmAuth& auth,
-                       PeerChannels& channels, FailureTally& failures)
+RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
+                       SwarmAuth& auth, PeerChannels& channels, FailureTally& failures)
     : config_(config),
+      identity_(identity),
       node_id_(table.self().node_id),
       table_(table),
       auth_(auth),
@@ -27,6 +28,7 @@ RoundPeers::RoundPeers(const PeerConfig& config, MemberTable& table, SwarmAuth& 
 void RoundPeers::advertise(uint64_t round) { table_.set_round(round); }
 
 void RoundPeers::publish(uint64_t round, RoundMessage message) {
+    message.signature = sign_round_message(identity_, round, *message.message, message.tokens);
     advertise(round);
     messages_.publish(round, std::move(message));
 }
@@ -323,6 +325,8 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
             return exchange_failed("not this node's partner for the round");
         const auto partner = table_.find(slot.partner);
         if (!partner) return exchange_failed("not a member this node knows");
+        slot.author = &identity_;
+        slot.partner_key = partner->public_key;
         if (node_id_ > slot.partner) {
             // The partner's stream is awaited only once the partner says it holds the pairing too.
             std::string why;
@@ -394,7 +398,7 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
                 }
                 const FetchedRoundMessage fetched = fetch_round_message(
                     *v1::Peer::NewStub(channels_.get(member->address, ChannelUse::Exchange)),
-                    context, round, members[i], *decoders[i], &read[i]);
+                    context, round, members[i], member->public_key, *decoders[i], &read[i]);
                 exchanges_.untrack(context);
                 gathered[i] = {fetched.error, fetched.tokens};
                 if (fetched.refused) failures_.count(FailureReason::RefusedMessage);

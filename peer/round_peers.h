@@ -25,6 +25,7 @@
 #include "peer/auth.h"
 #include "peer/exchange.h"
 #include "peer/failure_tally.h"
+#include "peer/identity.h"
 #include "peer/member_scores.h"
 #include "peer/membership.h"
 #include "peer/pairing.h"
@@ -37,8 +38,9 @@ namespace starling {
 
 class RoundPeers {
 public:
-    RoundPeers(const PeerConfig& config, MemberTable& table, SwarmAuth& auth,
-               PeerChannels& channels, FailureTally& failures);
+    // identity signs this node's messages and must outlive it.
+    RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
+               SwarmAuth& auth, PeerChannels& channels, FailureTally& failures);
 
     // This node is at `round` from now on, in the digests it gives (a state copy adopted, rounds
     // skipped, a local round ended). Choosing a partner and publishing a round message say so
@@ -113,6 +115,7 @@ private:
     void count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed);
 
     const PeerConfig& config_;
+    const NodeIdentity& identity_;
     const uint64_t node_id_;
     MemberTable& table_;
     SwarmAuth& auth_;

@@ -18,6 +18,8 @@
 #include "codec/message.h"
 #include "peer/auth.h"
 #include "peer/local_cluster.h"
+#include "peer/message_signature.h"
+#include "peer/round_messages.h"
 #include "starling/v1/peer.grpc.pb.h"
 #include "tests/peer/cluster_util.h"
 
@@ -120,6 +122,24 @@ Pair pair_two(LocalCluster& cluster, uint64_t round) {
     return nodes[0]->node_id() < nodes[1]->node_id() ? Pair{nodes[0], nodes[1]}
                                                      : Pair{nodes[1], nodes[0]};
 }
+
+// Two started nodes with identities the test holds, `lower` the one with the lower id.
+struct KnownPair {
+    KnownPair() {
+        if (lower_id.node_id() > higher_id.node_id()) std::swap(lower_id, higher_id);
+        lower = std::make_unique<PeerNode>(base, lower_id);
+        lower->start();
+        PeerConfig joining = base;
+        joining.seeds = {lower->address()};
+        higher = std::make_unique<PeerNode>(joining, higher_id);
+        higher->start();
+        wait_for("one view", 20000ms,
+                 [&] { return all_see_all_alive({lower.get(), higher.get()}); });
+    }
+    const PeerConfig base = local_cluster_config();
+    NodeIdentity lower_id = NodeIdentity::generate(), higher_id = NodeIdentity::generate();
+    std::unique_ptr<PeerNode> lower, higher;
+};
 
 struct Timed {
     ExchangeResult result;
@@ -432,4 +452,110 @@ TEST_CASE(
     CHECK(exchange_budget(130'000, 125'000.0, 1.25e6, floor, ceiling) == floor);
     CHECK(exchange_budget(1'000'000, 0.0, 1.25e6, floor, ceiling) ==
           ceiling);  // a rate of 0 is taken as 1 B/s
+}
+
+TEST_CASE("an exchanged message whose signature is not its sender's is refused, naming it") {
+    const std::string sent = GENERATE(as<std::string>{}, "honestly signed", "signed by another key",
+                                      "with a token claim above the one signed",
+                                      "without a signature");
+    INFO("the opening side's message is sent " << sent);
+    KnownPair nodes;
+    const auto partners = choose_partners({nodes.lower.get(), nodes.higher.get()}, 1);
+    REQUIRE(partners[0] == nodes.higher_id.node_id());
+
+    // The answering node posts its side as in any round; the test opens the stream in the name
+    // of the lower node, writing its frames itself, as a relay could.
+    PeerNode& higher = *nodes.higher;
+    Side answering(one_chunk_model(), codec::Codec::Q8, higher.node_id(), 1, 31);
+    ExchangeResult at_higher;
+    std::thread posted(
+        [&] { at_higher = higher.rounds().exchange(answering.slot(nodes.lower_id.node_id())); });
+
+    Side opening(one_chunk_model(), codec::Codec::Q8, nodes.lower_id.node_id(), 1, 32);
+    SwarmAuth auth(nodes.base.swarm_secret, nodes.lower_id);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 3s);
+    auth.attach(context, "Exchange");
+    const auto stream = open_exchange_stream(swarm_channel(higher.address()), context);
+    const uint64_t signed_tokens = 1000;
+    MessageDigest digest(nodes.lower_id.node_id(), 1, 0, signed_tokens);
+    ExchangeWireFrame frame;
+    frame.fields.set_round(1);
+    frame.fields.set_part(0);
+    const std::vector<std::byte> header = opening.encoder.header_bytes();
+    frame.fields.set_header(header.data(), header.size());
+    frame.fields.set_tokens(sent == "with a token claim above the one signed" ? 10 * signed_tokens
+                                                                             : signed_tokens);
+    digest.add(header);
+    CHECK(stream->Write(frame));
+    frame.fields.clear_tokens();
+    for (;;) {
+        auto chunk = std::make_shared<std::vector<std::byte>>();
+        if (!opening.encoder.next_chunk(*chunk)) break;
+        digest.add(*chunk);
+        frame.fields.clear_body();
+        frame.chunk = chunk;
+        frame.has_chunk = true;
+        CHECK(stream->Write(frame));
+    }
+    if (sent != "without a signature") {
+        const NodeIdentity other = NodeIdentity::generate();
+        frame.has_chunk = false;
+        frame.fields.set_signature(signature_bytes(
+            digest.sign(sent == "signed by another key" ? other : nodes.lower_id)));
+        CHECK(stream->Write(frame));
+    }
+    stream->WritesDone();
+    while (stream->Read(&frame)) {
+    }
+    const grpc::Status status = stream->Finish();
+    posted.join();
+    INFO("at the answering node: " << at_higher.error << " | stream: " << status.error_message());
+    if (sent == "honestly signed") {
+        CHECK(at_higher.received);
+        CHECK(at_higher.partner_tokens == signed_tokens);
+        CHECK(same_bits(answering.received, opening.decoded_directly()));
+        return;
+    }
+    CHECK_FALSE(at_higher.received);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    if (sent == "without a signature") {
+        CHECK_THAT(at_higher.error, Catch::Contains("ended before the message's signature"));
+    } else {
+        CHECK(at_higher.refused);
+        CHECK_THAT(at_higher.error,
+                   Catch::Contains("its signature is not node " +
+                                   format_node_id(nodes.lower_id.node_id())));
+    }
+}
+
+TEST_CASE("a published round message is fetched only under its author's key") {
+    KnownPair nodes;
+    Side author(one_chunk_model(), codec::Codec::Q8, nodes.lower_id.node_id(), 4, 41);
+    const auto message =
+        std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(author.encoder));
+    nodes.lower->rounds().publish(4, RoundMessage{message, 512});
+    const auto stub = v1::Peer::NewStub(swarm_channel(nodes.lower->address()));
+    SwarmAuth auth(nodes.base.swarm_secret, nodes.higher_id);
+    const auto fetch = [&](const PublicKey& key, std::vector<float>& into) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + 3s);
+        auth.attach(context, "FetchRoundMessage");
+        codec::MessageDecoder decoder(one_chunk_model().fingerprint(), one_chunk_model(),
+                                      into.data(), into.size());
+        uint64_t bytes = 0;
+        return fetch_round_message(*stub, context, 4, nodes.lower_id.node_id(), key, decoder,
+                                   &bytes);
+    };
+    std::vector<float> received(one_chunk_model().total());
+    const FetchedRoundMessage whole = fetch(nodes.lower_id.public_key(), received);
+    INFO(whole.error);
+    CHECK(whole.error.empty());
+    CHECK(whole.tokens == 512);
+    CHECK(same_bits(received, author.decoded_directly()));
+
+    const FetchedRoundMessage forged = fetch(nodes.higher_id.public_key(), received);
+    CHECK(forged.refused);
+    CHECK_THAT(forged.error, Catch::Contains("its signature is not node " +
+                                             format_node_id(nodes.lower_id.node_id())));
 }
