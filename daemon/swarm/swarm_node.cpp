@@ -48,6 +48,17 @@ void SwarmConfig::validate() const {
     if (!(uneven_margin >= 0.0)) throw Error("swarm: [swarm].uneven_margin must be at least 0");
 }
 
+namespace {
+
+RoundLinkWrapper& round_link_wrapper() {
+    static RoundLinkWrapper wrapper;
+    return wrapper;
+}
+
+}  // namespace
+
+void set_round_link_wrapper(RoundLinkWrapper wrapper) { round_link_wrapper() = std::move(wrapper); }
+
 SwarmNode::SwarmNode(const SwarmConfig& config)
     : config_(config), schedule_(config.train.lr_schedule()) {
     config_.validate();
@@ -60,6 +71,7 @@ SwarmNode::SwarmNode(const SwarmConfig& config)
     replica_ = std::make_unique<Replica>(config_.train, 1, backend_, 0, peer_->node_id());
     member_round_ = std::make_unique<MemberRound>(config_, replica_->manifest());
     link_ = std::make_unique<PeerRoundLink>(*peer_);
+    if (round_link_wrapper()) link_ = round_link_wrapper()(std::move(link_), config_, *replica_);
     peer_->start();
     publish_snapshot();
 }

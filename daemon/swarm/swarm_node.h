@@ -118,6 +118,13 @@ struct RoundStart {
     LoaderState data;
 };
 
+// Builds a SwarmNode's round link from the one over its PeerNode. A test binary sets one before
+// any node is made to run a faulty member (tests/integration/faulty_starlingd.cpp); starlingd
+// never does. `replica` outlives the link.
+using RoundLinkWrapper = std::function<std::unique_ptr<RoundLink>(
+    std::unique_ptr<RoundLink> peer_link, const SwarmConfig& config, Replica& replica)>;
+void set_round_link_wrapper(RoundLinkWrapper wrapper);
+
 class SwarmNode {
 public:
     // Builds the replica from config.train.seed and starts the peer node.
@@ -247,7 +254,7 @@ private:
     std::unique_ptr<Replica> replica_;
     LrSchedule schedule_;
     std::unique_ptr<MemberRound> member_round_;
-    std::unique_ptr<PeerRoundLink> link_;
+    std::unique_ptr<RoundLink> link_;
     uint64_t round_ = 0;
     RoundStart round_start_;
     // Recycled by publish_snapshot.

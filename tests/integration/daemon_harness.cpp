@@ -17,6 +17,9 @@
 namespace starling::test {
 
 std::string starlingd_binary() { return std::string(STARLING_BINARY_DIR) + "/bin/starlingd"; }
+std::string faulty_starlingd_binary() {
+    return std::string(STARLING_BINARY_DIR) + "/bin/faulty_starlingd";
+}
 std::string starling_binary() { return std::string(STARLING_BINARY_DIR) + "/bin/starling"; }
 std::string pico_config() { return std::string(STARLING_SOURCE_DIR) + "/configs/pico.toml"; }
 
@@ -84,17 +87,10 @@ TestDaemon::TestDaemon(std::string name, const std::filesystem::path& root)
 
 void TestDaemon::start(const std::vector<std::string>& seeds, const Environment& extra,
                        const std::string& config) {
-    std::vector<std::string> argv{starlingd_binary(),
-                                  "--config",
-                                  config,
-                                  "--data-dir",
-                                  data_dir_.string(),
-                                  "--listen",
-                                  peer_address(),
-                                  "--control",
-                                  control_address(),
-                                  "--metrics",
-                                  "127.0.0.1:" + std::to_string(metrics_port_)};
+    std::vector<std::string> argv = command_;
+    argv.insert(argv.end(), {"--config", config, "--data-dir", data_dir_.string(), "--listen",
+                             peer_address(), "--control", control_address(), "--metrics",
+                             "127.0.0.1:" + std::to_string(metrics_port_)});
     for (const std::string& seed : seeds) {
         argv.push_back("--seed");
         argv.push_back(seed);
@@ -154,6 +150,17 @@ std::vector<LoggedRound> logged_rounds(const std::string& log) {
             {std::stoull(m[1]), std::stod(m[2]), std::stod(m[4]), std::stod(m[5]), m[3] != "none"});
     }
     return rounds;
+}
+
+std::map<uint64_t, double> logged_val_losses(const std::string& log) {
+    static const std::regex line(R"(round (\d+): validation loss of the averaged weights (\S+))");
+    std::map<uint64_t, double> losses;
+    std::istringstream in(log);
+    std::string text;
+    std::smatch m;
+    while (std::getline(in, text))
+        if (std::regex_search(text, m, line)) losses[std::stoull(m[1])] = std::stod(m[2]);
+    return losses;
 }
 
 std::vector<LoggedRound> logged_diloco_rounds(const std::string& log) {

@@ -6,8 +6,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,8 @@ inline constexpr int kPairTimeoutMs = 3000;
 inline constexpr int kExchangeTimeoutMs = 3000;
 
 std::string starlingd_binary();
+// starlingd whose outgoing messages a fault alters (tests/integration/faulty_daemon/).
+std::string faulty_starlingd_binary();
 std::string starling_binary();
 std::string pico_config();
 // The variables every test daemon gets: the swarm secret, the KJV shards, pico on one thread
@@ -35,6 +39,9 @@ public:
     // variables on top of daemon_environment(), and a config file (default: configs/pico.toml).
     void start(const std::vector<std::string>& seeds = {}, const Environment& extra = {},
                const std::string& config = pico_config());
+    // What start() runs in place of starlingd, before starlingd's own arguments, e.g.
+    // {faulty_starlingd_binary(), "--fault", "sign_flip"}.
+    void run_as(std::vector<std::string> command) { command_ = std::move(command); }
     Process& process() { return *process_; }
     std::string peer_address() const { return "127.0.0.1:" + std::to_string(peer_port_); }
     std::string control_address() const { return "127.0.0.1:" + std::to_string(control_port_); }
@@ -53,6 +60,7 @@ private:
     std::string name_;
     std::filesystem::path data_dir_, log_path_;
     int peer_port_, control_port_, metrics_port_;
+    std::vector<std::string> command_{starlingd_binary()};
     std::unique_ptr<Process> process_;
 };
 
@@ -69,6 +77,9 @@ struct LoggedRound {
     bool paired = false;
 };
 std::vector<LoggedRound> logged_rounds(const std::string& log);
+// The validation losses the log gives ("round R: validation loss of the averaged weights X"), by
+// round.
+std::map<uint64_t, double> logged_val_losses(const std::string& log);
 // DiLoCo's round lines: round and loss (quorum in place of the partner).
 std::vector<LoggedRound> logged_diloco_rounds(const std::string& log);
 

@@ -4,10 +4,14 @@
 // learning rate of 1e2 was averaged in during the first rounds, and the honest nodes ended NaN. A
 // fresh node joining such a swarm refuses the faulty member's state
 // (daemon/swarm/snapshot_check.h); before that check it copied whichever snapshot won the race, the
-// faulty one's included.
+// faulty one's included. A member that trains honestly but sends sign-flipped messages
+// (faulty_starlingd, tests/integration/faulty_daemon/) is refused alike, and the honest nodes
+// beside a mistyped learning rate end near a control swarm of their own.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <map>
 #include <signal.h>
 #include <sstream>
 #include <string>
@@ -53,6 +57,20 @@ std::vector<std::string> lines_with(const std::string& log, const std::vector<st
     return found;
 }
 
+// The mean of the validation losses evaluated in the last half of `rounds` (NaN without one); one
+// evaluation is noisy (pico daemons' swing by 1% from one to the next).
+double window_mean(const std::map<uint64_t, double>& losses, uint64_t rounds) {
+    double sum = 0.0;
+    int count = 0;
+    for (const auto& [round, loss] : losses) {
+        if (round > rounds / 2 && round <= rounds) {
+            sum += loss;
+            count++;
+        }
+    }
+    return count > 0 ? sum / count : std::numeric_limits<double>::quiet_NaN();
+}
+
 bool trained_to_nan(const std::string& log) {
     return log.find("| loss nan") != std::string::npos ||
            log.find("| loss -nan") != std::string::npos;
@@ -64,12 +82,17 @@ struct FaultyRun {
     std::vector<nlohmann::json> views_of_faulty;
     std::string faulty_address;
     uint64_t honest_refused = 0;  // honest members' messages the honest nodes refused
+    // The mean of the honest nodes' validation losses over the last half of the run's rounds.
+    double honest_val_loss = 0.0;
 };
 
-// Three honest daemons and one whose config differs by `fault` (environment overrides), all with
-// `method`, evaluated every 8 rounds. Each honest node must reach kRounds with a finite validation
-// loss and a training loss well below its first.
-FaultyRun run_with_faulty_member(const std::string& method, const Environment& fault) {
+// Three honest daemons and one whose config differs by `fault` (environment overrides) or that
+// runs `faulty_command` (faulty_starlingd with a fault), all with `method`, evaluated every 8
+// rounds; without a fourth (`fourth` false), a control swarm of the three. Each honest node must
+// reach `rounds` with a finite validation loss and a training loss well below its first.
+FaultyRun run_with_faulty_member(const std::string& method, const Environment& fault,
+                                 const std::vector<std::string>& faulty_command = {},
+                                 uint64_t rounds = kRounds, bool fourth = true) {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path()),
         faulty("faulty", root.path());
@@ -81,30 +104,38 @@ FaultyRun run_with_faulty_member(const std::string& method, const Environment& f
                              {"STARLING_SWARM_UNEVEN_MARGIN", "inf"}};
     Environment typo = honest;
     for (const auto& [key, value] : fault) typo[key] = value;
+    if (!faulty_command.empty()) faulty.run_as(faulty_command);
     a.start({}, honest);
     b.start({a.peer_address()}, honest);
     c.start({a.peer_address()}, honest);
-    faulty.start({a.peer_address()}, typo);
+    if (fourth) faulty.start({a.peer_address()}, typo);
     FaultyRun run{"", {}, faulty.peer_address()};
     for (TestDaemon* d : {&a, &b, &c}) {
-        eventually(d->name() + " reaches round " + std::to_string(kRounds), 180s, [&] {
+        eventually(d->name() + " reaches round " + std::to_string(rounds), 600s, [&] {
             const std::string log = d->log();
             if (trained_to_nan(log)) FAIL(d->name() << " trained to NaN\n" << daemon_log_tails());
-            const auto rounds = method == "diloco" ? logged_diloco_rounds(log) : logged_rounds(log);
-            return !rounds.empty() && rounds.back().round >= kRounds;
+            const auto logged =
+                method == "diloco" ? logged_diloco_rounds(log) : logged_rounds(log);
+            return !logged.empty() && logged.back().round >= rounds;
         });
-        const auto rounds =
+        const auto logged =
             method == "diloco" ? logged_diloco_rounds(d->log()) : logged_rounds(d->log());
-        INFO(d->name() << "'s first and last training loss: " << rounds.front().loss << ", "
-                       << rounds.back().loss);
-        CHECK(std::isfinite(rounds.back().loss));
-        CHECK(rounds.back().loss < rounds.front().loss - 0.5);
+        INFO(d->name() << "'s first and last training loss: " << logged.front().loss << ", "
+                       << logged.back().loss);
+        CHECK(std::isfinite(logged.back().loss));
+        CHECK(logged.back().loss < logged.front().loss - 0.5);
         const nlohmann::json status = d->status();
         REQUIRE(status.contains("val_loss"));
         INFO(d->name() << "'s validation loss: " << status["val_loss"]);
         CHECK(std::isfinite(status["val_loss"].get<double>()));
         CHECK(status["val_loss"].get<double>() < 4.0);  // ln 256 = 5.55 untrained
+        run.honest_val_loss += window_mean(logged_val_losses(d->log()), rounds) / 3.0;
         run.logs += d->log();
+    }
+    if (!fourth) {
+        for (TestDaemon* d : {&a, &b, &c}) d->process().signal(SIGTERM);
+        for (TestDaemon* d : {&a, &b, &c}) d->process().wait(20s);
+        return run;
     }
     const std::string faulty_id = faulty.status()["node_id"];
     for (TestDaemon* d : {&a, &b, &c}) {
@@ -278,4 +309,37 @@ TEST_CASE(
         const FaultyRun run = run_with_faulty_member(method, {{"STARLING_DATA_DIR", shards}});
         check_named_and_quarantined(run);
     }
+}
+
+TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and named",
+          "[integration]") {
+    const std::string method = GENERATE(as<std::string>{}, "noloco", "diloco");
+    INFO(method);
+    // Its own training is honest: only what it sends is flipped (faulty_starlingd), so neither
+    // sane() nor a norm bound can tell; NoLoCo's held-out check and DiLoCo's direction test do.
+    const FaultyRun run =
+        run_with_faulty_member(method, {}, {faulty_starlingd_binary(), "--fault", "sign_flip"});
+    check_named_and_quarantined(run);
+}
+
+// The damage the faulty member still does, against a control swarm of the three honest nodes
+// alone (what the honest nodes would have trained without it; a fourth honest node would train a
+// third more tokens): the mean of the honest nodes' validation losses over rounds 121-240.
+// Measured (4 runs each, 2-core VM): NoLoCo beside a learning rate of 1e2 1.707-1.734 against
+// controls of 1.705-1.736 (+0.5% on the means), DiLoCo beside 1e3 1.673-1.697 against
+// 1.661-1.674 (+1.2%); before the defences every honest node ended NaN. A control run of pico
+// daemons varies by up to 2% from the next, so the bound is 5%, not the 1% the study holds the
+// simulation to (docs/security.md).
+TEST_CASE(
+    "honest nodes beside a member with a mistyped learning rate end within 5% of a control swarm",
+    "[integration]") {
+    const std::string method = GENERATE(as<std::string>{}, "noloco", "diloco");
+    INFO(method);
+    constexpr uint64_t kLossRounds = 240;
+    const FaultyRun faulty = run_with_faulty_member(
+        method, {{"STARLING_OPTIMIZER_LR", method == "noloco" ? "1e2" : "1e3"}}, {}, kLossRounds);
+    const FaultyRun control = run_with_faulty_member(method, {}, {}, kLossRounds, false);
+    INFO("honest nodes beside the faulty one: " << faulty.honest_val_loss
+                                                << ", control: " << control.honest_val_loss);
+    CHECK(faulty.honest_val_loss < 1.05 * control.honest_val_loss);
 }
