@@ -186,6 +186,18 @@ class AttackBytesTest(unittest.TestCase):
         self.assertEqual(logs.quarantines_of(line, "10.251.148.1:37621"), [line])
         self.assertEqual(logs.quarantines_of(line, "10.251.148.1:3762"), [])
 
+    def test_partner_messages_count_taken_and_refused(self):
+        head = "[2026-11-29 07:46:14.502 +00:00] info swarm: node dc676673e825ecf1 round "
+        pair = " | loss 1.4522 | partner defaf3692fb8bb9a | sent 132384 B, received 132384 B | pair 0.569 s, exchange 0.015 s"
+        taken = head + "45" + pair + " | landed 10 steps on, waited 0.000 s"
+        refused = (head + "46" + pair + " | landed 10 steps on, waited 0.000 s | solo: partner defaf3692fb8bb9a: its "
+                   "weights score 1.6309 on a held-out batch, more than 1.05 times this node's own 1.3496")
+        failed = head + "47" + pair + " | solo: exchange with node defaf3692fb8bb9a for round 47: the stream ended"
+        other = taken.replace("defaf3692fb8bb9a", "0123456789abcdef")
+        text = "\n".join([taken, refused, failed, other])
+        self.assertEqual(logs.partner_messages([text, taken], "defaf3692fb8bb9a"), (2, 1))
+        self.assertEqual(logs.partner_messages([text], None), (0, 0))
+
 
 class Listener:
     """A TCP server on 127.0.0.1 that records each connection's source address and closes the

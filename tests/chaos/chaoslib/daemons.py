@@ -135,6 +135,7 @@ class Node:
         self.control = control  # host:port or unix:/path
         self.netns = netns
         self.role = role  # "chaos" (a target of the actions), "slow" (behind the shaped link)
+        self.command = None  # what runs in place of starlingd, before its arguments (every instance)
         self.instances = []
         self.pending = None  # {"kind": ..., "delay": s, "at": monotonic or None} restart to come
         self.retired = False

@@ -312,10 +312,58 @@ def fmt_loss(x):
     return f"{x:.4g}" if isinstance(x, (int, float)) else str(x) if x else "-"
 
 
+class FlippingMember(Probe):
+    """A member f0 (never an action's target) whose training is honest but whose messages are
+    sign-flipped: faulty_starlingd --fault sign_flip, the test binary beside starlingd in --bin.
+    After hold_s among the others it leaves for good. Reported, not checked: how many of its
+    messages the others took and refused, and who quarantined it. Under the suite's load the
+    rounds are token budgets, which NoLoCo's held-out check does not judge (docs/security.md), so
+    most flipped messages are taken; a crash of f0 still fails the crashes check."""
+    name = "flipping member"
+
+    def start(self, chaos):
+        binary = chaos.bin / "faulty_starlingd"
+        if not binary.exists():
+            self.result = {"skipped": f"no {binary} (a test binary of the build tree)"}
+            self.done = True  # started and done at once: nothing to drive
+            return True
+        node = chaos.new_node("f0", role="faulty")
+        node.command = [str(binary), "--fault", "sign_flip"]
+        self.faulty = chaos.start(node, "initial", chaos.seeds_for(node))
+        self.t0 = now()
+        self.result = {"faulty": self.faulty.label, "address": node.listen, "started_s": round(chaos.t(), 1)}
+        chaos.note(f"flipping member {self.faulty.label} ({node.listen}): its messages sign-flipped, among the "
+                   f"others for {self.hold_s:.0f} s")
+        return True
+
+    def poll(self, chaos):
+        if self.result.get("node_id") is None:
+            self.result["node_id"] = (self.faulty.last_status or {}).get("node_id")
+        return not self.faulty.alive or now() - self.t0 >= self.hold_s
+
+    def finish(self, chaos):
+        f = self.faulty
+        if f.alive:
+            chaos.retire(f)
+        others = [i for i in chaos.instances
+                  if i.node is not f.node and i.started_wall is not None and i.log_path.exists()]
+        texts = {i.label: i.log_path.read_text(errors="replace") for i in others}
+        quarantined_by = sorted(label for label, text in texts.items() if logs.quarantines_of(text, f.node.listen))
+        taken, refused = logs.partner_messages(texts.values(), self.result.get("node_id"))
+        self.result.update(taken=taken, refused=refused, quarantined_by=quarantined_by)
+        self.result["summary"] = (
+            f"{f.label}: its messages taken {taken} times, refused {refused}; quarantined by "
+            + (", ".join(quarantined_by) if quarantined_by else "no node"))
+
+    @property
+    def verdict(self):
+        return "-" if self.result.get("skipped") else "info"
+
+
 def default_probes(args):
     """The attack probes of a run, due at these fractions of the chaos phase (the preface flood is
     due at 0.35 and the double start at 0.15)."""
     hold = min(30.0, max(8.0, 0.01 * args.duration))
-    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 2 * hold), StrangerFrames(0.5, hold),
-            JoinPastAddressFlood(0.6, 0, args.address_flood_connections, 100)]
+    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 2 * hold), FlippingMember(0.4, 3 * hold),
+            StrangerFrames(0.5, hold), JoinPastAddressFlood(0.6, 0, args.address_flood_connections, 100)]
 

@@ -183,3 +183,21 @@ def quarantines_of(text, member):
     """The warning lines of a log in which the node quarantined `member` (host:port)."""
     return [line for line in text.splitlines()
             if " warning " in line and "quarantined until round" in line and f"({member})" in line]
+
+
+def partner_messages(texts, member_id):
+    """(taken, refused): round lines of the logs `texts` paired with node `member_id` (16 hex
+    digits) whose outer step used its message, and those that refused it (`solo: partner ID: ...`).
+    (0, 0) without an id."""
+    taken = refused = 0
+    if not member_id:
+        return taken, refused
+    for text in texts:
+        for line in text.splitlines():
+            if " round " not in line or f"| partner {member_id} |" not in line:
+                continue
+            if f"solo: partner {member_id}:" in line:
+                refused += 1
+            elif "solo:" not in line:
+                taken += 1
+    return taken, refused

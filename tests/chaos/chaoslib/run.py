@@ -69,7 +69,8 @@ def parse_args(argv):
     p.add_argument("--address-flood-connections", type=int, default=1000,
                    help="connections of the address flood a joiner must get past (default 1000, from 100 addresses)")
     p.add_argument("--no-attacks", action="store_true",
-                   help="skip the attack probes (control rapid reset, stranger frames, address flood, poisoned donor)")
+                   help="skip the attack probes (control rapid reset, stranger frames, address flood, poisoned donor, "
+                        "flipping member)")
     p.add_argument("--daemon-nofile", type=int, default=1024,
                    help="soft RLIMIT_NOFILE of every starlingd (default 1024, a Linux shell's usual limit)")
     p.add_argument("--resume-bound", type=float, default=30.0,
@@ -219,7 +220,7 @@ class Chaos:
         raise UsageError(f"no free port on {host}")
 
     def argv(self, node, config, seeds):
-        argv = [str(self.starlingd), "--config", str(config), "--data-dir", str(node.data_dir), "--listen",
+        argv = (node.command or [str(self.starlingd)]) + ["--config", str(config), "--data-dir", str(node.data_dir), "--listen",
                 node.listen, "--announce", node.listen, "--control", node.control, "--metrics", ""]
         for s in seeds:
             argv += ["--seed", s]
@@ -964,7 +965,7 @@ class Chaos:
             show(str(self.double_inst.log_path), "double-start target")
         for p in self.attacks:
             if p.verdict == "FAIL":
-                for key in ("target", "poisoned", "joiner"):
+                for key in ("target", "poisoned", "faulty", "joiner"):
                     inst = next((i for i in self.instances if i.label == p.result.get(key)), None)
                     if inst:
                         show(str(inst.log_path), f"{p.name}, {key}")

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/openmp_wait.h"
 #include "daemon/starlingd/run_daemon.h"
 #include "daemon/swarm/swarm_node.h"
 #include "experiment/fault.h"
@@ -45,6 +46,9 @@ FaultConfig take_fault(int& argc, char**& argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // With every argument, before they are taken apart: run_daemon would execute the program
+    // again with what it was given, without the fault.
+    restart_unless_openmp_wait_policy_set(argv);
     FaultConfig fault;
     try {
         fault = take_fault(argc, argv);
