@@ -73,15 +73,17 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             fused ? checks.state.check(p.values, self.values, own_update)
                   : checks.delta.check(p.values, self.values, own_update);
         if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
-        // Direction and loss tell only between members that trained alike: in token-budget
-        // rounds a partner that trained three times this node's steps points away from its
-        // update as often as a flipped one does, and one that trained fewer scores worse
-        // (docs/security.md). The direction test stands in where there is no held-out batch:
-        // honest pico daemons at H 8 score down to -0.52 beside a decaying member, while the
-        // loss measures the harm itself.
+        // Direction tells only between members that trained alike: in token-budget rounds a
+        // partner that trained three times this node's steps points away from its update as
+        // often as a flipped one does (docs/security.md). The loss tells wherever the partner
+        // trained at least this node's tokens, for more training scores no worse honestly,
+        // while one that trained fewer scores worse and is not scored: a member can escape the
+        // check only by claiming fewer tokens, which lowers its weight in the mean. The
+        // direction test stands in where there is no held-out batch: honest pico daemons at H 8
+        // score down to -0.52 beside a decaying member, while the loss measures the harm itself.
         if (!problem && p.weight == self.weight && !checks.held_out_loss)
             problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
-        if (!problem && p.weight == self.weight && checks.held_out_loss) {
+        if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) own_loss = checks.held_out_loss(theta_of(self, fused, scratch_a));
             const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
             if (!(loss <= kMaxHeldOutLossRatio * *own_loss))

@@ -74,10 +74,11 @@ struct NoLoCoStep {
     std::vector<Refusal> refused;  // one per partner left out
 };
 
-// NoLoCo: partners whose values fail the sanity check are left out, and where both trained the
-// same tokens (equal weights: every H-step round) so is one whose weights score more than
-// kMaxHeldOutLossRatio times this node's own on checks.held_out_loss (or, without one, whose
-// update points away from this node's: opposed_update); the rest and the node's own exact values
+// NoLoCo: partners whose values fail the sanity check are left out, and so is one that trained
+// at least this node's tokens (a weight at least its own: every H-step round, and a token-budget
+// round's partner that claims as many or more) whose weights score more than
+// kMaxHeldOutLossRatio times this node's own on checks.held_out_loss (or, without one, where both
+// trained the same tokens, whose update points away from this node's: opposed_update); the rest and the node's own exact values
 // are averaged in node-id order; with no partner left the node takes a solo step (its own D only)
 // and never waits. self.phi must be the phi span being updated (split mode). scratch_a and
 // scratch_b hold the group means (phi.size() floats each).

@@ -199,8 +199,8 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
     REQUIRE(scored.size() == 3);
     CHECK(scored[0] == std::vector<float>(n, 0.875f));
     CHECK(scored[2] == std::vector<float>(n, 0.90625f));
-    // A partner that trained other tokens (a token-budget round) is not scored: fewer steps give
-    // a worse model honestly.
+    // A partner that trained fewer tokens (a token-budget round) is not scored: fewer steps give
+    // a worse model honestly...
     phi = phi0;
     scored.clear();
     const std::vector<MemberValues> slower{{5, garbage_d, phi0, 4.0}};
@@ -208,6 +208,17 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
                             momentum, a, b)
               .members == 2);
     CHECK(scored.empty());
+    // ...while one that says it trained more is: more steps score no worse honestly.
+    phi = phi0;
+    scored.clear();
+    const std::vector<MemberValues> faster{{5, garbage_d, phi0, 30.0}};
+    const NoLoCoStep judged = noloco_outer_step(config, MessageMode::Split,
+                                                {3, own_d, phi0, 10.0}, faster, checks, phi,
+                                                momentum, a, b);
+    CHECK(judged.members == 1);
+    REQUIRE(judged.refused.size() == 1);
+    CHECK_THAT(judged.refused[0].why, Catch::Contains("2.6250 on a held-out batch"));
+    CHECK(scored.size() == 2);
     // With a held-out batch, the loss judges where the direction test would have: an update
     // against this node's that scores as well is taken.
     phi = phi0;
