@@ -316,9 +316,10 @@ class FlippingMember(Probe):
     """A member f0 (never an action's target) whose training is honest but whose messages are
     sign-flipped: faulty_starlingd --fault sign_flip, the test binary beside starlingd in --bin.
     After hold_s among the others it leaves for good. Reported, not checked: how many of its
-    messages the others took and refused, and who quarantined it. Under the suite's load the
-    rounds are token budgets, which NoLoCo's held-out check does not judge (docs/security.md), so
-    most flipped messages are taken; a crash of f0 still fails the crashes check."""
+    messages the others took and refused, and who quarantined it. Under the suite's load rounds
+    switch to token budgets, where NoLoCo's held-out check judges only a partner claiming at least
+    the node's tokens, and most flipped messages were taken (docs/security.md); a crash of f0
+    still fails the crashes check."""
     name = "flipping member"
 
     def start(self, chaos):
