@@ -361,13 +361,12 @@ int signature(const ModelConfig& shape, int reps) {
                                       nullptr, false);
         codec::EncodedMessage message;
         encode_s.push_back(seconds([&] { message = codec::encode_to_end(encoder); }));
-        codec::MessageDecoder decoder(model.manifest.fingerprint(), model.manifest,
-                                      received.data(), received.size());
+        codec::MessageDecoder decoder(model.manifest.fingerprint(), model.manifest, received.data(),
+                                      received.size());
         decode_s.push_back(
             seconds([&] { codec::decode_to_end(message.header, message.chunks, decoder); }));
         Signature signed_once{};
-        sign_s.push_back(
-            seconds([&] { signed_once = sign_round_message(author, 1, message, 0); }));
+        sign_s.push_back(seconds([&] { signed_once = sign_round_message(author, 1, message, 0); }));
         bool verified = false;
         verify_s.push_back(seconds([&] {
             MessageDigest digest(author.node_id(), 1, 0, 0);
@@ -379,10 +378,10 @@ int signature(const ModelConfig& shape, int reps) {
     }
     const double encode = median(encode_s), decode = median(decode_s);
     const double sign = median(sign_s), verify = median(verify_s);
-    std::printf("one thread, median of %d: encode %.3f s, decode %.3f s; signature made %.3f s "
-                "(%.1f%% of encoding), checked %.3f s (%.1f%% of decoding)\n",
-                reps, encode, decode, sign, 100.0 * sign / encode, verify,
-                100.0 * verify / decode);
+    std::printf(
+        "one thread, median of %d: encode %.3f s, decode %.3f s; signature made %.3f s "
+        "(%.1f%% of encoding), checked %.3f s (%.1f%% of decoding)\n",
+        reps, encode, decode, sign, 100.0 * sign / encode, verify, 100.0 * verify / decode);
     return 0;
 }
 
@@ -409,8 +408,7 @@ int main(int argc, char** argv) {
 
     CLI::App* signature_cmd = app.add_subcommand(
         "signature", "what signing and checking a message costs beside coding it");
-    signature_cmd
-        ->add_option("--reps", reps, "messages signed and checked (median reported)")
+    signature_cmd->add_option("--reps", reps, "messages signed and checked (median reported)")
         ->capture_default_str();
 
     std::string connect, tcp_out;

@@ -78,10 +78,10 @@ struct NoLoCoStep {
 // at least this node's tokens (a weight at least its own: every H-step round, and a token-budget
 // round's partner that claims as many or more) whose weights score more than
 // kMaxHeldOutLossRatio times this node's own on checks.held_out_loss (or, without one, where both
-// trained the same tokens, whose update points away from this node's: opposed_update); the rest and the node's own exact values
-// are averaged in node-id order; with no partner left the node takes a solo step (its own D only)
-// and never waits. self.phi must be the phi span being updated (split mode). scratch_a and
-// scratch_b hold the group means (phi.size() floats each).
+// trained the same tokens, whose update points away from this node's: opposed_update); the rest and
+// the node's own exact values are averaged in node-id order; with no partner left the node takes a
+// solo step (its own D only) and never waits. self.phi must be the phi span being updated (split
+// mode). scratch_a and scratch_b hold the group means (phi.size() floats each).
 NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
                              std::span<const MemberValues> partners, PartnerChecks& checks,
                              std::span<float> phi, std::span<float> momentum,

@@ -140,8 +140,7 @@ public:
                 if (!slot_.incoming.complete())
                     return refuse(Failure::Corrupt,
                                   "the signature came after " + std::to_string(chunks_received_) +
-                                      " of " +
-                                      std::to_string(slot_.incoming.header().chunk_count) +
+                                      " of " + std::to_string(slot_.incoming.header().chunk_count) +
                                       " chunks");
                 if (!digest_->verify(slot_.partner_key, signature_view(frame.signature())))
                     return refuse(Failure::Corrupt,

@@ -5,10 +5,10 @@
 //
 // Each direction carries its sender's message (header, then chunks, then the sender's signature of
 // it: peer/message_signature.h) and one receipt for the message going the other way: "complete"
-// once the whole message decoded and its signature verified, or what was wrong. A receiver that finds the
-// incoming message corrupt says so in its receipt at once (the sender stops sending it) and keeps
-// sending its own, so one bad direction does not cost the other. The server also answers the
-// stream with INVALID_ARGUMENT naming the problem.
+// once the whole message decoded and its signature verified, or what was wrong. A receiver that
+// finds the incoming message corrupt says so in its receipt at once (the sender stops sending it)
+// and keeps sending its own, so one bad direction does not cost the other. The server also answers
+// the stream with INVALID_ARGUMENT naming the problem.
 //
 // The node with the lower id opens the stream (open_exchange); the other posts its slot on its
 // ExchangeBoard and the stream's handler takes it from there (ExchangeBoard::serve). Both sides are

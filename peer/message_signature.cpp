@@ -25,7 +25,8 @@ MessageDigest::~MessageDigest() { EVP_MD_CTX_free(context_); }
 
 void MessageDigest::add_u64(uint64_t value) {
     std::array<unsigned char, 8> bytes;
-    for (size_t i = 0; i < bytes.size(); i++) bytes[i] = static_cast<unsigned char>(value >> (8 * i));
+    for (size_t i = 0; i < bytes.size(); i++)
+        bytes[i] = static_cast<unsigned char>(value >> (8 * i));
     EVP_DigestUpdate(context_, bytes.data(), bytes.size());
 }
 

@@ -10,7 +10,8 @@
 // BLAKE2b, and each side hashes every byte it sends or receives.
 //
 // The digest's input: "starling round message v1", then author, round, part and tokens as u64
-// little-endian, then for each piece (header, chunks) its length as u64 little-endian and its bytes.
+// little-endian, then for each piece (header, chunks) its length as u64 little-endian and its
+// bytes.
 //
 // A signature proves who made a message, not that it is honest: an author that replays its own
 // old update signs the replay (the round checks in optimizer/ judge what a message holds).

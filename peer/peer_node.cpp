@@ -202,9 +202,8 @@ void PeerNode::start() {
     self.public_key = identity_.public_key();
     self.instance = random_u64();
     membership_ = std::make_unique<MembershipProtocol>(config_, self, auth_, channels_, failures_);
-    rounds_ =
-        std::make_unique<RoundPeers>(config_, identity_, membership_->table(), auth_, channels_,
-                                     failures_);
+    rounds_ = std::make_unique<RoundPeers>(config_, identity_, membership_->table(), auth_,
+                                           channels_, failures_);
     server_ = builder.BuildAndStart();
     if (!server_) throw Error("cannot start the peer server on " + config_.listen);
     gate_->start(std::move(acceptor), [this](const std::string& address) {

@@ -79,8 +79,8 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
 
 FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
                                         uint64_t round, uint64_t sender,
-                                        const PublicKey& sender_key,
-                                        codec::MessageDecoder& decoder, uint64_t* bytes) {
+                                        const PublicKey& sender_key, codec::MessageDecoder& decoder,
+                                        uint64_t* bytes) {
     v1::FetchRoundMessageRequest request;
     request.set_round(round);
     const auto reader = stub.FetchRoundMessage(&context, request);

@@ -69,7 +69,7 @@ struct FetchedRoundMessage {
 // read to *bytes.
 FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
                                         uint64_t round, uint64_t sender,
-                                        const PublicKey& sender_key,
-                                        codec::MessageDecoder& decoder, uint64_t* bytes);
+                                        const PublicKey& sender_key, codec::MessageDecoder& decoder,
+                                        uint64_t* bytes);
 
 }  // namespace starling

@@ -212,9 +212,8 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
     phi = phi0;
     scored.clear();
     const std::vector<MemberValues> faster{{5, garbage_d, phi0, 30.0}};
-    const NoLoCoStep judged = noloco_outer_step(config, MessageMode::Split,
-                                                {3, own_d, phi0, 10.0}, faster, checks, phi,
-                                                momentum, a, b);
+    const NoLoCoStep judged = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0},
+                                                faster, checks, phi, momentum, a, b);
     CHECK(judged.members == 1);
     REQUIRE(judged.refused.size() == 1);
     CHECK_THAT(judged.refused[0].why, Catch::Contains("2.6250 on a held-out batch"));

@@ -133,8 +133,9 @@ struct KnownPair {
         joining.seeds = {lower->address()};
         higher = std::make_unique<PeerNode>(joining, higher_id);
         higher->start();
-        wait_for("one view", 20000ms,
-                 [&] { return all_see_all_alive({lower.get(), higher.get()}); });
+        wait_for("one view", 20000ms, [&] {
+            return all_see_all_alive({lower.get(), higher.get()});
+        });
     }
     const PeerConfig base = local_cluster_config();
     NodeIdentity lower_id = NodeIdentity::generate(), higher_id = NodeIdentity::generate();
@@ -455,9 +456,9 @@ TEST_CASE(
 }
 
 TEST_CASE("an exchanged message whose signature is not its sender's is refused, naming it") {
-    const std::string sent = GENERATE(as<std::string>{}, "honestly signed", "signed by another key",
-                                      "with a token claim above the one signed",
-                                      "without a signature");
+    const std::string sent =
+        GENERATE(as<std::string>{}, "honestly signed", "signed by another key",
+                 "with a token claim above the one signed", "without a signature");
     INFO("the opening side's message is sent " << sent);
     KnownPair nodes;
     const auto partners = choose_partners({nodes.lower.get(), nodes.higher.get()}, 1);
@@ -485,7 +486,7 @@ TEST_CASE("an exchanged message whose signature is not its sender's is refused, 
     const std::vector<std::byte> header = opening.encoder.header_bytes();
     frame.fields.set_header(header.data(), header.size());
     frame.fields.set_tokens(sent == "with a token claim above the one signed" ? 10 * signed_tokens
-                                                                             : signed_tokens);
+                                                                              : signed_tokens);
     digest.add(header);
     CHECK(stream->Write(frame));
     frame.fields.clear_tokens();
@@ -501,8 +502,8 @@ TEST_CASE("an exchanged message whose signature is not its sender's is refused, 
     if (sent != "without a signature") {
         const NodeIdentity other = NodeIdentity::generate();
         frame.has_chunk = false;
-        frame.fields.set_signature(signature_bytes(
-            digest.sign(sent == "signed by another key" ? other : nodes.lower_id)));
+        frame.fields.set_signature(
+            signature_bytes(digest.sign(sent == "signed by another key" ? other : nodes.lower_id)));
         CHECK(stream->Write(frame));
     }
     stream->WritesDone();
@@ -523,9 +524,8 @@ TEST_CASE("an exchanged message whose signature is not its sender's is refused, 
         CHECK_THAT(at_higher.error, Catch::Contains("ended before the message's signature"));
     } else {
         CHECK(at_higher.refused);
-        CHECK_THAT(at_higher.error,
-                   Catch::Contains("its signature is not node " +
-                                   format_node_id(nodes.lower_id.node_id())));
+        CHECK_THAT(at_higher.error, Catch::Contains("its signature is not node " +
+                                                    format_node_id(nodes.lower_id.node_id())));
     }
 }
 
