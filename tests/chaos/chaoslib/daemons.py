@@ -136,6 +136,7 @@ class Node:
         self.netns = netns
         self.role = role  # "chaos" (a target of the actions), "slow" (behind the shaped link)
         self.command = None  # what runs in place of starlingd, before its arguments (every instance)
+        self.env = {}  # more environment for every instance, restarts included (a probe's faulty config)
         self.instances = []
         self.pending = None  # {"kind": ..., "delay": s, "at": monotonic or None} restart to come
         self.retired = False

@@ -232,7 +232,8 @@ class PoisonedDonor(Probe):
 
     def start(self, chaos):
         node = chaos.new_node("p0", role="poisoned")
-        self.poisoned = chaos.start(node, "initial", chaos.seeds_for(node), extra_env={"STARLING_OPTIMIZER_LR": "1e2"})
+        node.env = {"STARLING_OPTIMIZER_LR": "1e2"}  # a restart after a crash keeps it
+        self.poisoned = chaos.start(node, "initial", chaos.seeds_for(node))
         self.first_round = None
         self.joiner = None
         self.joined_at = None

@@ -236,10 +236,10 @@ class Chaos:
         self.nodes.append(node)
         return node
 
-    def start(self, node, kind, seeds, config=None, poll=True, extra_env=None):
+    def start(self, node, kind, seeds, config=None, poll=True):
         inst = Instance(node, len(node.instances), kind, self.work / "logs" / f"{node.name}.{len(node.instances)}.log")
         node.instances.append(inst)
-        inst.start(self.argv(node, config or self.config, seeds), dict(self.env, **(extra_env or {})),
+        inst.start(self.argv(node, config or self.config, seeds), dict(self.env, **node.env),
                    self.daemon_nofile)
         self.instances.append(inst)
         if poll:
