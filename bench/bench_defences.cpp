@@ -1,0 +1,141 @@
+// What each of the round's defences (docs/security.md) adds to a round, against the training the
+// round holds, measured on one replica in one run: NoLoCo's sane() distances and held-out check
+// of one partner, DiLoCo's clip and direction test over the members' D's (the judged step less the
+// plain mean), and the signature each node makes of its message and checks of each message it
+// takes. A round's training is H times the median inner step measured here. Medians of --reps
+// repetitions after one warm-up; needs the config's data (train and validation shards).
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "bench/median.h"
+#include "common/error.h"
+#include "common/random.h"
+#include "daemon/config.h"
+#include "engine/member_round.h"
+#include "engine/replica.h"
+#include "kernels/backend.h"
+#include "optimizer/outer_round.h"
+#include "peer/message_signature.h"
+#include "peer/round_messages.h"
+
+using namespace starling;
+
+namespace {
+
+// Signing this node's message and checking `checked` messages of the same size.
+double signature_seconds(const EngineConfig& engine, const ParameterManifest& manifest,
+                         std::span<const float> values, int checked, int reps) {
+    const codec::MessagePlan plan = round_message_plans(engine, manifest).first;
+    const NodeIdentity author = NodeIdentity::generate();
+    codec::MessageEncoder encoder(plan, {author.node_id(), 1, 0}, values.data(), nullptr,
+                                  engine.exchange.zstd);
+    const codec::EncodedMessage message = codec::encode_to_end(encoder);
+    return bench::median_seconds(reps, [&] {
+        const Signature signature = sign_round_message(author, 1, message, 0);
+        for (int k = 0; k < checked; k++) {
+            MessageDigest digest(author.node_id(), 1, 0, 0);
+            digest.add(message.header);
+            for (const auto& chunk : message.chunks) digest.add(chunk);
+            if (!digest.verify(author.public_key(), signature))
+                throw Error("the message's own signature did not verify");
+        }
+    });
+}
+
+void print_row(const char* what, double seconds, double round_s) {
+    std::printf("%-48s %8.4f s  %5.2f%% of the round's training\n", what, seconds,
+                100.0 * seconds / round_s);
+}
+
+int run(int argc, char** argv) {
+    CLI::App app{"bench_defences: what the round's defences add to a round's training"};
+    std::string config_path = std::string(STARLING_SOURCE_DIR) + "/configs/pico.toml";
+    int noloco_h = 20, diloco_h = 50, members = 8, reps = 5;
+    app.add_option("--config", config_path, "model, batch and data config");
+    app.add_option("--noloco-inner-steps", noloco_h, "H of a NoLoCo round");
+    app.add_option("--diloco-inner-steps", diloco_h, "H of a DiLoCo round");
+    app.add_option("--members", members, "DiLoCo's members, each D judged by every one");
+    app.add_option("--reps", reps, "repetitions");
+    CLI11_PARSE(app, argc, argv);
+    if (members < 3) throw Error("--members must be at least 3 (the direction test's least)");
+
+    EngineConfig engine;
+    engine.train = load_train_config(config_path);
+    const TrainConfig& config = engine.train;
+    const Backend backend = make_backend({config.device, config.threads, config.matmul});
+    Replica replica(config, 1, backend, 0, 1);
+    const LrSchedule schedule = config.lr_schedule();
+    const double step_s =
+        bench::median_seconds(reps, [&] { (void)replica.inner_phase(noloco_h, schedule); }) /
+        noloco_h;
+    const size_t n = replica.theta().size();
+    const std::vector<float> theta(replica.theta().begin(), replica.theta().end());
+    const std::vector<float> phi(replica.phi().begin(), replica.phi().end());
+    // The members' D's: this replica's update, each member's with its own noise of half its size
+    // (honest D's of one round point alike, cosines 0.85 to 0.98 in the swarm experiment).
+    std::vector<float> own_d(n);
+    for (size_t i = 0; i < n; i++) own_d[i] = theta[i] - phi[i];
+    const double d_rms = euclidean_distance(own_d, {}) / std::sqrt(static_cast<double>(n));
+    std::vector<std::vector<float>> ds(members, own_d);
+    for (int m = 1; m < members; m++)
+        for (size_t i = 0; i < n; i++)
+            ds[m][i] += static_cast<float>(0.5 * d_rms * normal_at(hash_index(7, m), i));
+    std::vector<float> partner(n);
+    for (size_t i = 0; i < n; i++) partner[i] = phi[i] + ds[1][i];
+
+    std::printf("%s on %s: %zu parameters, batch %d x %d, inner step %.4f s\n", config_path.c_str(),
+                backend.description.c_str(), n, config.batch_size, config.effective_seq_len(),
+                step_s);
+
+    const double noloco_round = noloco_h * step_s;
+    std::printf("\nNoLoCo, H %d (round's training %.3f s), one partner, fused messages:\n",
+                noloco_h, noloco_round);
+    MessageSanity sanity;
+    const double sane_s = bench::median_seconds(reps, [&] {
+        const double own_update = euclidean_distance(theta, phi);
+        if (sanity.check(partner, theta, own_update))
+            throw Error("an ordinary partner was refused");
+    });
+    const double held_out_s = bench::median_seconds(reps, [&] {
+        (void)replica.held_out_loss(theta);
+        (void)replica.held_out_loss(partner);
+    });
+    engine.method = OuterMethod::NoLoCo;
+    const double noloco_signature_s = signature_seconds(engine, replica.manifest(), theta, 1, reps);
+    print_row("sane(): the distances", sane_s, noloco_round);
+    print_row("held-out check: own weights and the partner's", held_out_s, noloco_round);
+    print_row("signature: own made, the partner's checked", noloco_signature_s, noloco_round);
+    print_row("all of them", sane_s + held_out_s + noloco_signature_s, noloco_round);
+
+    const double diloco_round = diloco_h * step_s;
+    std::printf("\nDiLoCo, H %d (round's training %.3f s), %d members, Q8 D's:\n", diloco_h,
+                diloco_round, members);
+    std::vector<std::span<const float>> decoded(ds.begin(), ds.end());
+    std::vector<float> step_phi(phi), momentum(n), scratch(n);
+    const auto outer_step_seconds = [&](bool judge) {
+        return bench::median_seconds(reps, [&] {
+            (void)diloco_outer_step(engine.outer, decoded, step_phi, momentum, scratch, {}, judge);
+        });
+    };
+    const double judged_s = outer_step_seconds(true), plain_s = outer_step_seconds(false);
+    engine.method = OuterMethod::DiLoCo;
+    const double diloco_signature_s =
+        signature_seconds(engine, replica.manifest(), own_d, members - 1, reps);
+    print_row("clip and direction test (judged step - plain)", judged_s - plain_s, diloco_round);
+    print_row("signature: own made, every other's checked", diloco_signature_s, diloco_round);
+    print_row("all of them", judged_s - plain_s + diloco_signature_s, diloco_round);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_defences: %s\n", e.what());
+        return 1;
+    }
+}
