@@ -154,6 +154,9 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
                                               replica.momentum(), scratch_a_, scratch_b_);
     outcome.members = step.members;
     outcome.solo = step.members < 2;
+    if (!arrived.empty() && outcome.partner == arrived.front().node_id &&
+        !std::isnan(step.held_out_ratios.front()))
+        outcome.partner_held_out = step.held_out_ratios.front();
     for (const Refusal& refusal : step.refused) {
         add_failure(outcome, refusal.why);
         outcome.refused++;

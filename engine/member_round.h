@@ -42,6 +42,9 @@ struct RoundOutcome {
     // RMS of own theta minus the first partner's, when its message arrived.
     std::optional<double> partner_distance;
     uint64_t partner_tokens = 0;  // what the first partner said it trained on (NoLoCo; 0: not said)
+    // NoLoCo: the first partner's weights' loss on the held-out batch over this node's own, where
+    // they were scored (optimizer/outer_round.h).
+    std::optional<double> partner_held_out;
 };
 
 // The plans of a round's messages: the first part's (theta under the state codec for fused

@@ -64,7 +64,9 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     // This node's own update, D = theta - phi, sets the scale a partner's message is judged on.
     const double own_update =
         fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
-    for (const MemberValues& p : partners) {
+    result.held_out_ratios.assign(partners.size(), std::numeric_limits<double>::quiet_NaN());
+    for (size_t k = 0; k < partners.size(); k++) {
+        const MemberValues& p = partners[k];
         if (!checks.judge) {
             members.push_back(&p);
             continue;
@@ -86,6 +88,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) own_loss = checks.held_out_loss(theta_of(self, fused, scratch_a));
             const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
+            result.held_out_ratios[k] = loss / *own_loss;
             if (!(loss <= kMaxHeldOutLossRatio * *own_loss))
                 problem = worse_on_held_out(loss, *own_loss);
         }

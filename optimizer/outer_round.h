@@ -72,6 +72,9 @@ struct Refusal {
 struct NoLoCoStep {
     int members = 1;               // values that entered the step, own included; 1 = solo
     std::vector<Refusal> refused;  // one per partner left out
+    // Per partner, in the order given: its weights' loss on the held-out batch over this node's
+    // own; NaN where it was not scored (refused first, fewer tokens claimed, no held-out batch).
+    std::vector<double> held_out_ratios;
 };
 
 // NoLoCo: partners whose values fail the sanity check are left out, and so is one that trained

@@ -329,13 +329,22 @@ void SwarmNode::log_round(const SwarmRound& r) const {
                          r.quorum, r.bytes_sent, r.bytes_received, r.exchange_seconds, landed,
                          r.failure.empty() ? "" : " | left out: " + r.failure);
             return;
-        case OuterMethod::NoLoCo:
+        case OuterMethod::NoLoCo: {
+            // How the partner's message was judged: its held-out score, or why it had none (a
+            // claim of fewer tokens than this node's is not scored).
+            std::string held_out;
+            if (r.partner_held_out)
+                held_out = fmt::format(" | held-out {:.3f} of own", *r.partner_held_out);
+            else if (r.partner_distance && r.refused == 0)
+                held_out =
+                    fmt::format(" | held-out not scored (claims {} tokens)", r.partner_tokens);
             spdlog::info(
-                "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}{}",
+                "{} | partner {} | sent {} B, received {} B | pair {:.3f} s, exchange {:.3f} s{}{}{}",
                 head, r.partner ? format_node_id(*r.partner) : std::string("none"), r.bytes_sent,
-                r.bytes_received, r.pair_seconds, r.exchange_seconds, landed,
+                r.bytes_received, r.pair_seconds, r.exchange_seconds, held_out, landed,
                 r.failure.empty() ? "" : " | solo: " + r.failure);
             return;
+        }
     }
 }
 

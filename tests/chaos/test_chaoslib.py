@@ -189,14 +189,20 @@ class AttackBytesTest(unittest.TestCase):
     def test_partner_messages_count_taken_and_refused(self):
         head = "[2026-11-29 07:46:14.502 +00:00] info swarm: node dc676673e825ecf1 round "
         pair = " | loss 1.4522 | partner defaf3692fb8bb9a | sent 132384 B, received 132384 B | pair 0.569 s, exchange 0.015 s"
-        taken = head + "45" + pair + " | landed 10 steps on, waited 0.000 s"
-        refused = (head + "46" + pair + " | landed 10 steps on, waited 0.000 s | solo: partner defaf3692fb8bb9a: its "
-                   "weights score 1.6309 on a held-out batch, more than 1.05 times this node's own 1.3496")
+        taken = head + "45" + pair + " | held-out 1.021 of own | landed 10 steps on, waited 0.000 s"
+        unscored = head + "48" + pair + " | held-out not scored (claims 1280 tokens)"
+        refused = (head + "46" + pair + " | held-out 1.208 of own | landed 10 steps on, waited 0.000 s | solo: partner "
+                   "defaf3692fb8bb9a: its weights score 1.6309 on a held-out batch, more than 1.05 times this node's "
+                   "own 1.3496")
         failed = head + "47" + pair + " | solo: exchange with node defaf3692fb8bb9a for round 47: the stream ended"
         other = taken.replace("defaf3692fb8bb9a", "0123456789abcdef")
-        text = "\n".join([taken, refused, failed, other])
-        self.assertEqual(logs.partner_messages([text, taken], "defaf3692fb8bb9a"), (2, 1))
-        self.assertEqual(logs.partner_messages([text], None), (0, 0))
+        text = "\n".join([taken, unscored, refused, failed, other])
+        self.assertEqual(logs.partner_messages([text, taken], "defaf3692fb8bb9a"),
+                         logs.PartnerMessages(taken=3, refused=1, taken_scores=[1.021, 1.021], taken_unscored=1))
+        self.assertEqual(logs.partner_messages([text], None), logs.PartnerMessages())
+        parsed = logs.NOLOCO_ROUND.search(refused)
+        self.assertEqual((parsed.group(2), parsed.group(8)), ("46", "0.015"))
+        self.assertTrue(parsed.group(9).startswith("partner defaf3692fb8bb9a: its weights score"))
 
 
 class Listener:

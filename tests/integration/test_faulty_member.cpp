@@ -12,11 +12,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <regex>
 #include <signal.h>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "optimizer/outer_round.h"
 #include "tests/integration/daemon_harness.h"
 #include "tests/support/files.h"
 
@@ -180,6 +182,26 @@ void check_named_and_quarantined(const FaultyRun& run) {
     CHECK(run.honest_refused <= 5);
 }
 
+// The round lines that refused a partner on the held-out batch: each logs that partner's score,
+// the ratio of the two losses its refusal names, above the bound.
+size_t check_logged_held_out_scores(const std::string& logs) {
+    static const std::regex refusal(
+        R"(\| held-out ([0-9.]+) of own .*its weights score ([0-9.]+) on a held-out batch, more )"
+        R"(than [0-9.]+ times this node's own ([0-9.]+))");
+    size_t count = 0;
+    std::istringstream in(logs);
+    std::string line;
+    std::smatch m;
+    while (std::getline(in, line)) {
+        if (!std::regex_search(line, m, refusal)) continue;
+        INFO(line);
+        CHECK(std::stod(m[1]) == Approx(std::stod(m[2]) / std::stod(m[3])).margin(1e-3));
+        CHECK(std::stod(m[1]) > starling::kMaxHeldOutLossRatio);
+        count++;
+    }
+    return count;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -319,6 +341,8 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     const FaultyRun run =
         run_with_faulty_member(method, {}, {faulty_starlingd_binary(), "--fault", "sign_flip"});
     check_named_and_quarantined(run);
+    // In NoLoCo the held-out check refused it: the round lines say by how much.
+    if (method == "noloco") CHECK(check_logged_held_out_scores(run.logs) >= 1);
 }
 
 // The damage the faulty member still does, against a control swarm of the three honest nodes

@@ -199,15 +199,21 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
     REQUIRE(scored.size() == 3);
     CHECK(scored[0] == std::vector<float>(n, 0.875f));
     CHECK(scored[2] == std::vector<float>(n, 0.90625f));
+    // Each partner's score over this node's own, in the order given, for the round's log.
+    REQUIRE(step.held_out_ratios.size() == 2);
+    CHECK(step.held_out_ratios[0] == Approx(2.625 / 1.125));
+    CHECK(step.held_out_ratios[1] == Approx(1.0703125 / 1.125));
     // A partner that trained fewer tokens (a token-budget round) is not scored: fewer steps give
     // a worse model honestly...
     phi = phi0;
     scored.clear();
     const std::vector<MemberValues> slower{{5, garbage_d, phi0, 4.0}};
-    CHECK(noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, slower, checks, phi,
-                            momentum, a, b)
-              .members == 2);
+    const NoLoCoStep unscored = noloco_outer_step(
+        config, MessageMode::Split, {3, own_d, phi0, 10.0}, slower, checks, phi, momentum, a, b);
+    CHECK(unscored.members == 2);
     CHECK(scored.empty());
+    REQUIRE(unscored.held_out_ratios.size() == 1);
+    CHECK(std::isnan(unscored.held_out_ratios[0]));
     // ...while one that says it trained more is: more steps score no worse honestly.
     phi = phi0;
     scored.clear();

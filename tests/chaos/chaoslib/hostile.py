@@ -351,11 +351,16 @@ class FlippingMember(Probe):
                   if i.node is not f.node and i.started_wall is not None and i.log_path.exists()]
         texts = {i.label: i.log_path.read_text(errors="replace") for i in others}
         quarantined_by = sorted(label for label, text in texts.items() if logs.quarantines_of(text, f.node.listen))
-        taken, refused = logs.partner_messages(texts.values(), self.result.get("node_id"))
-        self.result.update(taken=taken, refused=refused, quarantined_by=quarantined_by)
+        messages = logs.partner_messages(texts.values(), self.result.get("node_id"))
+        scores = sorted(messages.taken_scores)
+        self.result.update(taken=messages.taken, refused=messages.refused, taken_scores=scores,
+                           taken_unscored=messages.taken_unscored, quarantined_by=quarantined_by)
+        # Why the taken ones passed: the held-out scores they had, or none for claiming fewer tokens.
+        why_taken = (f" (held-out {', '.join(f'{x:.3f}' for x in scores) or 'none'} of the node's own; "
+                     f"{messages.taken_unscored} not scored)") if messages.taken else ""
         self.result["summary"] = (
-            f"{f.label}: its messages taken {taken} times, refused {refused}; quarantined by "
-            + (", ".join(quarantined_by) if quarantined_by else "no node"))
+            f"{f.label}: its messages taken {messages.taken} times{why_taken}, refused {messages.refused}; "
+            "quarantined by " + (", ".join(quarantined_by) if quarantined_by else "no node"))
 
     @property
     def verdict(self):

@@ -18,7 +18,7 @@ from pathlib import Path
 LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) ([+-]\d\d:\d\d)\] (\w+) (.*)$")
 NOLOCO_ROUND = re.compile(
     r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| partner (\S+) \| sent (\d+) B, received (\d+) B"
-    r" \| pair ([\d.]+) s, exchange ([\d.]+) s(?: \| landed \d+ steps on, waited [\d.]+ s)?(?: \| solo: (.*))?$"
+    r" \| pair ([\d.]+) s, exchange ([\d.]+) s(?: \| held-out [^|]*)?(?: \| landed \d+ steps on, waited [\d.]+ s)?(?: \| solo: (.*))?$"
 )
 LOCAL_ROUND = re.compile(r"swarm: node ([0-9a-f]+) round (\d+) \| loss (\S+) \| local$")
 VAL = re.compile(r"^round (\d+): validation loss of the averaged weights ([\d.]+|nan|inf)")
@@ -185,13 +185,39 @@ def quarantines_of(text, member):
             if " warning " in line and "quarantined until round" in line and f"({member})" in line]
 
 
+HELD_OUT = re.compile(r"\| held-out (?:([\d.]+) of own|not scored)")
+
+
+@dataclass
+class PartnerMessages:
+    """What the nodes did with one member's messages."""
+    taken: int = 0
+    refused: int = 0
+    taken_scores: list = field(default_factory=list)  # held-out loss over own, of those taken and scored
+    taken_unscored: int = 0  # taken without a held-out score: it claimed fewer tokens than the node
+
+
 def partner_messages(texts, member_id):
-    """(taken, refused): round lines of the logs `texts` paired with node `member_id` (16 hex
-    digits) whose outer step used its message, and those that refused it (`solo: partner ID: ...`).
-    (0, 0) without an id."""
-    taken = refused = 0
+    """The round lines of the logs `texts` paired with node `member_id` (16 hex digits): those whose
+    outer step used its message (with how the held-out check scored it) and those that refused it
+    (`solo: partner ID: ...`). All zero without an id."""
+    result = PartnerMessages()
     if not member_id:
-        return taken, refused
+        return result
+    for text in texts:
+        for line in text.splitlines():
+            if " round " not in line or f"| partner {member_id} |" not in line:
+                continue
+            if f"solo: partner {member_id}:" in line:
+                result.refused += 1
+            elif "solo:" not in line:
+                result.taken += 1
+                held_out = HELD_OUT.search(line)
+                if held_out and held_out.group(1):
+                    result.taken_scores.append(float(held_out.group(1)))
+                elif held_out:
+                    result.taken_unscored += 1
+    return result
     for text in texts:
         for line in text.splitlines():
             if " round " not in line or f"| partner {member_id} |" not in line:
