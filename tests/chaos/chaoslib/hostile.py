@@ -255,6 +255,9 @@ class PoisonedDonor(Probe):
                 self.first_round = int(st.get("round", 0))
             if self.first_round is not None and int(st.get("round", 0)) >= self.first_round + self.ROUNDS_TO_DIVERGE:
                 self.joiner = chaos.join_new_node([p.node.listen], "join through a poisoned donor", make_room=False)
+                # No action may take the joiner before it has trained on what it copied (one retired
+                # it to make room for another joiner 4 s after it joined).
+                self.joiner.node.busy_until = math.inf
                 return False
             return now() - self.t0 > 120
         if self.joiner.verify["result"] is None:
@@ -268,6 +271,7 @@ class PoisonedDonor(Probe):
             if st.get("train_loss") is not None or now() - self.joined_at > 30 or not self.joiner.alive:
                 self.judged_at = now()
                 self.joiner_train_loss = st.get("train_loss")
+                self.release(self.joiner)
             return False
         return now() - self.judged_at >= self.hold_s
 
@@ -280,6 +284,7 @@ class PoisonedDonor(Probe):
             self.result["ok"] = False
             self.result["summary"] = f"{p.label}: no joiner started (poisoned member alive: {p.alive})"
             return
+        self.release(self.joiner)
         text = self.joiner.log_path.read_text(errors="replace")
         refusals = logs.refusals_of(text, p.node.listen)
         loss = getattr(self, "joiner_train_loss", None)
