@@ -218,12 +218,3 @@ def partner_messages(texts, member_id):
                 elif held_out:
                     result.taken_unscored += 1
     return result
-    for text in texts:
-        for line in text.splitlines():
-            if " round " not in line or f"| partner {member_id} |" not in line:
-                continue
-            if f"solo: partner {member_id}:" in line:
-                refused += 1
-            elif "solo:" not in line:
-                taken += 1
-    return taken, refused
