@@ -340,6 +340,79 @@ TEST_CASE("diloco_outer_step leaves out a D that points away from the others'") 
     CHECK(std::isnan(two.cosines[0]));
 }
 
+TEST_CASE("diloco_outer_step leaves out a D that follows the outer momentum like a replay") {
+    const size_t n = 64;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};  // phi += mean D
+    // The momentum's direction m and, per member, a direction u_k orthogonal to it (Gram-Schmidt
+    // on fixed wiggles). Five fresh D's: 0.6 m + 0.8 u_k, a cosine of 0.6 with the momentum. A
+    // replay of the round before's update follows it: 0.95 m + 0.3122 u_4, a cosine of 0.95.
+    auto unit = [](std::vector<double> v) {
+        double s = 0.0;
+        for (const double x : v) s += x * x;
+        for (double& x : v) x /= std::sqrt(s);
+        return v;
+    };
+    std::vector<double> m(n);
+    for (size_t i = 0; i < n; i++) m[i] = 1.0 + 0.5 * std::sin(0.3 * double(i));
+    m = unit(m);
+    auto member = [&](size_t k, double along) {
+        std::vector<double> u(n);
+        for (size_t i = 0; i < n; i++) u[i] = std::sin(double(i * (k + 2)) + double(k));
+        double dot = 0.0;
+        for (size_t i = 0; i < n; i++) dot += u[i] * m[i];
+        for (size_t i = 0; i < n; i++) u[i] -= dot * m[i];
+        u = unit(u);
+        std::vector<float> d(n);
+        const double across = std::sqrt(1.0 - along * along);
+        for (size_t i = 0; i < n; i++) d[i] = static_cast<float>(along * m[i] + across * u[i]);
+        return d;
+    };
+    const std::vector<float> a = member(0, 0.6), b = member(1, 0.6), replay = member(4, 0.95),
+                             c = member(2, 0.6), d = member(3, 0.6), e = member(5, 0.6);
+    const std::vector<std::span<const float>> decoded{a, b, replay, c, d, e};
+    std::vector<float> momentum(n);
+    for (size_t i = 0; i < n; i++) momentum[i] = static_cast<float>(0.02 * m[i]);
+    std::vector<float> phi(n, 0.0f), scratch(n), step_momentum = momentum;
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, step_momentum, scratch);
+    CHECK(step.off_course.empty());
+    CHECK(step.stale == std::vector<size_t>{2});
+    CHECK(step.members == 5);
+    CHECK(step.momentum_cosines[2] == Approx(0.95).epsilon(1e-5));
+    for (const size_t k : {0, 1, 3, 4, 5})
+        CHECK(step.momentum_cosines[k] == Approx(0.6).epsilon(1e-5));
+    CHECK(step.median_momentum_cosine == Approx(0.6).epsilon(1e-5));
+    // The step is the mean of the five fresh D's (each of norm 1, so none is clipped).
+    for (size_t i = 0; i < n; i++)
+        CHECK(phi[i] ==
+              Approx((double(a[i]) + b[i] + c[i] + d[i] + e[i]) / 5.0).epsilon(1e-5).margin(1e-7));
+
+    // A member claiming more tokens than the median one leads the momentum honestly: it is not
+    // judged, while the members claiming the median's tokens are.
+    const std::vector<double> claims{10.0, 10.0, 20.0, 10.0, 10.0, 10.0};
+    std::vector<float> phi_weighted(n, 0.0f);
+    step_momentum = momentum;
+    const DiLoCoStep weighted =
+        diloco_outer_step(config, decoded, phi_weighted, step_momentum, scratch, claims);
+    CHECK(weighted.stale.empty());
+    CHECK(weighted.members == 6);
+    CHECK(std::isnan(weighted.momentum_cosines[2]));
+    CHECK(weighted.momentum_cosines[0] == Approx(0.6).epsilon(1e-5));
+
+    // Before any outer step the momentum is zero: nothing to follow, nothing judged stale.
+    std::vector<float> zero(n, 0.0f), phi_first(n, 0.0f);
+    const DiLoCoStep first = diloco_outer_step(config, decoded, phi_first, zero, scratch);
+    CHECK(first.stale.empty());
+    CHECK(first.members == 6);
+
+    // Fewer than kMinStaleJudged alike: a median of four is too noisy to judge by.
+    const std::vector<std::span<const float>> few{a, b, replay, c};
+    std::vector<float> phi_few(n, 0.0f);
+    step_momentum = momentum;
+    const DiLoCoStep four = diloco_outer_step(config, few, phi_few, step_momentum, scratch);
+    CHECK(four.stale.empty());
+    CHECK(four.members == 4);
+}
+
 TEST_CASE("with judge off, the outer steps take every message as it comes") {
     const size_t n = 16;
     const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
