@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -122,19 +123,52 @@ CommandResult run_command(const std::vector<std::string>& argv, const Environmen
     return result;
 }
 
-int free_port() {
+namespace {
+
+// Whether a listening socket could take 127.0.0.1:port now.
+bool bindable(int port) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    socklen_t length = sizeof(address);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-        throw std::runtime_error("no free port");
-    const int port = ntohs(address.sin_port);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
     close(fd);
-    return port;
+    return free;
+}
+
+// The lowest port the kernel hands to outgoing connections (ip_local_port_range).
+int first_ephemeral_port() {
+    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+    int low = 32768;
+    range >> low;
+    return low;
+}
+
+}  // namespace
+
+// Every outgoing connection's local port comes from the kernel's ephemeral range: a port taken
+// from it (a bind to port 0) and freed again could be some connection's by the time a daemon
+// listens on it, and under load it was ("cannot listen on 127.0.0.1:P: Address already in use",
+// and a test waited 600 s for a daemon that never started). So ports come from below that
+// range, each process walking its own block first (ctest runs tests in parallel processes), each
+// checked free by binding it.
+int free_port() {
+    static std::mutex mutex;
+    static int next = 0;
+    constexpr int kFirst = 10000, kBlock = 64;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const int last = first_ephemeral_port();
+    if (last - kFirst < kBlock) throw std::runtime_error("no ports below the ephemeral range");
+    const int blocks = (last - kFirst) / kBlock;
+    if (next == 0) next = kFirst + static_cast<int>(getpid() % blocks) * kBlock;
+    for (int tried = 0; tried < last - kFirst; tried++) {
+        const int port = next;
+        next = next + 1 < last ? next + 1 : kFirst;
+        if (bindable(port)) return port;
+    }
+    throw std::runtime_error("no free port below the ephemeral range");
 }
 
 }  // namespace starling::test

@@ -46,7 +46,8 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv, const Environment& env = {},
                           std::chrono::milliseconds limit = std::chrono::seconds(30));
 
-// A TCP port on 127.0.0.1 that nothing listened on a moment ago.
+// A TCP port on 127.0.0.1 that nothing listened on a moment ago, below the kernel's range for
+// outgoing connections' ports (so none of those can take it before the daemon listens).
 int free_port();
 
 }  // namespace starling::test

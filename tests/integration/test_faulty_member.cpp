@@ -116,6 +116,8 @@ FaultyRun run_with_faulty_member(const std::string& method, const Environment& f
         eventually(d->name() + " reaches round " + std::to_string(rounds), 600s, [&] {
             const std::string log = d->log();
             if (trained_to_nan(log)) FAIL(d->name() << " trained to NaN\n" << daemon_log_tails());
+            if (!d->process().running())
+                FAIL(d->name() << " exited before round " << rounds << "\n" << daemon_log_tails());
             const auto logged = method == "diloco" ? logged_diloco_rounds(log) : logged_rounds(log);
             return !logged.empty() && logged.back().round >= rounds;
         });
