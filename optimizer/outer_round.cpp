@@ -43,11 +43,12 @@ std::string worse_on_held_out(double loss, double own_loss) {
 
 // The positions `judged` of `members` (index into decoded in `in`) whose D's cosine with
 // `momentum` exceeds the median judged member's by more than kStaleGapFraction of the median's
-// distance from 1; none with fewer than kMinStaleJudged judged or a zero momentum. Records the
-// cosines in `result`.
+// distance from 1; none with fewer than kMinStaleJudged judged or a zero momentum. `norms`: each
+// D's norm by its index into decoded. Records the cosines in `result`.
 std::vector<size_t> stale_members(std::span<const std::span<const float>> members,
                                   std::span<const size_t> in, std::span<const size_t> judged,
-                                  std::span<const float> momentum, DiLoCoStep& result) {
+                                  std::span<const double> norms, std::span<const float> momentum,
+                                  DiLoCoStep& result) {
     const double momentum_norm = euclidean_distance(momentum, {});
     if (judged.size() < kMinStaleJudged || !(momentum_norm > 0.0)) return {};
     std::vector<double> cosines;
@@ -55,7 +56,7 @@ std::vector<size_t> stale_members(std::span<const std::span<const float>> member
         double dot = 0.0;
         for (size_t i = 0; i < momentum.size(); i++)
             dot += static_cast<double>(members[m][i]) * momentum[i];
-        const double norm = euclidean_distance(members[m], {});
+        const double norm = norms[in[m]];
         cosines.push_back(norm > 0.0 ? dot / (norm * momentum_norm) : 0.0);
         result.momentum_cosines[in[m]] = cosines.back();
     }
@@ -255,7 +256,7 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     std::vector<size_t> alike;
     for (size_t m = 0; m < members.size(); m++)
         if ((weights.empty() ? 1.0 : weights[in[m]]) == claimed_median) alike.push_back(m);
-    const std::vector<size_t> stale = stale_members(members, in, alike, momentum, result);
+    const std::vector<size_t> stale = stale_members(members, in, alike, norms, momentum, result);
     for (size_t j = stale.size(); j-- > 0;) {
         result.stale.insert(result.stale.begin(), in[stale[j]]);
         leave_out(stale[j]);
