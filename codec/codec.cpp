@@ -23,6 +23,7 @@
 #endif
 
 #include "codec/block_layout.h"
+#include "codec/parallel_coding.h"
 #include "common/error.h"
 #include "common/random.h"
 #include "common/stochastic_rounding.h"
@@ -37,8 +38,6 @@ namespace {
 
 using layout::kScaleBytes;
 using layout::num_blocks;
-// Below this many elements a range is done on the calling thread: waking the team costs more.
-constexpr size_t kParallelMin = size_t(1) << 16;
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kInfBits = 0x7f800000u;
@@ -51,8 +50,10 @@ size_t full_block_bytes(Codec c) { return layout::block_bytes(qmax_of(c)); }
 
 std::string name_of(Codec c) { return std::string(codec_name(c)); }
 
-// SerialCoding guards alive on this thread.
-thread_local int serial_coding = 0;
+Error not_element_codec(Codec c) {
+    return Error(c == Codec::TOPK ? "TOPK is coded with its format (codec/sparse.h)"
+                                  : "unknown codec " + std::to_string(int(c)));
+}
 
 // Runs ok = body(b) for every block b of a range of n elements, in parallel for large ranges.
 // Returns the first block whose body returned false, or kNone. The serial path stops there; the
@@ -60,7 +61,7 @@ thread_local int serial_coding = 0;
 template <typename Body>
 size_t for_each_block(size_t nblocks, size_t n, const Body& body) {
     size_t first_bad = kNone;
-    if (n > kParallelMin && serial_coding == 0) {
+    if (code_in_parallel(n)) {
         const ptrdiff_t count = static_cast<ptrdiff_t>(nblocks);
 #pragma omp parallel for schedule(static) reduction(min : first_bad)
         for (ptrdiff_t b = 0; b < count; b++) {
@@ -701,8 +702,9 @@ void encode_any(Codec c, const float* delta, float* residual, size_t n, uint64_t
             encode_blocks<layout::kQ4Max, FEEDBACK>(c, delta, residual, n, first_index, key,
                                                     out.data());
             return;
+        case Codec::TOPK: break;
     }
-    throw Error("encode: unknown codec " + std::to_string(int(c)));
+    throw not_element_codec(c);
 }
 
 }  // namespace
@@ -713,23 +715,24 @@ std::string_view codec_name(Codec codec) {
         case Codec::BF16SR: return "BF16SR";
         case Codec::Q8: return "Q8";
         case Codec::Q4: return "Q4";
+        case Codec::TOPK: return "TOPK";
     }
     return "unknown";
 }
 
 Codec codec_from_byte(uint8_t byte) {
-    if (byte > uint8_t(Codec::Q4)) {
+    if (byte > uint8_t(Codec::TOPK)) {
         throw Error("unknown codec byte " + std::to_string(byte) +
-                    " (known: 0 F32, 1 BF16SR, 2 Q8, 3 Q4)");
+                    " (known: 0 F32, 1 BF16SR, 2 Q8, 3 Q4, 4 TOPK)");
     }
     return Codec(byte);
 }
 
 Codec codec_from_name(std::string_view name) {
-    for (uint8_t b = 0; b <= uint8_t(Codec::Q4); b++) {
+    for (uint8_t b = 0; b <= uint8_t(Codec::TOPK); b++) {
         if (codec_name(Codec(b)) == name) return Codec(b);
     }
-    throw Error("unknown codec \"" + std::string(name) + "\" (known: F32, BF16SR, Q8, Q4)");
+    throw Error("unknown codec \"" + std::string(name) + "\" (known: F32, BF16SR, Q8, Q4, TOPK)");
 }
 
 size_t encoded_bytes(Codec codec, size_t n) {
@@ -743,8 +746,9 @@ size_t encoded_bytes(Codec codec, size_t n) {
         case Codec::BF16SR: return 2 * n;
         case Codec::Q8:
         case Codec::Q4: return layout::encoded_bytes(qmax_of(codec), n);
+        case Codec::TOPK: break;
     }
-    throw Error("unknown codec " + std::to_string(int(codec)));
+    throw not_element_codec(codec);
 }
 
 void encode(Codec codec, std::span<const float> x, uint64_t first_index, const RoundingKey& key,
@@ -774,9 +778,19 @@ void decode(Codec codec, std::span<const std::byte> in, std::span<float> out) {
         case Codec::BF16SR: decode_bf16(in.data(), out.data(), n); return;
         case Codec::Q8: decode_blocks<layout::kQ8Max>(codec, in.data(), out.data(), n); return;
         case Codec::Q4: decode_blocks<layout::kQ4Max>(codec, in.data(), out.data(), n); return;
+        case Codec::TOPK: break;
     }
-    throw Error("decode: unknown codec " + std::to_string(int(codec)));
+    throw not_element_codec(codec);
 }
+
+namespace {
+// Below this many elements a range is done on the calling thread: waking the team costs more.
+constexpr size_t kParallelMin = size_t(1) << 16;
+// SerialCoding guards alive on this thread.
+thread_local int serial_coding = 0;
+}  // namespace
+
+bool code_in_parallel(size_t n) { return n > kParallelMin && serial_coding == 0; }
 
 SerialCoding::SerialCoding() { serial_coding++; }
 SerialCoding::~SerialCoding() { serial_coding--; }

@@ -21,18 +21,21 @@ enum class Codec : uint8_t {
     BF16SR = 1,  // bf16 by stochastic rounding of the fp32 bits (state messages)
     Q8 = 2,      // symmetric int8, fp32 absmax scale per block, stochastic rounding
     Q4 = 3,      // int4 in [-7, 7], two per byte (low nibble first), fp32 scale per block
+    TOPK = 4,    // sparse deltas with its own format and functions (codec/sparse.h)
 };
 
 inline constexpr size_t kBlock = layout::kBlock;
 
-// "F32", "BF16SR", "Q8", "Q4".
+// "F32", "BF16SR", "Q8", "Q4", "TOPK".
 std::string_view codec_name(Codec codec);
 // Throws starling::Error for a byte that is not a codec.
 Codec codec_from_byte(uint8_t byte);
 // The codec codec_name() calls name; throws starling::Error for any other name.
 Codec codec_from_name(std::string_view name);
 
-// Bytes an encoding of n values takes, a pure function of (codec, n).
+// Bytes an encoding of n values takes, a pure function of (codec, n). The functions below take
+// every codec but TOPK, whose size and coding depend on its format (codec/sparse.h): they throw
+// starling::Error for it.
 size_t encoded_bytes(Codec codec, size_t n);
 
 // Where the rounding noise comes from: Philox4x32-10 keyed by hash(node_id), with the counter made

@@ -17,7 +17,7 @@ namespace {
 // Header field offsets (see README.md, "Messages").
 constexpr size_t kHMagic = 0, kHVersion = 4, kHKind = 6, kHCodec = 7, kHBlock = 8, kHFlags = 10,
                  kHReserved8 = 11, kHStream = 12, kHNumel = 16, kHFingerprint = 24, kHRound = 32,
-                 kHNode = 40, kHChunks = 48, kHReserved32 = 52, kHChecksum = 56;
+                 kHNode = 40, kHChunks = 48, kHSparse = 52, kHChecksum = 56;
 // Chunk header field offsets.
 constexpr size_t kCIndex = 0, kCSegment = 4, kCFirst = 8, kCCount = 16, kCPayload = 24,
                  kCUncompressed = 28, kCFlags = 32, kCReserved = 33, kCChecksum = 40;
@@ -60,7 +60,8 @@ std::string num(uint64_t v) { return std::to_string(v); }
 
 bool valid_for(PlanKind kind, Codec codec) {
     if (kind == PlanKind::Delta)
-        return codec == Codec::Q8 || codec == Codec::Q4 || codec == Codec::F32;
+        return codec == Codec::Q8 || codec == Codec::Q4 || codec == Codec::F32 ||
+               codec == Codec::TOPK;
     return codec == Codec::BF16SR || codec == Codec::Q8 || codec == Codec::F32;
 }
 
@@ -68,7 +69,7 @@ void require_valid(PlanKind kind, Codec codec) {
     if (!valid_for(kind, codec)) {
         throw Error("message plan: codec " + std::string(codec_name(codec)) +
                     " is not valid for a " + std::string(plan_kind_name(kind)) +
-                    " message (delta: Q8, Q4, F32; state: " + "BF16SR, Q8, F32)");
+                    " message (delta: Q8, Q4, F32, TOPK; state: BF16SR, Q8, F32)");
     }
 }
 
@@ -80,10 +81,29 @@ void assign_first_indices(std::vector<Segment>& segments) {
     }
 }
 
-uint64_t total_blocks(const std::vector<Segment>& segments) {
-    uint64_t blocks = 0;
-    for (const Segment& s : segments) blocks += round_up_blocks(s.numel) / kBlock;
-    return blocks;
+// What a chunk's element range aligns to: blocks of 64, or TOPK's chunks.
+uint64_t unit_of(const MessagePlan& plan, const Segment& seg) {
+    return seg.codec == Codec::TOPK ? plan.sparse.chunk : kBlock;
+}
+
+// The most chunks a message of this plan can have: one per unit.
+uint64_t total_units(const MessagePlan& plan) {
+    uint64_t units = 0;
+    for (const Segment& s : plan.segments) {
+        const uint64_t unit = unit_of(plan, s);
+        units += (s.numel + unit - 1) / unit;
+    }
+    return units;
+}
+
+size_t range_bytes(const MessagePlan& plan, const Segment& seg, uint64_t count) {
+    return seg.codec == Codec::TOPK ? sparse_encoded_bytes(plan.sparse, count)
+                                    : encoded_bytes(seg.codec, count);
+}
+
+// The header's 32-bit field at offset 52: TOPK's keep (low 16 bits) and value bits (next 8).
+uint32_t sparse_field(const MessagePlan& plan) {
+    return plan.codec == Codec::TOPK ? plan.sparse.keep | plan.sparse.value_bits << 16 : 0;
 }
 
 }  // namespace
@@ -122,15 +142,26 @@ std::vector<Segment> state_plan(const ParameterManifest& manifest, Codec codec) 
     return segments;
 }
 
-MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec) {
+MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec,
+                      const SparseFormat& sparse) {
     MessagePlan plan;
     plan.kind = kind;
     plan.codec = codec;
+    if (codec == Codec::TOPK) {
+        check_sparse_format(sparse);
+        plan.sparse = sparse;
+    }
     plan.numel = manifest.total();
     plan.fingerprint = fingerprint_value(manifest.fingerprint());
     plan.segments =
         kind == PlanKind::Delta ? delta_plan(manifest, codec) : state_plan(manifest, codec);
     return plan;
+}
+
+uint64_t payload_bytes(const MessagePlan& plan) {
+    uint64_t bytes = 0;
+    for (const Segment& s : plan.segments) bytes += range_bytes(plan, s, s.numel);
+    return bytes;
 }
 
 uint64_t fingerprint_value(std::string_view hex) {
@@ -159,7 +190,11 @@ std::string fingerprint_hex(uint64_t value) {
     return buf;
 }
 
-uint64_t max_chunk_elements(Codec codec) {
+uint64_t max_chunk_elements(Codec codec, const SparseFormat& sparse) {
+    if (codec == Codec::TOPK) {
+        return std::max<uint64_t>(1, kMaxChunkBytes / sparse_encoded_bytes(sparse, sparse.chunk)) *
+               sparse.chunk;
+    }
     uint64_t blocks = kMaxChunkBytes / encoded_bytes(codec, kBlock);
     while (blocks > 1 && encoded_bytes(codec, blocks * kBlock) > kMaxChunkBytes) blocks--;
     return blocks * kBlock;
@@ -174,9 +209,20 @@ struct MessageEncoder::Zstd {
 };
 
 MessageEncoder::MessageEncoder(MessagePlan plan, const RoundingKey& key, const float* source,
-                               float* residual, bool try_zstd)
-    : plan_(std::move(plan)), key_(key), source_(source), residual_(residual), try_zstd_(try_zstd) {
+                               float* residual, bool try_zstd, float feedback_decay)
+    : plan_(std::move(plan)),
+      key_(key),
+      source_(source),
+      residual_(residual),
+      try_zstd_(try_zstd),
+      feedback_decay_(feedback_decay) {
     require_valid(plan_.kind, plan_.codec);
+    if (plan_.codec == Codec::TOPK) check_sparse_format(plan_.sparse);
+    if (!(feedback_decay_ >= 0.0f && feedback_decay_ <= 1.0f) ||
+        (feedback_decay_ != 1.0f && plan_.codec != Codec::TOPK)) {
+        throw Error("message encoder: feedback decay " + std::to_string(feedback_decay_) +
+                    " (TOPK takes one in [0, 1], other codecs only 1)");
+    }
     if (source_ == nullptr) throw Error("message encoder: no source arena");
     if (residual_ != nullptr && plan_.kind != PlanKind::Delta) {
         throw Error("message encoder: error feedback applies to delta messages only");
@@ -190,7 +236,7 @@ MessageEncoder::MessageEncoder(MessagePlan plan, const RoundingKey& key, const f
         }
         offset += s.numel;
         index += round_up_blocks(s.numel);
-        const uint64_t per_chunk = max_chunk_elements(s.codec);
+        const uint64_t per_chunk = max_chunk_elements(s.codec, plan_.sparse);
         chunks += (s.numel + per_chunk - 1) / per_chunk;
     }
     if (offset != plan_.numel || plan_.numel == 0) {
@@ -206,7 +252,8 @@ MessageEncoder::MessageEncoder(MessagePlan plan, const RoundingKey& key, const f
     put16(h + kHVersion, kMessageVersion);
     h[kHKind] = static_cast<std::byte>(plan_.kind);
     h[kHCodec] = static_cast<std::byte>(plan_.codec);
-    put16(h + kHBlock, static_cast<uint16_t>(kBlock));
+    put16(h + kHBlock,
+          static_cast<uint16_t>(plan_.codec == Codec::TOPK ? plan_.sparse.chunk : kBlock));
     h[kHFlags] = static_cast<std::byte>(try_zstd_ ? kHeaderFlagZstd : 0);
     put32(h + kHStream, key_.stream);
     put64(h + kHNumel, plan_.numel);
@@ -214,6 +261,7 @@ MessageEncoder::MessageEncoder(MessagePlan plan, const RoundingKey& key, const f
     put64(h + kHRound, key_.round);
     put64(h + kHNode, key_.node_id);
     put32(h + kHChunks, chunk_count_);
+    put32(h + kHSparse, sparse_field(plan_));
     header_checksum_ = header_checksum(h);
     put64(h + kHChecksum, header_checksum_);
 
@@ -230,18 +278,25 @@ bool MessageEncoder::next_chunk(std::vector<std::byte>& out) {
     if (segment_ >= plan_.segments.size()) return false;
     const Segment& seg = plan_.segments[segment_];
     const uint64_t first = element_;
-    const uint64_t count = std::min(max_chunk_elements(seg.codec), seg.numel - first);
-    const size_t raw = encoded_bytes(seg.codec, count);
+    const uint64_t count = std::min(max_chunk_elements(seg.codec, plan_.sparse), seg.numel - first);
+    const size_t raw = range_bytes(plan_, seg, count);
     if (raw > kMaxChunkBytes) throw Error("message encoder: chunk above the cap");
 
     out.resize(kChunkHeaderBytes + raw);
     std::byte* payload = out.data() + kChunkHeaderBytes;
     const std::span<const float> x(source_ + seg.offset + first, count);
-    if (residual_ != nullptr) {
+    const std::span<std::byte> bytes(payload, raw);
+    if (seg.codec == Codec::TOPK && residual_ != nullptr) {
+        sparse_encode_with_feedback(plan_.sparse, feedback_decay_, x,
+                                    std::span<float>(residual_ + seg.offset + first, count),
+                                    seg.first_index + first, key_, bytes);
+    } else if (seg.codec == Codec::TOPK) {
+        sparse_encode(plan_.sparse, x, seg.first_index + first, key_, bytes);
+    } else if (residual_ != nullptr) {
         encode_with_feedback(seg.codec, x, std::span<float>(residual_ + seg.offset + first, count),
-                             seg.first_index + first, key_, std::span<std::byte>(payload, raw));
+                             seg.first_index + first, key_, bytes);
     } else {
-        encode(seg.codec, x, seg.first_index + first, key_, std::span<std::byte>(payload, raw));
+        encode(seg.codec, x, seg.first_index + first, key_, bytes);
     }
 
     size_t payload_len = raw;
@@ -358,7 +413,7 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
     }
     const uint64_t checksum = get64(h + kHChecksum);
     if (checksum != header_checksum(h)) throw Error(where + "header checksum mismatch");
-    if (h[kHReserved8] != std::byte{0} || get32(h + kHReserved32) != 0 ||
+    if (h[kHReserved8] != std::byte{0} ||
         (static_cast<uint8_t>(h[kHFlags]) & ~kHeaderFlagZstd) != 0) {
         throw Error(where + "reserved bits or bytes are not zero");
     }
@@ -379,8 +434,19 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
                     std::string(plan_kind_name(kind)) + " message");
     }
     const uint16_t block = get16(h + kHBlock);
-    if (block != kBlock) {
+    const uint32_t sparse_bits = get32(h + kHSparse);
+    SparseFormat sparse;
+    if (codec == Codec::TOPK) {
+        sparse = SparseFormat{block, sparse_bits & 0xffff, sparse_bits >> 16};
+        try {
+            check_sparse_format(sparse);
+        } catch (const Error& e) {
+            throw Error(where + e.what());
+        }
+    } else if (block != kBlock) {
         throw Error(where + "block size " + num(block) + ", this node uses " + num(kBlock));
+    } else if (sparse_bits != 0) {
+        throw Error(where + "reserved bits or bytes are not zero");
     }
     const uint64_t numel = get64(h + kHNumel);
     if (numel != arena_size_) {
@@ -394,12 +460,12 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
                     " (fingerprint mismatch)");
     }
 
-    MessagePlan plan = make_plan(manifest_, kind, codec);
+    MessagePlan plan = make_plan(manifest_, kind, codec, sparse);
     const uint32_t chunks = get32(h + kHChunks);
-    const uint64_t blocks = total_blocks(plan.segments);
-    if (chunks == 0 || chunks > blocks) {
-        throw Error(where + "chunk count " + num(chunks) + " is impossible for " + num(blocks) +
-                    " blocks");
+    const uint64_t units = total_units(plan);
+    if (chunks == 0 || chunks > units) {
+        throw Error(where + "chunk count " + num(chunks) + " is impossible for " + num(units) +
+                    (codec == Codec::TOPK ? " TOPK chunks" : " blocks"));
     }
 
     header_.kind = kind;
@@ -409,6 +475,7 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
     header_.round = get64(h + kHRound);
     header_.node_id = get64(h + kHNode);
     header_.stream = get32(h + kHStream);
+    header_.sparse = plan.sparse;
     header_.zstd = (static_cast<uint8_t>(h[kHFlags]) & kHeaderFlagZstd) != 0;
     header_.chunk_count = chunks;
     header_.checksum = checksum;
@@ -452,9 +519,10 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
         throw Error(where + "element range [" + num(first) + ", +" + num(count) +
                     ") outside segment " + num(segment) + " of " + num(seg.numel) + " elements");
     }
-    if (first % kBlock != 0 || (count % kBlock != 0 && first + count != seg.numel)) {
+    const uint64_t unit = unit_of(plan_, seg);
+    if (first % unit != 0 || (count % unit != 0 && first + count != seg.numel)) {
         throw Error(where + "element range [" + num(first) + ", " + num(first + count) +
-                    ") is not aligned to blocks of " + num(kBlock));
+                    ") is not aligned to blocks of " + num(unit));
     }
     if (segment != segment_ || first != element_) {
         throw Error(where + "covers segment " + num(segment) + " from element " + num(first) +
@@ -469,7 +537,7 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
         throw Error(where + "uncompressed length " + num(uncompressed_len) + " above the cap of " +
                     num(kMaxChunkBytes));
     }
-    const size_t expected_len = encoded_bytes(seg.codec, count);
+    const size_t expected_len = range_bytes(plan_, seg, count);
     if (uncompressed_len != expected_len) {
         throw Error(where + "payload length " + num(uncompressed_len) + " does not match the " +
                     num(expected_len) + " bytes " + std::string(codec_name(seg.codec)) +
@@ -520,7 +588,12 @@ void MessageDecoder::chunk_impl(std::span<const std::byte> bytes) {
         encoded = std::span<const std::byte>(scratch_.data(), uncompressed_len);
     }
     try {
-        decode(seg.codec, encoded, std::span<float>(destination_ + seg.offset + first, count));
+        const std::span<float> out(destination_ + seg.offset + first, count);
+        if (seg.codec == Codec::TOPK) {
+            sparse_decode(plan_.sparse, encoded, out);
+        } else {
+            decode(seg.codec, encoded, out);
+        }
     } catch (const Error& e) {
         throw Error(where + e.what());
     }

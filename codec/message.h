@@ -19,6 +19,7 @@
 
 #include "model/manifest.h"
 #include "codec/codec.h"
+#include "codec/sparse.h"
 
 namespace starling::codec {
 
@@ -26,7 +27,8 @@ namespace starling::codec {
 // Plans
 
 enum class PlanKind : uint8_t {
-    Delta = 0,  // deltas or pseudo-gradients: one segment, Q8, Q4 or F32, error feedback allowed
+    Delta =
+        0,  // deltas or pseudo-gradients: one segment, Q8, Q4, F32 or TOPK, error feedback allowed
     State = 1,  // whole weights: 1-D and small tensors as F32, the rest BF16SR, Q8 or F32
 };
 
@@ -42,13 +44,14 @@ struct Segment {
     // Global element index of the segment's first element as the rounding RNG sees it (the
     // first_index of codec::encode): the sum of the earlier segments' sizes, each rounded up to
     // whole blocks, so it is always a multiple of kBlock and no two elements of a message share a
-    // counter. It equals offset whenever the earlier segments are whole blocks.
+    // counter. It equals offset whenever the earlier segments are whole blocks. (A TOPK segment
+    // is a delta plan's only one: its first index is 0.)
     uint64_t first_index = 0;
 
     bool operator==(const Segment&) const = default;
 };
 
-// One segment over the whole arena. Throws starling::Error unless codec is Q8, Q4 or F32.
+// One segment over the whole arena. Throws starling::Error unless codec is Q8, Q4, F32 or TOPK.
 std::vector<Segment> delta_plan(const ParameterManifest& manifest, Codec codec);
 // 1-D tensors and tensors under kStateMinElements as F32, the rest with codec; adjacent tensors
 // with the same codec merge. Throws starling::Error unless codec is BF16SR, Q8 or F32.
@@ -60,10 +63,16 @@ struct MessagePlan {
     Codec codec = Codec::Q8;   // the requested codec (segments may use F32 in state plans)
     uint64_t numel = 0;        // arena size
     uint64_t fingerprint = 0;  // the manifest fingerprint as a number
+    SparseFormat sparse;       // TOPK's format (the header carries it); unused by other codecs
     std::vector<Segment> segments;
 };
 
-MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec);
+// sparse is checked where codec is TOPK.
+MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec,
+                      const SparseFormat& sparse = {});
+
+// A message's payload bytes before zstd, headers aside: what an exchange moves at most.
+uint64_t payload_bytes(const MessagePlan& plan);
 
 // The 16 hex digits of ParameterManifest::fingerprint() as the number the header carries, and
 // back. Throws starling::Error for anything but 16 hex digits.
@@ -91,14 +100,15 @@ struct MessageHeader {
     uint64_t round = 0;
     uint64_t node_id = 0;  // the sender
     uint32_t stream = 0;
+    SparseFormat sparse;  // TOPK only
     bool zstd = false;
     uint32_t chunk_count = 0;
     uint64_t checksum = 0;  // xxh3 of header bytes 0-55; seeds every chunk checksum
 };
 
-// Elements of a segment with this codec that one chunk holds: whole blocks, at most
-// kMaxChunkBytes encoded.
-uint64_t max_chunk_elements(Codec codec);
+// Elements of a segment with this codec that one chunk holds: whole blocks (whole TOPK chunks of
+// the plan's format), at most kMaxChunkBytes encoded.
+uint64_t max_chunk_elements(Codec codec, const SparseFormat& sparse = {});
 
 // Streams one message, one framed chunk at a time, so a sender never holds the whole message.
 // The rounding key is also what the header says about the sender: node_id, round and stream.
@@ -106,10 +116,11 @@ class MessageEncoder {
 public:
     // source (and residual, when given) are arenas of plan.numel floats and must outlive the
     // encoder. residual turns on error feedback (delta plans only): it is added to the source
-    // and left holding what the message did not carry. try_zstd compresses each chunk with zstd
-    // and keeps the result where it is at least 5% smaller.
+    // and left holding what the message did not carry; with TOPK it is first multiplied by
+    // feedback_decay (in [0, 1]; other codecs take only 1). try_zstd compresses each chunk with
+    // zstd and keeps the result where it is at least 5% smaller.
     MessageEncoder(MessagePlan plan, const RoundingKey& key, const float* source, float* residual,
-                   bool try_zstd);
+                   bool try_zstd, float feedback_decay = 1.0f);
     ~MessageEncoder();
     MessageEncoder(const MessageEncoder&) = delete;
     MessageEncoder& operator=(const MessageEncoder&) = delete;
@@ -127,6 +138,7 @@ private:
     const float* source_;
     float* residual_;
     bool try_zstd_;
+    float feedback_decay_;
     std::vector<std::byte> header_;
     uint64_t header_checksum_ = 0;
     uint32_t chunk_count_ = 0;

@@ -668,3 +668,117 @@ TEST_CASE("encoder and decoder refuse inconsistent arguments") {
     CHECK_THROWS_WITH(MessageDecoder("0123456789abcdef", m, x.data(), x.size()),
                       Catch::Matchers::Contains("fingerprint"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// TOPK
+
+namespace {
+
+// The sparse codec called directly over the whole arena (a delta plan's one segment).
+std::vector<float> direct_sparse(const SparseFormat& f, const std::vector<float>& x, float decay,
+                                 const RoundingKey& key, std::vector<float>* residual) {
+    Bytes buf(sparse_encoded_bytes(f, x.size()));
+    if (residual) {
+        sparse_encode_with_feedback(f, decay, x, *residual, 0, key, buf);
+    } else {
+        sparse_encode(f, x, 0, key, buf);
+    }
+    std::vector<float> out(x.size());
+    sparse_decode(f, buf, out);
+    return out;
+}
+
+const SparseFormat kSmallTopk{256, 8, 4};
+
+Parts topk_message(const SparseFormat& f = kSmallTopk) {
+    static const std::vector<float> x = normal_arena(nano().total(), 9, 1e-3f);
+    return encode_message(make_plan(nano(), PlanKind::Delta, Codec::TOPK, f), kKey, x.data(),
+                          nullptr, false);
+}
+
+}  // namespace
+
+TEST_CASE("TOPK delta messages decode like the sparse codec, the format in the header") {
+    const ParameterManifest& m = nano();
+    const std::vector<float> x = normal_arena(m.total(), 3, 1e-3f);
+    for (const SparseFormat& f : {SparseFormat{}, kSmallTopk}) {
+        for (bool zstd : {false, true}) {
+            for (bool feedback : {false, true}) {
+                INFO("chunk " << f.chunk << " zstd " << zstd << " feedback " << feedback);
+                const MessagePlan plan = make_plan(m, PlanKind::Delta, Codec::TOPK, f);
+                std::vector<float> residual = normal_arena(m.total(), 4, 1e-4f);
+                std::vector<float> residual_direct = residual;
+                const std::vector<float> expected =
+                    direct_sparse(f, x, 0.95f, kKey, feedback ? &residual_direct : nullptr);
+                MessageEncoder encoder(plan, kKey, x.data(), feedback ? residual.data() : nullptr,
+                                       zstd, feedback ? 0.95f : 1.0f);
+                const EncodedMessage message = encode_to_end(encoder);
+                CHECK(le(message.header, 8, 2) == f.chunk);
+                CHECK(le(message.header, 52, 4) == (f.keep | f.value_bits << 16));
+                if (!zstd) {
+                    CHECK(message.bytes() == kHeaderBytes +
+                                                 kChunkHeaderBytes * message.chunks.size() +
+                                                 sparse_encoded_bytes(f, m.total()));
+                }
+                std::vector<float> got(m.total(), -1.0f);
+                MessageDecoder decoder(m.fingerprint(), m, got.data(), got.size());
+                decode_to_end(message.header, message.chunks, decoder);
+                CHECK(decoder.header().sparse == f);
+                CHECK(same_bits(got, expected));
+                if (feedback) CHECK(same_bits(residual, residual_direct));
+            }
+        }
+    }
+}
+
+TEST_CASE("a TOPK message above 4 MiB splits at whole sparse chunks") {
+    // 3,474,688 parameters; every value kept in 8 bits: 88 bytes per 64 values, so a message
+    // chunk holds floor(4 MiB / 88) = 47,662 sparse chunks (3,050,368 values).
+    const ParameterManifest m(make_config(4, 256, 4, 768, 256));
+    const std::vector<float> x = normal_arena(m.total(), 6);
+    const SparseFormat f{64, 64, 8};
+    CHECK(max_chunk_elements(Codec::TOPK, f) == 3'050'368);
+    const Parts parts = encode_message(make_plan(m, PlanKind::Delta, Codec::TOPK, f), kKey,
+                                       x.data(), nullptr, false);
+    REQUIRE(parts.size() == 3);
+    CHECK(le(parts[1], 16, 8) == 3'050'368);
+    CHECK(le(parts[2], 8, 8) == 3'050'368);
+    CHECK(le(parts[2], 16, 8) == m.total() - 3'050'368);
+    std::vector<float> got(m.total());
+    decode_message(parts, m.fingerprint(), m, got.data(), got.size());
+    CHECK(same_bits(got, direct_sparse(f, x, 1.0f, kKey, nullptr)));
+}
+
+TEST_CASE("hostile TOPK headers and chunks are named") {
+    const Parts good = topk_message();
+    auto tampered = [&](const std::function<void(Parts&)>& change) {
+        Parts p = good;
+        change(p);
+        reseal_all(p);
+        return p;
+    };
+    expect_failure(tampered([](Parts& p) { set_le(p[0], 52, 2, 0); }), "keeps 0 values");
+    expect_failure(tampered([](Parts& p) { set_le(p[0], 52, 2, 257); }), "keeps 257 values");
+    expect_failure(tampered([](Parts& p) { set_le(p[0], 8, 2, 32); }), "outside [64, 32768]");
+    expect_failure(tampered([](Parts& p) { set_le(p[0], 54, 1, 9); }), "values of 9 bits");
+    expect_failure(tampered([](Parts& p) { p[0][6] = std::byte{1}; }), "not valid for a state");
+    // Another format than the sender's: the chunk's length no longer matches.
+    expect_failure(tampered([](Parts& p) { set_le(p[0], 52, 2, 9); }), "payload length");
+    // A chunk's first sparse chunk with an inverted magnitude range (hi below lo).
+    expect_failure(tampered([](Parts& p) { set_le(p[1], 48 + 4, 4, 0); }),
+                   "TOPK chunk 0 (elements 0 to 255) has a magnitude range");
+    // Q8 carries nothing in the TOPK field.
+    Parts q8 = compressed_message();
+    set_le(q8[0], 52, 4, 1);
+    reseal_all(q8);
+    expect_failure(q8, "reserved");
+
+    std::vector<float> x(nano().total(), 0.0f), residual(nano().total(), 0.0f);
+    CHECK_THROWS_WITH(MessageEncoder(make_plan(nano(), PlanKind::Delta, Codec::Q8), kKey, x.data(),
+                                     residual.data(), false, 0.9f),
+                      Catch::Matchers::Contains("feedback decay"));
+    CHECK_THROWS_WITH(make_plan(nano(), PlanKind::Delta, Codec::TOPK, SparseFormat{64, 0, 2}),
+                      Catch::Matchers::Contains("keeps 0 values"));
+    CHECK_THROWS_WITH(make_plan(nano(), PlanKind::State, Codec::TOPK),
+                      Catch::Matchers::Contains("not valid"));
+}

@@ -64,11 +64,12 @@ TEST_CASE("write the seed corpus for the message fuzzer", "[.generate]") {
         REQUIRE(out.good());
         written++;
     };
+    // TOPK in small chunks (64 values, 4 kept), so a message has many for mutations to reach.
     auto message = [&](PlanKind kind, Codec codec, const std::vector<float>& x, bool zstd,
-                       bool feedback = false) {
+                       bool feedback = false, uint32_t value_bits = 2) {
         std::vector<float> residual(n, 0.001f);
-        return encode_message(make_plan(m, kind, codec), key, x.data(),
-                              feedback ? residual.data() : nullptr, zstd);
+        return encode_message(make_plan(m, kind, codec, SparseFormat{64, 4, value_bits}), key,
+                              x.data(), feedback ? residual.data() : nullptr, zstd);
     };
 
     // Valid messages, each codec, raw and compressed. Mode 3 (reseal checksums) lets mutations
@@ -94,9 +95,13 @@ TEST_CASE("write the seed corpus for the message fuzzer", "[.generate]") {
         {"state-q8", PlanKind::State, Codec::Q8, false, false, false, 3},
         {"state-q8-zstd", PlanKind::State, Codec::Q8, true, true, false, 3},
         {"state-f32-zstd", PlanKind::State, Codec::F32, true, true, false, 3},
+        {"delta-topk", PlanKind::Delta, Codec::TOPK, false, false, false, 3},
+        {"delta-topk-zstd", PlanKind::Delta, Codec::TOPK, true, true, true, 3},
+        {"delta-topk-mode0", PlanKind::Delta, Codec::TOPK, false, false, false, 0},
     };
     for (const Valid& v : valid) {
-        const auto parts = message(v.kind, v.codec, v.sparse ? sparse : dense, v.zstd, v.feedback);
+        const auto parts =
+            message(v.kind, v.codec, v.sparse ? sparse : dense, v.zstd, v.feedback, v.zstd ? 4 : 2);
         const std::vector<uint8_t> bytes = frame(v.mode, parts);
         REQUIRE(fuzz_decode_complete(bytes.data(), bytes.size()));
         save(std::string("valid-") + v.name, bytes);
