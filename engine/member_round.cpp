@@ -315,12 +315,6 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
         refusals[k] =
             fmt::format("member {:016x}: its D is more than {} times the norm allowed it, left out",
                         authors[k], kFarAboveAllowed);
-    for (const size_t k : step.stale)
-        refusals[k] = fmt::format(
-            "member {:016x}: its D follows the outer momentum more closely than the others' do, "
-            "as a replay of an earlier round's update would, left out (cosine with it {:.3f}, the "
-            "median member's {:.3f})",
-            authors[k], step.momentum_cosines[k], step.median_momentum_cosine);
     for (const size_t k : step.off_course)
         refusals[k] = fmt::format(
             "member {:016x}: its D points away from the others', left out (cosine with their "

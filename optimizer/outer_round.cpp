@@ -41,33 +41,6 @@ std::string worse_on_held_out(double loss, double own_loss) {
     return text;
 }
 
-// The positions `judged` of `members` (index into decoded in `in`) whose D's cosine with
-// `momentum` exceeds the median judged member's by more than kStaleGapFraction of the median's
-// distance from 1; none with fewer than kMinStaleJudged judged or a zero momentum. `norms`: each
-// D's norm by its index into decoded. Records the cosines in `result`.
-std::vector<size_t> stale_members(std::span<const std::span<const float>> members,
-                                  std::span<const size_t> in, std::span<const size_t> judged,
-                                  std::span<const double> norms, std::span<const float> momentum,
-                                  DiLoCoStep& result) {
-    const double momentum_norm = euclidean_distance(momentum, {});
-    if (judged.size() < kMinStaleJudged || !(momentum_norm > 0.0)) return {};
-    std::vector<double> cosines;
-    for (const size_t m : judged) {
-        double dot = 0.0;
-        for (size_t i = 0; i < momentum.size(); i++)
-            dot += static_cast<double>(members[m][i]) * momentum[i];
-        const double norm = norms[in[m]];
-        cosines.push_back(norm > 0.0 ? dot / (norm * momentum_norm) : 0.0);
-        result.momentum_cosines[in[m]] = cosines.back();
-    }
-    const double median = lower_median(cosines);
-    result.median_momentum_cosine = median;
-    std::vector<size_t> stale;
-    for (size_t j = 0; j < judged.size(); j++)
-        if (cosines[j] - median > kStaleGapFraction * (1.0 - median)) stale.push_back(judged[j]);
-    return stale;
-}
-
 }  // namespace
 
 std::string_view message_mode_name(MessageMode mode) {
@@ -165,7 +138,6 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
         if (!(w > 0.0) || !std::isfinite(w)) throw Error("DiLoCo step: a weight is not positive");
     DiLoCoStep result;
     result.cosines.assign(decoded.size(), std::numeric_limits<double>::quiet_NaN());
-    result.momentum_cosines = result.cosines;
     if (!judge) {
         result.members = static_cast<int>(decoded.size());
         group_mean(scratch, decoded, weights);
@@ -218,14 +190,6 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     // judges the same D's alike, so each still takes the same step.
     std::vector<std::span<const float>> members;
     for (const size_t k : kept) members.push_back(decoded[k]);
-    std::vector<size_t> in = kept;  // each of members' index into decoded
-    const auto leave_out = [&](size_t m) {
-        const auto at = static_cast<std::ptrdiff_t>(m);
-        members.erase(members.begin() + at);
-        in.erase(in.begin() + at);
-        kept_weights.erase(kept_weights.begin() + at);
-        scales.erase(scales.begin() + at);
-    };
     if (kept.size() >= 3) {
         weighted_sum(scratch, members, shares);
         std::vector<double> kept_cosines;
@@ -248,18 +212,11 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
             if (!off_course && !far[m]) continue;
             auto& list = far[m] ? result.too_large : result.off_course;
             list.insert(list.begin(), kept[m]);
-            leave_out(m);
+            const auto at = static_cast<std::ptrdiff_t>(m);
+            members.erase(members.begin() + at);
+            kept_weights.erase(kept_weights.begin() + at);
+            scales.erase(scales.begin() + at);
         }
-    }
-    // A stale D is told among members that trained alike: those claiming the median's tokens
-    // (every member in H-step rounds); a member claiming more leads the momentum honestly.
-    std::vector<size_t> alike;
-    for (size_t m = 0; m < members.size(); m++)
-        if ((weights.empty() ? 1.0 : weights[in[m]]) == claimed_median) alike.push_back(m);
-    const std::vector<size_t> stale = stale_members(members, in, alike, norms, momentum, result);
-    for (size_t j = stale.size(); j-- > 0;) {
-        result.stale.insert(result.stale.begin(), in[stale[j]]);
-        leave_out(stale[j]);
     }
     result.members = static_cast<int>(members.size());
     if (std::all_of(scales.begin(), scales.end(), [](double x) { return x == 1.0; })) {

@@ -97,20 +97,6 @@ inline constexpr double kMinCosineOfMedian = 0.7;
 // With 3 or more D's, one whose norm exceeds this many times the norm it is allowed is left out
 // rather than clipped, as sane() refuses a NoLoCo message 10 updates away: no honest D comes near.
 inline constexpr double kFarAboveAllowed = 10.0;
-// Among the members claiming the median member's tokens (every member in H-step rounds), a D
-// whose cosine with the outer momentum (the last steps' direction, the same on every member) is
-// above the median's by more than this fraction of the median's distance from 1 is left out as
-// stale: a replay of the member's
-// update of an earlier round, which went into that momentum, follows it more closely than any
-// fresh update. In the swarm experiment (H 50, 3 seeds) replays were 0.29 to 0.95 of the gap
-// above the median and honest D's at most 0.07; in token-budget rounds members that trained more
-// tokens lead the weighted momentum and honestly score up to 0.6 above the median, so they are not
-// judged.
-inline constexpr double kStaleGapFraction = 0.2;
-// The stale test judges only among at least this many members claiming the median's tokens: the
-// median of fewer is one of a handful of noisy values. Among four pico daemons at H 8 (three
-// honest and a replay) an honest D scored 0.25 of the gap above the median of four.
-inline constexpr size_t kMinStaleJudged = 5;
 
 struct DiLoCoStep {
     int members = 0;                 // D's that entered the mean; 0: no step was taken
@@ -118,16 +104,10 @@ struct DiLoCoStep {
     std::vector<size_t> clipped;     // indices scaled down to the norm allowed
     std::vector<size_t> off_course;  // indices left out: pointing away from the others
     std::vector<size_t> too_large;   // indices left out: kFarAboveAllowed times the norm allowed
-    std::vector<size_t> stale;       // indices left out: following the momentum like a replay
     // Per index into decoded: its cosine with the others' clipped, weighted sum; NaN where not
     // judged (not finite, or fewer than 3 finite D's). median_cosine: the lower middle one.
     std::vector<double> cosines;
     double median_cosine = 0.0;
-    // Per index into decoded: its cosine with the outer momentum; NaN where not judged (a claim
-    // other than the median's, momentum zero, fewer than kMinStaleJudged alike).
-    // median_momentum_cosine: the lower middle one.
-    std::vector<double> momentum_cosines;
-    double median_momentum_cosine = 0.0;
 };
 
 // DiLoCo: the mean of every quorum member's decoded D (own included, decoded from what it sent),
@@ -140,12 +120,11 @@ struct DiLoCoStep {
 // an even count), times its weight over the median weight where that is above 1, is scaled down
 // to it; and with 3 or more D's, one more than kFarAboveAllowed times its allowed norm, or whose
 // cosine with the others' sum is below kMinCosineOfMedian times the median member's (when that
-// is positive), is left out; so is one that follows the outer momentum too closely among
-// kMinStaleJudged or more claiming the median's tokens (kStaleGapFraction). A member that claims
-// its real tokens thus moves phi by at most its share of one typical update, in the direction the
-// others take, and not along the steps already taken. With no finite D the node takes no step.
-// judge false: the plain (weighted) mean of every D, unjudged (the fault study's baseline without
-// defences; never in starlingd).
+// is positive), is left out. A member that
+// claims its real tokens thus moves phi by at most its share of one typical update, in the
+// direction the others take. With no finite D the node takes no step. judge false: the plain
+// (weighted) mean of every D, unjudged (the fault study's baseline without defences; never in
+// starlingd).
 DiLoCoStep diloco_outer_step(const OuterConfig& config,
                              std::span<const std::span<const float>> decoded, std::span<float> phi,
                              std::span<float> momentum, std::span<float> scratch,
