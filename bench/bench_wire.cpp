@@ -19,7 +19,8 @@ size_t message_bytes(const codec::MessagePlan& plan, const float* source, bool z
                      bool feedback) {
     std::vector<float> residual(feedback ? plan.numel : 0, 0.0f);
     codec::MessageEncoder encoder(plan, codec::RoundingKey{1, 1, 0}, source,
-                                  feedback ? residual.data() : nullptr, zstd);
+                                  feedback ? residual.data() : nullptr, zstd,
+                                  plan.codec == codec::Codec::TOPK && feedback ? 0.95f : 1.0f);
     return codec::encode_to_end(encoder).bytes();
 }
 
@@ -65,17 +66,43 @@ int main(int argc, char** argv) {
         const float* source;
         bool feedback;
         const char* what;
+        codec::SparseFormat sparse = {};
     };
     const Row rows[] = {
         {codec::PlanKind::Delta, codec::Codec::F32, delta.data(), false, "delta"},
         {codec::PlanKind::Delta, codec::Codec::Q8, delta.data(), false, "delta"},
         {codec::PlanKind::Delta, codec::Codec::Q4, delta.data(), true, "delta, error feedback"},
+        {codec::PlanKind::Delta,
+         codec::Codec::TOPK,
+         delta.data(),
+         true,
+         "delta, EF, 0.5% 2-bit",
+         {4096, 20, 2}},
+        {codec::PlanKind::Delta,
+         codec::Codec::TOPK,
+         delta.data(),
+         true,
+         "delta, EF, 1.5% 2-bit",
+         {4096, 61, 2}},
+        {codec::PlanKind::Delta,
+         codec::Codec::TOPK,
+         delta.data(),
+         true,
+         "delta, EF, 3% 2-bit",
+         {4096, 123, 2}},
+        {codec::PlanKind::Delta,
+         codec::Codec::TOPK,
+         delta.data(),
+         true,
+         "delta, EF, 1.5% 4-bit",
+         {4096, 61, 4}},
         {codec::PlanKind::State, codec::Codec::F32, theta.data(), false, "weights (theta)"},
         {codec::PlanKind::State, codec::Codec::BF16SR, theta.data(), false, "weights (theta)"},
         {codec::PlanKind::State, codec::Codec::Q8, theta.data(), false, "weights (theta)"},
     };
     for (const Row& r : rows) {
-        const codec::MessagePlan plan = codec::make_plan(model.manifest(), r.kind, r.codec);
+        const codec::MessagePlan plan =
+            codec::make_plan(model.manifest(), r.kind, r.codec, r.sparse);
         const double raw =
             static_cast<double>(message_bytes(plan, r.source, false, r.feedback)) / n;
         const double packed =

@@ -76,9 +76,17 @@ void EngineConfig::validate() const {
          "[exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
          "[outer].lr; use mode = \"split\" for any other pull");
     need(exchange.delta_codec != codec::Codec::BF16SR,
-         "[exchange].delta_codec must be Q8, Q4 or F32 (BF16SR is a state codec)");
-    need(exchange.state_codec != codec::Codec::Q4,
-         "[exchange].state_codec must be BF16SR, Q8 or F32 (Q4 is a delta codec)");
+         "[exchange].delta_codec must be Q8, Q4, F32 or TOPK (BF16SR is a state codec)");
+    need(exchange.state_codec != codec::Codec::Q4 && exchange.state_codec != codec::Codec::TOPK,
+         "[exchange].state_codec must be BF16SR, Q8 or F32 (Q4 and TOPK are delta codecs)");
+}
+
+codec::SparseFormat ExchangeConfig::topk_format() const {
+    return codec::sparse_format(topk_chunk, topk_density, topk_value_bits);
+}
+
+float ExchangeConfig::delta_feedback_decay() const {
+    return delta_codec == codec::Codec::TOPK ? static_cast<float>(feedback_decay) : 1.0f;
 }
 
 }  // namespace starling

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "codec/codec.h"
+#include "codec/sparse.h"
 #include "model/config.h"
 #include "optimizer/adamw.h"
 #include "optimizer/outer_round.h"
@@ -73,6 +74,16 @@ struct ExchangeConfig {
     codec::Codec delta_codec = codec::Codec::Q8;      // D (split NoLoCo, DiLoCo)
     bool error_feedback = true;                       // on the delta messages
     bool zstd = true;
+    // TOPK's format (codec/sparse.h) and how much of its residual a round keeps.
+    uint32_t topk_chunk = 4096;
+    double topk_density = 0.015;
+    uint32_t topk_value_bits = 2;
+    double feedback_decay = 0.95;
+
+    // Throws starling::Error naming the problem where the topk keys make no format.
+    codec::SparseFormat topk_format() const;
+    // What the delta messages' encoder decays the residual by: feedback_decay with TOPK, else 1.
+    float delta_feedback_decay() const;
 };
 
 // One replica and how it is joined to others: what the experiment's replicas and a swarm node

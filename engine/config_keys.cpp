@@ -29,7 +29,8 @@ std::string KeyRange::text() const {
     if (non_empty) return "not empty";
     if (any()) return "";
     if (max == kInfinity) return (min_excluded ? "above " : "at least ") + number(min);
-    return "in [" + number(min) + ", " + number(max) + (max_excluded ? ")" : "]");
+    return std::string(min_excluded ? "in (" : "in [") + number(min) + ", " + number(max) +
+           (max_excluded ? ")" : "]");
 }
 
 std::string KeyRange::requirement() const {
@@ -42,6 +43,7 @@ KeyRange at_least(double min) { return {min, kInfinity}; }
 KeyRange above(double min) { return {min, kInfinity, true}; }
 KeyRange in_range(double min, double max) { return {min, max}; }
 KeyRange in_range_open_max(double min, double max) { return {min, max, false, true}; }
+KeyRange in_range_open_min(double min, double max) { return {min, max, true, false}; }
 KeyRange non_empty() { return {-kInfinity, kInfinity, false, false, true}; }
 
 void KeyRangeChecker::check_number(const char* key, double value, const KeyRange& range) const {

@@ -44,6 +44,7 @@ KeyRange at_least(double min);
 KeyRange above(double min);
 KeyRange in_range(double min, double max);           // [min, max]
 KeyRange in_range_open_max(double min, double max);  // [min, max)
+KeyRange in_range_open_min(double min, double max);  // (min, max]
 KeyRange non_empty();
 
 // Milliseconds written as an integer.
@@ -140,8 +141,15 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
     v("state_codec", Named<codec::Codec>{x.state_codec, codec::codec_name, codec::codec_from_name},
       "codec of theta and phi: BF16SR, Q8 or F32");
     v("delta_codec", Named<codec::Codec>{x.delta_codec, codec::codec_name, codec::codec_from_name},
-      "codec of D: Q8, Q4 or F32");
+      "codec of D: Q8, Q4, F32 or TOPK (sparse: the largest values of each chunk)");
     v("error_feedback", x.error_feedback, "carry what a delta message lost into the next");
+    v("feedback_decay", x.feedback_decay,
+      "with TOPK: the share of the unsent residual a round keeps", in_range(0, 1));
+    v("topk_chunk", x.topk_chunk, "TOPK: values per chunk", in_range(64, 32768));
+    v("topk_density", x.topk_density, "TOPK: share of each chunk's values sent",
+      in_range_open_min(0, 1));
+    v("topk_value_bits", x.topk_value_bits, "TOPK: bits per value sent (sign and magnitude)",
+      in_range(2, 8));
     v("zstd", x.zstd, "compress each chunk where it saves 5%");
 }
 

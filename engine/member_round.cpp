@@ -20,13 +20,6 @@ double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A message's payload bytes before zstd: what an exchange moves at most, headers aside.
-uint64_t planned_bytes(const codec::MessagePlan& plan) {
-    uint64_t bytes = 0;
-    for (const codec::Segment& s : plan.segments) bytes += codec::encoded_bytes(s.codec, s.numel);
-    return bytes;
-}
-
 // RMS of a - b: how far two replicas have drifted apart.
 double rms_distance(std::span<const float> a, std::span<const float> b) {
     double sum = 0.0;
@@ -64,7 +57,8 @@ RoundPlans round_message_plans(const EngineConfig& config, const ParameterManife
     RoundPlans plans;
     plans.first =
         split || config.method == OuterMethod::DiLoCo
-            ? codec::make_plan(manifest, codec::PlanKind::Delta, config.exchange.delta_codec)
+            ? codec::make_plan(manifest, codec::PlanKind::Delta, config.exchange.delta_codec,
+                               config.exchange.topk_format())
             : codec::make_plan(manifest, codec::PlanKind::State, config.exchange.state_codec);
     if (split)
         plans.second =
@@ -177,13 +171,14 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     const bool split = config_.exchange.mode == MessageMode::Split;
     const ParameterManifest& manifest = replica.manifest();
     const uint64_t id = replica.node_id();
-    const uint64_t bytes = planned_bytes(plan_) + (split ? planned_bytes(phi_plan_) : 0);
+    const uint64_t bytes =
+        codec::payload_bytes(plan_) + (split ? codec::payload_bytes(phi_plan_) : 0);
     // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi.
     float* residual =
         split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
-    codec::MessageEncoder first(plan_, {id, round, 0},
-                                split ? replica.displacement().data() : theta.data(), residual,
-                                config_.exchange.zstd);
+    codec::MessageEncoder first(
+        plan_, {id, round, 0}, split ? replica.displacement().data() : theta.data(), residual,
+        config_.exchange.zstd, split ? config_.exchange.delta_feedback_decay() : 1.0f);
     std::optional<codec::MessageEncoder> second;
     if (split)
         second.emplace(phi_plan_, codec::RoundingKey{id, round, 1}, replica.phi().data(), nullptr,
@@ -252,7 +247,7 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
     const uint64_t id = replica.node_id();
     float* residual = config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder encoder(plan_, {id, round, 0}, replica.displacement().data(), residual,
-                                  config_.exchange.zstd);
+                                  config_.exchange.zstd, config_.exchange.delta_feedback_decay());
     const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
     link.publish(round, own, tokens);
 

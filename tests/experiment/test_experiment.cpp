@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "codec/sparse.h"
 #include "common/error.h"
 #include "experiment/experiment.h"
 #include "engine/replica.h"
@@ -78,6 +79,26 @@ TEST_CASE("experiment: DiLoCo keeps every replica on the same bits and sends Q8 
     const std::vector<std::string> lines = read_lines(fs::path(c.out_dir) / "diloco.csv");
     REQUIRE(lines.size() == 1 + 5 * 4);  // header, then rounds 0-4 for 4 replicas
     CHECK(lines[0].rfind("round,inner_step,replica,node_id,live,group,val_loss", 0) == 0);
+}
+
+TEST_CASE("experiment: DiLoCo with TOPK deltas keeps every replica on the same bits") {
+    ExperimentConfig c = small("diloco-topk", OuterMethod::DiLoCo);
+    c.outer = {0.9f, 0.7f, 0.7f, MomentumForm::Nesterov};
+    c.exchange.delta_codec = codec::Codec::TOPK;
+    c.exchange.topk_chunk = 1024;
+    c.exchange.topk_density = 0.03;  // 31 of every 1024 values
+    c.exchange.zstd = false;
+    const ExperimentSummary s = run_experiment(c);
+    // Each replica decodes its own message as the others do, so all hold the same phi.
+    CHECK(s.final_spread == 0.0);
+    CHECK(s.final_loss_min == s.final_loss_max);
+    CHECK(std::isfinite(s.final_loss_mean));
+    CHECK(s.final_loss_mean < 5.0);  // from about 5.5 at initialisation
+    // All-gather to the 3 others of the message TOPK's layout gives (codec/README.md).
+    const size_t n = s.params;
+    const size_t payload = codec::sparse_encoded_bytes(c.exchange.topk_format(), n);
+    CHECK(s.sent_per_round == Approx(3.0 * (64 + 48 + payload)).epsilon(1e-12));
+    CHECK(s.sent_per_round / 3.0 / static_cast<double>(n) < 0.1);
 }
 
 TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
@@ -225,6 +246,13 @@ TEST_CASE("experiment: config mistakes are refused with the key named") {
     c = small("bad", OuterMethod::NoLoCo);
     c.exchange.state_codec = codec::Codec::Q4;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].state_codec"));
+    c = small("bad", OuterMethod::NoLoCo);
+    c.exchange.state_codec = codec::Codec::TOPK;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("TOPK are delta codecs"));
+    c = small("bad", OuterMethod::DiLoCo);
+    c.exchange.delta_codec = codec::Codec::TOPK;
+    c.exchange.topk_density = 2.0;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].topk_density must be in (0, 1]"));
     c = small("bad", OuterMethod::NoLoCo);
     c.overlap_steps = 11;
     CHECK_THROWS_WITH(c.validate(),
