@@ -322,22 +322,34 @@ TEST_CASE(
     CHECK(a.process().wait(20s) == 0);
 }
 
-TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn",
-          "[integration]") {
-    TempDir root;
-    TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
-    const Environment diloco{{"STARLING_SWARM_METHOD", "diloco"}};
-    a.start({}, diloco);
-    b.start({a.peer_address()}, diloco);
-    c.start({a.peer_address()}, diloco);
-    for (TestDaemon* d : {&a, &b, &c}) {
-        eventually(d->name() + " gathers from all three", 60s,
-                   [&] { return d->log().find("| quorum 3 |") != std::string::npos; });
+namespace {
+
+// Starts the daemons in DiLoCo mode, the first as the others' seed, and waits until each has
+// gathered from all of them and logged round 8.
+void start_diloco_swarm(const std::vector<TestDaemon*>& daemons, const Environment& environment) {
+    for (TestDaemon* d : daemons) {
+        d->start(d == daemons[0] ? std::vector<std::string>{}
+                                 : std::vector<std::string>{daemons[0]->peer_address()},
+                 environment);
+    }
+    const std::string everyone = "| quorum " + std::to_string(daemons.size()) + " |";
+    for (TestDaemon* d : daemons) {
+        eventually(d->name() + " gathers from all", 60s,
+                   [&] { return d->log().find(everyone) != std::string::npos; });
         eventually(d->name() + " reaches round 8", 60s, [&] {
             const auto rounds = logged_diloco_rounds(d->log());
             return !rounds.empty() && rounds.back().round >= 8;
         });
     }
+}
+
+}  // namespace
+
+TEST_CASE("three starlingd in DiLoCo mode gather every member's message each round and learn",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path());
+    start_diloco_swarm({&a, &b, &c}, {{"STARLING_SWARM_METHOD", "diloco"}});
     const auto rounds = logged_diloco_rounds(a.log());
     CHECK(rounds.back().loss < rounds.front().loss - 0.5);
     const nlohmann::json status = a.status();
@@ -350,19 +362,9 @@ TEST_CASE("three starlingd in DiLoCo mode gather every member's message each rou
 TEST_CASE("two starlingd in DiLoCo mode train with TOPK deltas over the wire", "[integration]") {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path());
-    const Environment topk{{"STARLING_SWARM_METHOD", "diloco"},
-                           {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
-                           {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}};
-    a.start({}, topk);
-    b.start({a.peer_address()}, topk);
-    for (TestDaemon* d : {&a, &b}) {
-        eventually(d->name() + " gathers from both", 60s,
-                   [&] { return d->log().find("| quorum 2 |") != std::string::npos; });
-        eventually(d->name() + " reaches round 8", 60s, [&] {
-            const auto rounds = logged_diloco_rounds(d->log());
-            return !rounds.empty() && rounds.back().round >= 8;
-        });
-    }
+    start_diloco_swarm({&a, &b}, {{"STARLING_SWARM_METHOD", "diloco"},
+                                  {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
+                                  {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}});
     const auto rounds = logged_diloco_rounds(a.log());
     CHECK(rounds.back().loss < rounds.front().loss - 0.3);
     // What a round sends: the TOPK message of 5% of each 4096 values in 2 bits (codec/README.md)
