@@ -63,18 +63,28 @@ NodeConfig load(const std::string& path, const NodeFlags& flags) {
     return config;
 }
 
+// SIGINT, SIGTERM and SIGHUP, caught from before the node starts: one that arrives while it is
+// still starting (resuming a checkpoint, joining) waits in the set and drains the node once the
+// event loop runs, where its default action would have killed the process (exit 143).
+struct CaughtSignals {
+    asio::io_context io;
+    asio::signal_set set{io, SIGINT, SIGTERM, SIGHUP};
+};
+
 // The event loop: signals, the once-a-second tick, and the end of the round loop.
 class EventLoop {
 public:
-    EventLoop(NodeRunner& runner, const ControlServer& control, std::function<void()> drain,
-              NodeMetrics* metrics, std::string config_path, NodeFlags flags)
-        : runner_(runner),
+    EventLoop(CaughtSignals& signals, NodeRunner& runner, const ControlServer& control,
+              std::function<void()> drain, NodeMetrics* metrics, std::string config_path,
+              NodeFlags flags)
+        : io_(signals.io),
+          signals_(signals.set),
+          runner_(runner),
           control_(control),
           drain_(std::move(drain)),
           metrics_(metrics),
           config_path_(std::move(config_path)),
           flags_(std::move(flags)),
-          signals_(io_, SIGINT, SIGTERM, SIGHUP),
           tick_(io_),
           watchdog_(watchdog_interval()) {}
 
@@ -175,14 +185,14 @@ private:
         }
     }
 
+    asio::io_context& io_;
+    asio::signal_set& signals_;
     NodeRunner& runner_;
     const ControlServer& control_;
     std::function<void()> drain_;
     NodeMetrics* metrics_;
     std::string config_path_;
     NodeFlags flags_;
-    asio::io_context io_;
-    asio::signal_set signals_;
     asio::steady_timer tick_;
     std::optional<std::chrono::microseconds> watchdog_;
     std::string last_status_;
@@ -226,6 +236,7 @@ int run_daemon(int argc, char** argv) {
     }
 
     try {
+        CaughtSignals signals;
         const NodeConfig config = load(config_path, flags);
         spdlog::set_level(spdlog::level::from_str(config.log_level));
         use_log_format(config.log_format);
@@ -270,7 +281,7 @@ int run_daemon(int argc, char** argv) {
                      runner.node().address(), config.swarm.peer.swarm_id,
                      runner.node().replica().manifest().fingerprint(), control->address(),
                      config.metrics_listen.empty() ? "off" : config.metrics_listen);
-        EventLoop(runner, *control, drain, metrics.get(), config_path, flags).run();
+        EventLoop(signals, runner, *control, drain, metrics.get(), config_path, flags).run();
         control->shutdown(std::chrono::milliseconds(1000));
         spdlog::info("starlingd: left the swarm, exiting");
         return 0;
