@@ -137,6 +137,15 @@ uint64_t json_u64(const nlohmann::json& value) {
     return value.get<uint64_t>();
 }
 
+uint64_t status_u64(const TestDaemon& daemon, const char* key) {
+    try {
+        const nlohmann::json s = daemon.status();
+        return s.contains(key) ? json_u64(s[key]) : 0;
+    } catch (const std::exception&) {
+        return 0;
+    }
+}
+
 std::vector<LoggedRound> logged_rounds(const std::string& log) {
     static const std::regex line(
         R"(round (\d+) \| loss ([0-9.]+) \| partner (\S+) \| .* \| pair ([0-9.]+) s, exchange ([0-9.]+) s)");

@@ -66,6 +66,8 @@ private:
 
 // A JSON value that protobuf may print as a string (64-bit integers) or as a number.
 uint64_t json_u64(const nlohmann::json& value);
+// A status field of `daemon`; 0 until the daemon answers and while the field is absent.
+uint64_t status_u64(const TestDaemon& daemon, const char* key);
 
 // The round lines of a daemon's log: round, training loss, seconds choosing a partner and
 // exchanging.

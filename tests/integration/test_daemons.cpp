@@ -26,16 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-// A status field that is absent until the daemon answers; 0 while it does not.
-uint64_t status_u64(const TestDaemon& daemon, const char* key) {
-    try {
-        const json s = daemon.status();
-        return s.contains(key) ? json_u64(s[key]) : 0;
-    } catch (const std::exception&) {
-        return 0;
-    }
-}
-
 // The newest round a daemon's checkpoints hold, read from checkpoint.json.
 uint64_t newest_checkpoint_round(const TestDaemon& daemon) {
     uint64_t newest = 0;

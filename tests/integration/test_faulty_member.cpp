@@ -29,16 +29,6 @@ namespace {
 
 constexpr uint64_t kRounds = 40;
 
-// A status field; 0 until the daemon answers.
-uint64_t status_u64(const TestDaemon& daemon, const char* key) {
-    try {
-        const nlohmann::json s = daemon.status();
-        return s.contains(key) ? json_u64(s[key]) : 0;
-    } catch (const std::exception&) {
-        return 0;
-    }
-}
-
 bool status_has(const TestDaemon& daemon, const char* key) {
     try {
         return daemon.status().contains(key);
