@@ -1,5 +1,6 @@
 #include "engine/config.h"
 
+#include <fmt/format.h>
 #include <memory>
 
 #include "common/error.h"
@@ -87,6 +88,26 @@ codec::SparseFormat ExchangeConfig::topk_format() const {
 
 float ExchangeConfig::delta_feedback_decay() const {
     return delta_codec == codec::Codec::TOPK ? static_cast<float>(feedback_decay) : 1.0f;
+}
+
+bool EngineConfig::residual_in_weights() const {
+    return method == OuterMethod::DiLoCo && exchange.delta_codec == codec::Codec::TOPK &&
+           exchange.error_feedback && exchange.residual_in_weights;
+}
+
+std::string EngineConfig::settings_warning() const {
+    if (method != OuterMethod::DiLoCo || exchange.delta_codec != codec::Codec::TOPK ||
+        inner_steps <= kMaxSparseInnerSteps)
+        return {};
+    return fmt::format(
+        "TOPK deltas in DiLoCo rounds of {} inner steps: phi gains a few percent of each chunk a "
+        "round, and rounds of more than {} steps left it far behind Q8's in the study "
+        "(docs/compression.md); set fewer inner steps",
+        inner_steps, kMaxSparseInnerSteps);
+}
+
+float EngineConfig::delta_feedback_decay() const {
+    return residual_in_weights() ? 0.0f : exchange.delta_feedback_decay();
 }
 
 }  // namespace starling

@@ -79,6 +79,10 @@ struct ExchangeConfig {
     double topk_density = 0.015;
     uint32_t topk_value_bits = 2;
     double feedback_decay = 0.95;
+    // DiLoCo with TOPK: a member restarts each round from phi plus what its own message left
+    // unsent, rather than from phi with the remainder carried into its next message
+    // (docs/compression.md: +0.7% of Q8's loss at H 10 where the carried remainder costs +5%).
+    bool residual_in_weights = true;
 
     // Throws starling::Error naming the problem where the topk keys make no format.
     codec::SparseFormat topk_format() const;
@@ -88,6 +92,11 @@ struct ExchangeConfig {
 
 // One replica and how it is joined to others: what the experiment's replicas and a swarm node
 // share. ExperimentConfig (experiment/) and SwarmConfig (daemon/swarm/) extend it.
+// The most inner steps of a TOPK DiLoCo round the study found to train well (docs/compression.md:
+// at H 10 within 1% of Q8 at H 10; at H 50 +15% with the residual in the messages, +54% in the
+// weights).
+inline constexpr int kMaxSparseInnerSteps = 10;
+
 struct EngineConfig {
     // The replica: model, batch, steps (its inner steps: the token budget and the schedule's
     // length), seed (every replica's initialisation), threads, device, schedule, AdamW, data.
@@ -102,6 +111,19 @@ struct EngineConfig {
     // clip, token caps; the link's quarantine follows the refusals). Always on in starlingd; the
     // experiment's [fault].defences turns it off to measure what the defences save.
     bool judge_messages = true;
+
+    // Whether a DiLoCo member keeps its residual in its weights: DiLoCo, TOPK deltas with error
+    // feedback and exchange.residual_in_weights. Its messages then carry D alone (the residual is
+    // already in theta), its residual becomes D minus what it sent, and each round restarts from
+    // theta = phi + residual (Replica::restart_from_phi).
+    bool residual_in_weights() const;
+    // What the delta messages' encoder decays the residual by: 0 where the residual lives in the
+    // weights, else exchange.delta_feedback_decay().
+    float delta_feedback_decay() const;
+    // What valid settings train poorly, for a warning at start; empty where nothing does. TOPK
+    // DiLoCo rounds of more than kMaxSparseInnerSteps inner steps: phi takes a few percent of
+    // each chunk a round, too few rounds to follow the replicas (docs/compression.md).
+    std::string settings_warning() const;
 
     // Throws starling::Error naming the key: the training config, H, the outer step, fused
     // NoLoCo's pull, and codecs in their roles.

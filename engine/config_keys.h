@@ -144,7 +144,11 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
       "codec of D: Q8, Q4, F32 or TOPK (sparse: the largest values of each chunk)");
     v("error_feedback", x.error_feedback, "carry what a delta message lost into the next");
     v("feedback_decay", x.feedback_decay,
-      "with TOPK: the share of the unsent residual a round keeps", in_range(0, 1));
+      "with TOPK: the share of the unsent residual a round keeps (not where DiLoCo keeps it in "
+      "the weights)",
+      in_range(0, 1));
+    v("residual_in_weights", x.residual_in_weights,
+      "DiLoCo with TOPK: each round restarts from phi plus what the member's message left unsent");
     v("topk_chunk", x.topk_chunk, "TOPK: values per chunk", in_range(64, 32768));
     v("topk_density", x.topk_density, "TOPK: share of each chunk's values sent",
       in_range_open_min(0, 1));

@@ -178,7 +178,7 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder first(
         plan_, {id, round, 0}, split ? replica.displacement().data() : theta.data(), residual,
-        config_.exchange.zstd, split ? config_.exchange.delta_feedback_decay() : 1.0f);
+        config_.exchange.zstd, split ? config_.delta_feedback_decay() : 1.0f);
     std::optional<codec::MessageEncoder> second;
     if (split)
         second.emplace(phi_plan_, codec::RoundingKey{id, round, 1}, replica.phi().data(), nullptr,
@@ -247,7 +247,7 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
     const uint64_t id = replica.node_id();
     float* residual = config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder encoder(plan_, {id, round, 0}, replica.displacement().data(), residual,
-                                  config_.exchange.zstd, config_.exchange.delta_feedback_decay());
+                                  config_.exchange.zstd, config_.delta_feedback_decay());
     const auto own = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
     link.publish(round, own, tokens);
 

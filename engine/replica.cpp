@@ -114,10 +114,19 @@ void Replica::restart_from(std::span<const float> start) {
     if (!theta_mirror_.empty()) theta_mirror_.assign(start.begin(), start.end());
 }
 
-void Replica::rebase_onto_phi(std::span<const float> start) {
+void Replica::restart_from_phi(bool with_residual) {
+    if (!with_residual) return restart_from(phi_);
+    std::vector<float> start(phi_.size());
+    for (size_t i = 0; i < start.size(); i++) start[i] = phi_[i] + residual_[i];
+    restart_from(start);
+}
+
+void Replica::rebase_onto_phi(std::span<const float> start, bool with_residual) {
     const std::span<const float> t = theta();
     std::vector<float> rebased(t.begin(), t.end());
     starling::rebase_onto_phi<float>(rebased, phi_, start);
+    if (with_residual)
+        for (size_t i = 0; i < rebased.size(); i++) rebased[i] += residual_[i];
     group_->set_params(rebased.data());
     if (!theta_mirror_.empty()) theta_mirror_ = std::move(rebased);
 }

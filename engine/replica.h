@@ -45,13 +45,15 @@ public:
                                    std::span<const std::unique_ptr<DataLoader>> streams);
     // D = theta - phi into displacement().
     void compute_displacement();
-    // theta = phi: the start of the next round.
-    void restart_from_phi() { restart_from(phi_); }
+    // theta = phi: the start of the next round; with_residual: theta = phi + residual, where a
+    // DiLoCo member keeps what its message left unsent in its weights
+    // (EngineConfig::residual_in_weights).
+    void restart_from_phi(bool with_residual = false);
     // theta = start: an overlapped round's start (engine/overlap.h).
     void restart_from(std::span<const float> start);
     // theta = phi + (theta - start): an outer step that lands after training went on from start
-    // (overlapped rounds, optimizer/outer.h).
-    void rebase_onto_phi(std::span<const float> start);
+    // (overlapped rounds, optimizer/outer.h); with_residual adds the residual as above.
+    void rebase_onto_phi(std::span<const float> start, bool with_residual = false);
     // phi = theta: a round with no outer step (local-only and data-parallel training).
     void adopt_theta();
     // Rejoining after a drop-out (docs/spec.md section 6): phi, outer momentum, AdamW state and

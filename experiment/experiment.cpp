@@ -188,6 +188,8 @@ ExperimentRun::ExperimentRun(const ExperimentConfig& config)
             ? fmt::format(" (outer steps land {} inner steps late)", config_.overlap_steps)
             : std::string(),
         evaluator_->batches(), cpu_threads());
+    if (const std::string warning = config_.settings_warning(); !warning.empty())
+        spdlog::warn("experiment {}: {}", config_.name, warning);
 }
 
 std::vector<Replica*> ExperimentRun::live_replicas() {
@@ -435,7 +437,7 @@ ExperimentSummary ExperimentRun::execute() {
         }
         for (Replica* r : live) {
             if (config_.overlap_steps == 0) {
-                r->restart_from_phi();
+                r->restart_from_phi(config_.residual_in_weights());
             } else {
                 r->restart_from(overlap_start_[r->index()]);
                 landing_[r->index()] = true;
@@ -495,7 +497,7 @@ double ExperimentRun::inner_phase_landing_outer_step(Replica& r) {
     const LrSchedule& schedule = schedule_of(r);
     if (!landing_[r.index()]) return r.inner_phase(H, schedule);
     const double before = r.inner_phase(late, schedule);
-    r.rebase_onto_phi(overlap_start_[r.index()]);
+    r.rebase_onto_phi(overlap_start_[r.index()], config_.residual_in_weights());
     landing_[r.index()] = false;
     if (late == H) return before;
     return (before * late + r.inner_phase(H - late, schedule) * (H - late)) / H;
@@ -558,14 +560,15 @@ void ExperimentRun::append_summary_line() const {
                "rejoins,seconds,mode,state_codec,delta_codec,error_feedback,momentum,outer_lr,"
                "pull,form,churn,round_budget,token_weighting,speeds,sim_time,fault,faulty,"
                "fault_scale,honest_loss_mean,poisoned_judged,poisoned_refused,honest_judged,"
-               "honest_refused,first_quarantine_round,defences\n";
+               "honest_refused,first_quarantine_round,defences,topk_density,topk_value_bits,"
+               "feedback_decay,residual_in_weights\n";
     }
     const ExperimentSummary& s = summary_;
     const ExchangeConfig& x = config_.exchange;
     out << fmt::format(
         "{},{},{},{},{},{},{},{},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6e},{:.0f},{:.0f},{:.4f},"
         "{},{},{},{},{:.1f},{},{},{},{},{},{},{},{},{},{},{},{},{:.1f},{},{},{},{:.6f},{},{},{},{},"
-        "{},{}\n",
+        "{},{},{},{},{},{}\n",
         s.name, outer_method_name(s.method), config_.replicas, config_.inner_steps,
         config_.train.seed, s.params, s.rounds, s.tokens, s.final_loss_mean, s.final_loss_min,
         s.final_loss_max, std::exp(s.final_loss_mean), s.averaged_phi_loss, s.final_spread,
@@ -578,7 +581,8 @@ void ExperimentRun::append_summary_line() const {
         speeds_text(config_), s.sim_time, fault_kind_name(config_.fault.kind),
         config_.fault.kind == FaultKind::None ? 0 : config_.fault.members, config_.fault.scale,
         s.honest_loss_mean, s.poisoned_judged, s.poisoned_refused, s.honest_judged,
-        s.honest_refused, s.first_quarantine_round, config_.judge_messages ? 1 : 0);
+        s.honest_refused, s.first_quarantine_round, config_.judge_messages ? 1 : 0, x.topk_density,
+        x.topk_value_bits, config_.delta_feedback_decay(), config_.residual_in_weights() ? 1 : 0);
 }
 
 }  // namespace

@@ -245,6 +245,8 @@ int run_daemon(int argc, char** argv) {
             spdlog::warn(
                 "malloc refused to keep freed buffers for reuse; exchanges will run slower");
         warn_unknown_starling_variables();
+        if (const std::string warning = config.swarm.settings_warning(); !warning.empty())
+            spdlog::warn("{}", warning);
         raise_open_file_limit();
         prepare_data_dir(config.data_dir);
         const DataDirLock data_dir_lock(config.data_dir);  // held until the process ends

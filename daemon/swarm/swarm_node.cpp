@@ -210,7 +210,7 @@ SwarmRound SwarmNode::run_round(const std::atomic<bool>& stop) {
             set_phase(RoundPhase::Exchanging);
             member_round_->prepare(*replica_);
             outer_step(report, replica_->theta());
-            replica_->restart_from_phi();
+            replica_->restart_from_phi(config_.residual_in_weights());
         }
         finish_round(report, counters(round_ + 1), replica_->data().state());
         return report;
@@ -309,7 +309,7 @@ SwarmRound SwarmNode::land() {
     report.wait_seconds = seconds_since(start);
     report.overlap_steps = flight.steps_since;
     // The steps since the start, moved onto the new phi: exactly phi when there were none.
-    replica_->rebase_onto_phi(overlap_start_);
+    replica_->rebase_onto_phi(overlap_start_, config_.residual_in_weights());
     finish_round(report, flight.next, flight.next_data);
     return report;
 }

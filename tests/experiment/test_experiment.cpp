@@ -101,6 +101,34 @@ TEST_CASE("experiment: DiLoCo with TOPK deltas keeps every replica on the same b
     CHECK(s.sent_per_round / 3.0 / static_cast<double>(n) < 0.1);
 }
 
+TEST_CASE(
+    "experiment: only DiLoCo with TOPK keeps its residual in the weights, and long rounds warn") {
+    ExperimentConfig c = small("where", OuterMethod::DiLoCo);
+    c.exchange.delta_codec = codec::Codec::TOPK;
+    c.inner_steps = kMaxSparseInnerSteps;
+    CHECK(c.residual_in_weights());
+    CHECK(c.delta_feedback_decay() == 0.0f);  // the message carries D alone
+    CHECK(c.settings_warning().empty());
+    c.inner_steps = 50;
+    CHECK_THAT(c.settings_warning(), Catch::Contains("TOPK deltas in DiLoCo rounds of 50 inner"));
+    c.exchange.residual_in_weights = false;
+    CHECK_FALSE(c.residual_in_weights());
+    CHECK(c.delta_feedback_decay() == Approx(0.95));
+    c.exchange.residual_in_weights = true;
+    c.exchange.error_feedback = false;
+    CHECK_FALSE(c.residual_in_weights());  // no residual to keep
+    c = small("q8", OuterMethod::DiLoCo);
+    c.inner_steps = 50;
+    CHECK_FALSE(c.residual_in_weights());
+    CHECK(c.delta_feedback_decay() == 1.0f);
+    CHECK(c.settings_warning().empty());
+    c = small("split", OuterMethod::NoLoCo);
+    c.exchange.mode = MessageMode::Split;
+    c.exchange.delta_codec = codec::Codec::TOPK;
+    CHECK_FALSE(c.residual_in_weights());
+    CHECK(c.delta_feedback_decay() == Approx(0.95));
+}
+
 TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
     // Three replicas: one pair and one solo replica every round, so both kinds of step compare.
     ExperimentConfig fused = small("fused", OuterMethod::NoLoCo);

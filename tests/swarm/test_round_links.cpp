@@ -3,7 +3,9 @@
 // PeerNodes on real gRPC servers on 127.0.0.1, and must end on the same phi and momentum bits
 // with the same bytes counted.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -73,9 +75,9 @@ std::vector<MemberEnd> run_rounds(const SwarmConfig& config, const std::vector<u
             Replica& r = *replicas[i];
             if (overlap) {
                 r.inner_phase(2, schedule);
-                r.rebase_onto_phi(start[i]);
+                r.rebase_onto_phi(start[i], config.residual_in_weights());
             } else {
-                r.restart_from_phi();
+                r.restart_from_phi(config.residual_in_weights());
             }
         }
     }
@@ -165,4 +167,99 @@ TEST_CASE(
     config.exchange.mode = MessageMode::Split;
     config.exchange.error_feedback = true;
     check_links_agree(config, 2, 2, true);
+}
+
+TEST_CASE(
+    "round links: DiLoCo members with TOPK deltas land on the same bits in process and over gRPC, "
+    "sequential and overlapped") {
+    SwarmConfig config = pico_swarm(2);
+    config.method = OuterMethod::DiLoCo;
+    config.exchange.delta_codec = codec::Codec::TOPK;
+    config.exchange.topk_chunk = 1024;
+    config.exchange.topk_density = 0.03;
+    REQUIRE(config.residual_in_weights());
+    check_links_agree(config, 3, 2, GENERATE(false, true));
+}
+
+TEST_CASE("DiLoCo members with TOPK deltas keep what their messages left unsent in their weights") {
+    SwarmConfig config = pico_swarm(1);
+    config.method = OuterMethod::DiLoCo;
+    config.outer = {0.0f, 1.0f, 0.7f, MomentumForm::HeavyBall};  // phi moves by the plain mean
+    config.exchange.delta_codec = codec::Codec::TOPK;
+    config.exchange.topk_chunk = 1024;
+    config.exchange.topk_density = 0.03;
+    REQUIRE(config.residual_in_weights());
+    const Backend backend =
+        make_backend({config.train.device, config.train.threads, config.train.matmul});
+    const LrSchedule schedule(config.train.lr_schedule());
+    const std::vector<uint64_t> ids{11, 22, 33};
+    const size_t n = ids.size();
+    InProcessBoard board;
+    std::vector<std::unique_ptr<Replica>> replicas;
+    std::vector<std::unique_ptr<MemberRound>> members;
+    std::vector<std::unique_ptr<RoundLink>> links;
+    std::vector<std::vector<float>> displacement(n), theta(n);
+    for (size_t i = 0; i < n; i++) {
+        replicas.push_back(
+            std::make_unique<Replica>(config.train, int(n), backend, int(i), ids[i]));
+        members.push_back(std::make_unique<MemberRound>(config, replicas[i]->manifest()));
+        links.push_back(board.link(ids[i]));
+        Replica& r = *replicas[i];
+        r.inner_phase(config.inner_steps, schedule);
+        members[i]->prepare(r);
+        displacement[i].assign(r.displacement().begin(), r.displacement().end());
+        theta[i].assign(r.theta().begin(), r.theta().end());
+    }
+    const std::vector<float> phi_before(replicas[0]->phi().begin(), replicas[0]->phi().end());
+    board.begin_round(0, ids, 2);
+    std::vector<RoundOutcome> outcomes(n);
+    on_threads(n, [&](size_t i) {
+        outcomes[i] = members[i]->step(*links[i], *replicas[i], 0, theta[i], 0);
+    });
+
+    const size_t size = replicas[0]->size();
+    std::vector<std::vector<float>> sent(n, std::vector<float>(size));
+    for (size_t i = 0; i < n; i++) {
+        const auto message = board.sent(0, ids[i], ids[i], 0xffffffffu);  // DiLoCo's published
+        REQUIRE(message);
+        codec::MessageDecoder decoder(replicas[i]->manifest().fingerprint(),
+                                      replicas[i]->manifest(), sent[i].data(), size);
+        codec::decode_to_end(message->header, message->chunks, decoder);
+    }
+    for (size_t i = 0; i < n; i++) {
+        INFO("member " << i);
+        Replica& r = *replicas[i];
+        CHECK(same_bits(r.phi(), replicas[0]->phi()));
+        size_t kept = 0, mismatched_residual = 0, mismatched_theta = 0;
+        r.restart_from_phi(config.residual_in_weights());
+        for (size_t k = 0; k < size; k++) {
+            // The message carried D alone, and what it did not carry is the residual exactly.
+            if (r.residual()[k] != displacement[i][k] - sent[i][k]) mismatched_residual++;
+            if (r.theta()[k] != r.phi()[k] + r.residual()[k]) mismatched_theta++;
+            if (sent[i][k] != 0.0f) kept++;
+        }
+        CHECK(mismatched_residual == 0);
+        CHECK(mismatched_theta == 0);
+        CHECK(kept > 0);
+        CHECK(kept < size / 4);  // 3% of the large tensors, the small ones whole
+    }
+    // phi moved by the mean of what was sent (outer lr 1, no momentum), each message clipped to
+    // the median norm of the three (optimizer/outer_round.h).
+    for (const RoundOutcome& o : outcomes) CHECK(o.members == 3);
+    std::vector<double> norms;
+    for (const auto& v : sent) {
+        double squares = 0.0;
+        for (const float x : v) squares += double(x) * x;
+        norms.push_back(std::sqrt(squares));
+    }
+    std::vector<double> sorted = norms;
+    std::sort(sorted.begin(), sorted.end());
+    size_t off = 0;
+    for (size_t k = 0; k < size; k++) {
+        double mean = 0.0;
+        for (size_t m = 0; m < n; m++) mean += std::min(1.0, sorted[1] / norms[m]) * sent[m][k];
+        mean /= 3.0;
+        if (std::abs(replicas[0]->phi()[k] - (phi_before[k] + mean)) > 1e-6) off++;
+    }
+    CHECK(off == 0);
 }
