@@ -359,24 +359,64 @@ TEST_CASE("three starlingd in DiLoCo mode gather every member's message each rou
     for (TestDaemon* d : {&a, &b, &c}) CHECK(d->process().wait(20s) == 0);
 }
 
-TEST_CASE("two starlingd in DiLoCo mode train with TOPK deltas over the wire", "[integration]") {
+TEST_CASE("two and three starlingd in DiLoCo mode train with TOPK deltas over the wire",
+          "[integration]") {
+    const size_t count = GENERATE(size_t{2}, size_t{3});
     TempDir root;
-    TestDaemon a("a", root.path()), b("b", root.path());
-    start_diloco_swarm({&a, &b}, {{"STARLING_SWARM_METHOD", "diloco"},
-                                  {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
-                                  {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}});
+    std::vector<std::unique_ptr<TestDaemon>> owned;
+    std::vector<TestDaemon*> daemons;
+    for (size_t i = 0; i < count; i++) {
+        owned.push_back(std::make_unique<TestDaemon>(std::string(1, char('a' + i)), root.path()));
+        daemons.push_back(owned.back().get());
+    }
+    start_diloco_swarm(daemons, {{"STARLING_SWARM_METHOD", "diloco"},
+                                 {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
+                                 {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}});
+    TestDaemon& a = *daemons[0];
     const auto rounds = logged_diloco_rounds(a.log());
     CHECK(rounds.back().loss < rounds.front().loss - 0.3);
+    CHECK(a.status()["last_quorum"] == count);
     // What a round sends: the TOPK message of 5% of each 4096 values in 2 bits (codec/README.md)
-    // with its framing and signature, under a tenth of a byte per parameter.
+    // with its framing and signature, to each other member, under a tenth of a byte per
+    // parameter each.
     const double parameters = starling::load_train_config(pico_config()).model.num_parameters();
-    const std::regex sent(R"(\| quorum 2 \| sent (\d+) B)");
+    const std::regex sent("\\| quorum " + std::to_string(count) + R"( \| sent (\d+) B)");
+    std::smatch m;
+    const std::string log = a.log();
+    REQUIRE(std::regex_search(log, m, sent));
+    const double per_parameter = std::stod(m[1]) / parameters / double(count - 1);
+    CHECK(per_parameter > 0.04);  // 205 kept of 4096: 4 low bits, the bitmap, 2-bit values: 0.054
+    CHECK(per_parameter < 0.1);
+    for (TestDaemon* d : daemons) d->process().signal(SIGTERM);
+    for (TestDaemon* d : daemons) CHECK(d->process().wait(20s) == 0);
+}
+
+TEST_CASE("two starlingd in NoLoCo split mode train with TOPK deltas over the wire",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path());
+    const Environment split{{"STARLING_EXCHANGE_MODE", "split"},
+                            {"STARLING_EXCHANGE_STATE_CODEC", "Q8"},
+                            {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
+                            {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}};
+    a.start({}, split);
+    b.start({a.peer_address()}, split);
+    for (TestDaemon* d : {&a, &b})
+        eventually(d->name() + " paired 8 rounds", 120s,
+                   [&] { return status_u64(*d, "rounds_paired") >= 8; });
+    const std::vector<LoggedRound> rounds = logged_rounds(a.log());
+    REQUIRE(rounds.size() >= 8);
+    CHECK(rounds.back().loss < rounds.front().loss - 0.3);
+    // A split message is phi in Q8 (1.0625 bytes a parameter) beside D in TOPK (0.054): Q8's D
+    // would add another 1.0625.
+    const double parameters = starling::load_train_config(pico_config()).model.num_parameters();
+    const std::regex sent(R"(\| partner [0-9a-f]+ \| sent (\d+) B)");
     std::smatch m;
     const std::string log = a.log();
     REQUIRE(std::regex_search(log, m, sent));
     const double per_parameter = std::stod(m[1]) / parameters;
-    CHECK(per_parameter > 0.04);  // 205 kept of 4096: 4 low bits, the bitmap, 2-bit values: 0.054
-    CHECK(per_parameter < 0.1);
+    CHECK(per_parameter > 1.0625 + 0.04);
+    CHECK(per_parameter < 1.0625 + 0.1);
     for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
     for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
 }
