@@ -83,7 +83,7 @@ struct ExchangeConfig {
     double feedback_decay = 0.95;
     // DiLoCo with TOPK: a member restarts each round from phi plus what its own message left
     // unsent, rather than from phi with the remainder carried into its next message
-    // (docs/compression.md: +0.7% of Q8's loss at H 10 where the carried remainder costs +5%).
+    // (docs/compression.md: +0.2% of Q8's loss at H 10 where the carried remainder costs +5%).
     bool residual_in_weights = true;
 
     // Throws starling::Error naming the problem where the topk keys make no format.
@@ -92,13 +92,13 @@ struct ExchangeConfig {
     float delta_feedback_decay() const;
 };
 
-// One replica and how it is joined to others: what the experiment's replicas and a swarm node
-// share. ExperimentConfig (experiment/) and SwarmConfig (daemon/swarm/) extend it.
-// The most inner steps of a TOPK DiLoCo round the study found to train well (docs/compression.md:
-// at H 10 within 1% of Q8 at H 10; at H 50 +15% with the residual in the messages, +54% in the
-// weights).
+// The most inner steps of a TOPK DiLoCo round the study found to train well
+// (docs/compression.md): at H 10 within 1% of Q8 at H 10, at H 50 15% behind with the residual in
+// the messages and 54% with it in the weights, for phi gains only a few percent of each chunk a
+// round and 20 rounds leave it far behind the replicas. EngineConfig::settings_warning names
+// longer rounds.
 inline constexpr int kMaxSparseInnerSteps = 10;
-
+// One replica and how it is joined to others; ExperimentConfig and SwarmConfig extend it.
 struct EngineConfig {
     // The replica: model, batch, steps (its inner steps: the token budget and the schedule's
     // length), seed (every replica's initialisation), threads, device, schedule, AdamW, data.
