@@ -377,16 +377,21 @@ TEST_CASE(
     // Rounds start together, as on nodes of equal speed: otherwise a node that goes solo finishes
     // sooner, runs more than max_round_gap rounds ahead and can pair with no one, which is not
     // what this test is about. The survivors stop three rounds after all of them have declared
-    // the victim dead.
+    // the victim dead, once two of them have paired since: on a busy box a round's pairing can
+    // time out and leave every survivor solo, so the test waits for a pairing rather than
+    // expecting one in each of a fixed number of rounds.
     std::atomic<bool> stop{false};
+    std::atomic<int> paired_since_death{0};
     int rounds_after_death = 0;
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
     auto next_round = [&]() noexcept {
         bool all_dead = true;
         for (size_t i = 0; i < victim; i++)
             all_dead &= state_seen(nodes[i]->peer(), victim_id) == MemberState::Dead;
         if (all_dead) rounds_after_death++;
-        if (rounds_after_death > 3 || std::chrono::steady_clock::now() > give_up) stop = true;
+        if ((rounds_after_death > 3 && paired_since_death >= 2) ||
+            std::chrono::steady_clock::now() > give_up)
+            stop = true;
     };
     std::barrier round_start(static_cast<std::ptrdiff_t>(nodes.size()), next_round);
 
@@ -423,6 +428,7 @@ TEST_CASE(
             s.report = node.run_round();
             s.wall_seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (s.victim_dead_before && !s.report.solo) paired_since_death++;
             seen[i].push_back(s);
         }
     });
@@ -441,8 +447,8 @@ TEST_CASE(
             }
         }
     }
-    // Three survivors with one view: two of them pair every round.
-    CHECK(paired_after_death >= 2 * 3);
+    // The survivors pair with each other again: both members of a pair count it.
+    CHECK(paired_after_death >= 2);
 }
 
 TEST_CASE(
