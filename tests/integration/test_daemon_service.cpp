@@ -375,7 +375,6 @@ TEST_CASE("two and three starlingd in DiLoCo mode train with TOPK deltas over th
     TestDaemon& a = *daemons[0];
     const auto rounds = logged_diloco_rounds(a.log());
     CHECK(rounds.back().loss < rounds.front().loss - 0.3);
-    CHECK(a.status()["last_quorum"] == count);
     // What a round sends: the TOPK message of 5% of each 4096 values in 2 bits (codec/README.md)
     // with its framing and signature, to each other member, under a tenth of a byte per
     // parameter each.
