@@ -118,6 +118,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     const std::vector<uint64_t> partners = link.partners(round);
     outcome.pair_seconds = seconds_since(start);
     std::vector<MemberValues> arrived;
+    sent_.clear();
     if (!partners.empty()) {
         outcome.partner = partners.front();
         const auto exchange_start = Clock::now();
@@ -127,6 +128,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     const bool split = config_.exchange.mode == MessageMode::Split;
     MemberValues own{replica.node_id(), split ? replica.displacement() : theta,
                      split ? std::span<const float>(replica.phi()) : std::span<const float>()};
+    own.sent = sent_;
     // Each member counts as the tokens it trained on, when every one said them; exchange() left
     // each partner's claim in its weight.
     const bool weighted = tokens > 0 && !arrived.empty() &&
@@ -186,11 +188,19 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     // One partner's messages stream from the encoders as they go out; several partners get the
     // same messages, encoded once (error feedback updates the residual once).
     std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
-    if (partners.size() > 1) {
+    // The held-out check scores this node's weights as its partners will see them (phi + its D
+    // decoded), as it scores theirs: a sparse D leaves most of the round's training out of both.
+    const bool keep_sent = split && config_.judge_messages && replica.held_out_available();
+    if (partners.size() > 1 || keep_sent) {
         first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
         if (split)
             second_whole =
                 std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
+    }
+    if (keep_sent) {
+        sent_.resize(size_);
+        codec::MessageDecoder own_in(manifest.fingerprint(), manifest, sent_.data(), size_);
+        codec::decode_to_end(first_whole->header, first_whole->chunks, own_in);
     }
     ensure_arenas(received_, partners.size());
     if (split) ensure_arenas(received_phi_, partners.size());

@@ -86,7 +86,11 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         if (!problem && p.weight == self.weight && !checks.held_out_loss)
             problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
-            if (!own_loss) own_loss = checks.held_out_loss(theta_of(self, fused, scratch_a));
+            if (!own_loss) {
+                MemberValues as_sent = self;
+                if (!self.sent.empty()) as_sent.values = self.sent;
+                own_loss = checks.held_out_loss(theta_of(as_sent, fused, scratch_a));
+            }
             const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
             result.held_out_ratios[k] = loss / *own_loss;
             if (!(loss <= kMaxHeldOutLossRatio * *own_loss))

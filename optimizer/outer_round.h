@@ -31,6 +31,10 @@ struct MemberValues {
     // unequal amounts (token-budget rounds, docs/uneven.md); equal weights are the plain mean.
     // A partner's is its claim, counted at most kMaxTokenRatio times this node's own.
     double weight = 1.0;
+    // This node's own D as its partners decode it (split mode; a sparse or lossy codec sends less
+    // than D): the held-out check scores phi + this, so that a partner's phi + decoded D is set
+    // against weights made the same way. Empty: values, exactly.
+    std::span<const float> sent;
 };
 
 // No member's tokens count for more than this many times a reference: the node's own in NoLoCo,
@@ -80,8 +84,9 @@ struct NoLoCoStep {
 // NoLoCo: partners whose values fail the sanity check are left out, and so is one that trained
 // at least this node's tokens (a weight at least its own: every H-step round, and a token-budget
 // round's partner that claims as many or more) whose weights score more than
-// kMaxHeldOutLossRatio times this node's own on checks.held_out_loss (or, without one, where both
-// trained the same tokens, whose update points away from this node's: opposed_update); the rest and
+// kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on
+// checks.held_out_loss (or, without one, where both trained the same tokens, whose update points
+// away from this node's: opposed_update); the rest and
 // the node's own exact values are averaged in node-id order; with no partner left the node takes a
 // solo step (its own D only) and never waits. self.phi must be the phi span being updated (split
 // mode). scratch_a and scratch_b hold the group means (phi.size() floats each).

@@ -390,6 +390,36 @@ TEST_CASE("two and three starlingd in DiLoCo mode train with TOPK deltas over th
     for (TestDaemon* d : daemons) CHECK(d->process().wait(20s) == 0);
 }
 
+TEST_CASE("two starlingd in NoLoCo split mode train with TOPK deltas over the wire",
+          "[integration]") {
+    TempDir root;
+    TestDaemon a("a", root.path()), b("b", root.path());
+    const Environment split{{"STARLING_EXCHANGE_MODE", "split"},
+                            {"STARLING_EXCHANGE_STATE_CODEC", "Q8"},
+                            {"STARLING_EXCHANGE_DELTA_CODEC", "TOPK"},
+                            {"STARLING_EXCHANGE_TOPK_DENSITY", "0.05"}};
+    a.start({}, split);
+    b.start({a.peer_address()}, split);
+    for (TestDaemon* d : {&a, &b})
+        eventually(d->name() + " paired 8 rounds", 120s,
+                   [&] { return status_u64(*d, "rounds_paired") >= 8; });
+    const std::vector<LoggedRound> rounds = logged_rounds(a.log());
+    REQUIRE(rounds.size() >= 8);
+    CHECK(rounds.back().loss < rounds.front().loss - 0.3);
+    // A split message is phi in Q8 (1.0625 bytes a parameter) beside D in TOPK (0.054): Q8's D
+    // would add another 1.0625.
+    const double parameters = starling::load_train_config(pico_config()).model.num_parameters();
+    const std::regex sent(R"(\| partner [0-9a-f]+ \| sent (\d+) B)");
+    std::smatch m;
+    const std::string log = a.log();
+    REQUIRE(std::regex_search(log, m, sent));
+    const double per_parameter = std::stod(m[1]) / parameters;
+    CHECK(per_parameter > 1.0625 + 0.04);
+    CHECK(per_parameter < 1.0625 + 0.1);
+    for (TestDaemon* d : {&a, &b}) d->process().signal(SIGTERM);
+    for (TestDaemon* d : {&a, &b}) CHECK(d->process().wait(20s) == 0);
+}
+
 namespace {
 
 // The peer port speaks TLS made from the swarm secret; the control port plain gRPC.

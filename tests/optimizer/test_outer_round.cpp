@@ -234,6 +234,49 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
               .members == 2);
 }
 
+TEST_CASE("noloco_outer_step scores this node's weights as its partners receive them") {
+    // A sparse codec sends a few of D's values: each partner's weights arrive as phi + a sparse D,
+    // so set against this node's exact weights an honest partner scores worse. Bowl around 1:
+    // exact own weights 1.0 score 1; phi + two of eight values (the rest at 0.75) score
+    // 1 + 6 x 0.25^2 = 1.375, own as sent and the partner's alike.
+    const size_t n = 8;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0(n, 0.75f), own_d(n, 0.25f);
+    std::vector<float> own_sent(n, 0.0f), partner_d(n, 0.0f);
+    own_sent[0] = own_sent[1] = 0.25f;
+    partner_d[2] = partner_d[3] = 0.25f;
+    PartnerChecks checks;
+    checks.held_out_loss = [&](std::span<const float> w) {
+        double s = 1.0;
+        for (const float x : w) s += (double(x) - 1.0) * (double(x) - 1.0);
+        return s;
+    };
+    const std::vector<MemberValues> partners{{9, partner_d, phi0}};
+    std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+    const NoLoCoStep exact = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0},
+                                               partners, checks, phi, momentum, a, b);
+    REQUIRE(exact.refused.size() == 1);
+    CHECK(exact.held_out_ratios[0] == Approx(1.375));
+
+    MemberValues own{3, own_d, phi0};
+    own.sent = own_sent;
+    phi = phi0;
+    const NoLoCoStep as_sent =
+        noloco_outer_step(config, MessageMode::Split, own, partners, checks, phi, momentum, a, b);
+    CHECK(as_sent.refused.empty());
+    CHECK(as_sent.members == 2);
+    CHECK(as_sent.held_out_ratios[0] == Approx(1.0));
+    // The mean still takes this node's exact D: the same bits as the unjudged step, which takes
+    // every partner and never looks at what was sent.
+    PartnerChecks unjudged;
+    unjudged.judge = false;
+    std::vector<float> reference = phi0, reference_momentum(n, 0.0f);
+    noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0}, partners, unjudged, reference,
+                      reference_momentum, a, b);
+    CHECK(phi == reference);
+    CHECK(phi != phi0);
+}
+
 TEST_CASE(
     "diloco_outer_step leaves out a D that is not finite or a thousand times the median norm") {
     const size_t n = 16;
