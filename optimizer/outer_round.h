@@ -98,7 +98,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
 // DiLoCo leaves out a D whose cosine with the others' sum is below this fraction of the median
 // member's. Honest D's of one round point alike, less so in short rounds: in the swarm experiment
 // 0.3% of honest D's fell below half the median at H 10 (2.4% below 0.7 of it), none at H 50; a
-// sign flip, noise, garbage data or weight decay 30 (from its third round) score 0 or less.
+// sign flip, noise or garbage data score 0 or less, weight decay 30 below 0.2 from round 3.
 inline constexpr double kMinCosineOfMedian = 0.5;
 // With 3 or more D's, one whose norm exceeds this many times the norm it is allowed is left out
 // rather than clipped, as sane() refuses a NoLoCo message 10 updates away: no honest D comes near.
