@@ -27,6 +27,8 @@
 #include "data/shard.h"
 #include "daemon/swarm/node_config.h"
 #include "experiment/experiment.h"
+#include "sim/membership_sim.h"
+#include "sim/sim_config.h"
 #include "common/openmp_wait.h"
 
 namespace {
@@ -92,6 +94,23 @@ int run_experiment(const ExperimentFlags& flags) {
     if (flags.threads) config.train.threads = *flags.threads;
     config.validate();
     starling::run_experiment(config);
+    return 0;
+}
+
+struct SimulateFlags {
+    std::string config_path;
+    std::optional<uint64_t> seed;
+    std::optional<int> nodes;
+    std::optional<double> seconds;
+};
+
+int run_simulate(const SimulateFlags& flags) {
+    starling::sim::SimConfig config = starling::sim::load_sim_config(flags.config_path);
+    if (flags.seed) config.seed = *flags.seed;
+    if (flags.nodes) config.nodes = *flags.nodes;
+    if (flags.seconds) config.seconds = *flags.seconds;
+    const starling::sim::Figures figures = starling::sim::simulate_membership(config);
+    std::fputs(starling::sim::format_figures(config, figures).c_str(), stdout);
     return 0;
 }
 
@@ -487,6 +506,19 @@ int main(int argc, char** argv) {
                                key_help(experiment_keys, "train", "threads"));
     experiment_cmd->footer(config_keys_footer(experiment_keys));
 
+    SimulateFlags simulate;
+    CLI::App* simulate_cmd = app.add_subcommand(
+        "simulate",
+        "run the membership protocol of a swarm of simulated nodes on a simulated network, "
+        "replayable from a seed (see configs/sim/, docs/scale.md)");
+    simulate_cmd->add_option("-c,--config", simulate.config_path, "simulation TOML config")
+        ->required();
+    const std::vector<starling::KeyDescription> sim_keys = starling::sim::sim_config_keys();
+    simulate_cmd->add_option("--seed", simulate.seed, key_help(sim_keys, "sim", "seed"));
+    simulate_cmd->add_option("--nodes", simulate.nodes, key_help(sim_keys, "sim", "nodes"));
+    simulate_cmd->add_option("--seconds", simulate.seconds, key_help(sim_keys, "sim", "seconds"));
+    simulate_cmd->footer(config_keys_footer(sim_keys));
+
     CLI::App* config_cmd = app.add_subcommand("config", "what a config file may hold");
     config_cmd->require_subcommand(1);
     std::string keys_for = "node";
@@ -495,10 +527,10 @@ int main(int argc, char** argv) {
         "keys", "every key of a config file: section, name, default, range and meaning");
     keys_cmd
         ->add_option("--for", keys_for,
-                     "whose file: train (starling train), experiment (starling experiment) or "
-                     "node (starlingd)")
+                     "whose file: train (starling train), experiment (starling experiment), "
+                     "simulate (starling simulate) or node (starlingd)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"train", "experiment", "node"}));
+        ->check(CLI::IsMember({"train", "experiment", "simulate", "node"}));
     keys_cmd->add_flag("--markdown", keys_markdown, "Markdown tables, one per section");
 
     NodeCommands node(app);
@@ -540,6 +572,7 @@ int main(int argc, char** argv) {
             const std::vector<starling::KeyDescription> keys =
                 keys_for == "train"        ? starling::train_config_keys()
                 : keys_for == "experiment" ? starling::experiment_config_keys()
+                : keys_for == "simulate"   ? starling::sim::sim_config_keys()
                                            : starling::node_config_keys();
             const std::string text =
                 keys_markdown ? starling::keys_as_markdown(keys) : starling::keys_as_text(keys);
@@ -550,6 +583,7 @@ int main(int argc, char** argv) {
         if (prepare_cmd->parsed()) return run_prepare(prepare);
         if (train_tokenizer_cmd->parsed()) return run_train_tokenizer(train_tokenizer);
         if (experiment_cmd->parsed()) return run_experiment(experiment);
+        if (simulate_cmd->parsed()) return run_simulate(simulate);
         if (const std::optional<int> status = node.run(control)) return *status;
         if (const std::optional<int> status = model.run(control)) return *status;
         if (check.command->parsed()) {

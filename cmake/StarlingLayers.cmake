@@ -4,12 +4,12 @@
 set(STARLING_LAYERS
     "starling_common starling_openblas starling_proto"
     "starling_model_layout starling_kernels_cuda starling_partners"
-    "starling_codec starling_kernels_nccl"
+    "starling_codec starling_kernels_nccl starling_membership"
     "starling_kernels starling_peer"
     "starling_model starling_data"
     "starling_optimizer"
     "starling_engine"
-    "starling_daemon starling_experiment"
+    "starling_daemon starling_experiment starling_sim"
     "starling_swarm"
     "starling_service starling_cli")
 

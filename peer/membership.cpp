@@ -3,6 +3,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 namespace starling {
@@ -73,62 +74,106 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
         return Merge::Ignored;
     }
     if (const auto tomb = tombstones_.find(incoming.node_id); tomb != tombstones_.end()) {
-        if (incoming.incarnation <= tomb->second.first) return Merge::Ignored;
-        tombstones_.erase(tomb);
+        if (incoming.incarnation > tomb->second.first) {
+            tombstones_.erase(tomb);
+        } else if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members) {
+            return Merge::Ignored;
+        } else {
+            // Someone lists as alive a member this node saw go at that incarnation: a straggler's
+            // stale news, or the other side of a partition that outlasted the retention. Listed
+            // dead again, it goes out in this node's gossip, which puts the stale news down and,
+            // where the member lives, reaches it so that it refutes; left out, the two sides of a
+            // long partition would ignore each other for good (sim/, docs/scale.md).
+            Member dead = incoming;
+            dead.incarnation = tomb->second.first;
+            dead.state = MemberState::Dead;
+            dead.since = now;
+            tombstones_.erase(tomb);
+            index_.emplace(dead.node_id, others_.size());
+            others_.push_back(std::move(dead));
+            track_locked(others_.back());
+            return Merge::Updated;
+        }
     }
-    const auto it = others_.find(incoming.node_id);
-    if (it == others_.end()) {
+    Member* known = find_locked(incoming.node_id);
+    if (!known) {
         if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members)
             return Merge::Ignored;
-        Member added = incoming;
-        added.since = now;
-        others_.emplace(added.node_id, std::move(added));
+        index_.emplace(incoming.node_id, others_.size());
+        others_.push_back(incoming);
+        others_.back().since = now;
+        track_locked(others_.back());
         return Merge::Added;
     }
-    Member& known = it->second;
-    if (precedence(incoming) > precedence(known)) {
+    if (precedence(incoming) > precedence(*known)) {
         const bool state_changed =
-            incoming.state != known.state || incoming.incarnation != known.incarnation;
-        const auto since = state_changed ? now : known.since;
-        known = incoming;
-        known.since = since;
+            incoming.state != known->state || incoming.incarnation != known->incarnation;
+        const auto since = state_changed ? now : known->since;
+        *known = incoming;
+        known->since = since;
+        track_locked(*known);
         return Merge::Updated;
     }
-    if (precedence(incoming) == precedence(known)) {
-        if (incoming.round >= known.round && incoming.step_seconds > 0.0)
-            known.step_seconds = incoming.step_seconds;
-        known.round = std::max(known.round, incoming.round);
-        known.paired_through = std::max(known.paired_through, incoming.paired_through);
-        known.solo_through = std::max(known.solo_through, incoming.solo_through);
+    if (precedence(incoming) == precedence(*known)) {
+        if (incoming.round >= known->round && incoming.step_seconds > 0.0)
+            known->step_seconds = incoming.step_seconds;
+        known->round = std::max(known->round, incoming.round);
+        known->paired_through = std::max(known->paired_through, incoming.paired_through);
+        known->solo_through = std::max(known->solo_through, incoming.solo_through);
     }
     return Merge::Ignored;
 }
 
+Member* MemberTable::find_locked(uint64_t node_id) {
+    const auto it = index_.find(node_id);
+    return it == index_.end() ? nullptr : &others_[it->second];
+}
+
+void MemberTable::track_locked(const Member& member) {
+    if (member.state == MemberState::Alive)
+        timed_.erase(member.node_id);
+    else
+        timed_.insert(member.node_id);
+}
+
+void MemberTable::erase_locked(uint64_t node_id) {
+    const auto it = index_.find(node_id);
+    const size_t place = it->second;
+    index_.erase(it);
+    timed_.erase(node_id);
+    if (place + 1 != others_.size()) {
+        others_[place] = std::move(others_.back());
+        index_[others_[place].node_id] = place;
+    }
+    others_.pop_back();
+}
+
 void MemberTable::suspect(uint64_t node_id, SteadyClock::time_point now) {
     MutexLock lock(mutex_);
-    const auto it = others_.find(node_id);
-    if (it == others_.end() || it->second.state != MemberState::Alive) return;
-    it->second.state = MemberState::Suspect;
-    it->second.since = now;
+    Member* member = find_locked(node_id);
+    if (!member || member->state != MemberState::Alive) return;
+    member->state = MemberState::Suspect;
+    member->since = now;
+    track_locked(*member);
 }
 
 std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
     MutexLock lock(mutex_);
-    std::vector<uint64_t> declared_dead;
-    for (auto it = others_.begin(); it != others_.end();) {
-        Member& m = it->second;
-        if (m.state == MemberState::Suspect && now - m.since >= limits_.suspicion_timeout) {
+    std::vector<uint64_t> declared_dead, purged;
+    const auto suspicion = suspicion_timeout_locked();
+    for (const uint64_t id : timed_) {
+        Member& m = *find_locked(id);
+        if (m.state == MemberState::Suspect && now - m.since >= suspicion) {
             m.state = MemberState::Dead;
             m.since = now;
             declared_dead.push_back(m.node_id);
         }
         if (gone(m.state) && now - m.since >= limits_.retention) {
             tombstones_[m.node_id] = {m.incarnation, now};
-            it = others_.erase(it);
-        } else {
-            ++it;
+            purged.push_back(id);
         }
     }
+    for (const uint64_t id : purged) erase_locked(id);
     // Tombstones outlive any digest still in flight by a wide margin, then go, so the table of
     // them stays bounded too.
     std::erase_if(tombstones_,
@@ -139,6 +184,17 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
             [](const auto& a, const auto& b) { return a.second.second < b.second.second; }));
     }
     return declared_dead;
+}
+
+SteadyClock::duration MemberTable::suspicion_timeout() const {
+    MutexLock lock(mutex_);
+    return suspicion_timeout_locked();
+}
+
+SteadyClock::duration MemberTable::suspicion_timeout_locked() const {
+    const double decades = std::log10(static_cast<double>(others_.size() + 1));
+    return std::chrono::duration_cast<SteadyClock::duration>(limits_.suspicion_timeout *
+                                                             std::max(1.0, decades));
 }
 
 void MemberTable::set_round(uint64_t round) {
@@ -159,8 +215,7 @@ void MemberTable::set_choice(uint64_t round, bool paired) {
 
 void MemberTable::note_round(uint64_t node_id, uint64_t round) {
     MutexLock lock(mutex_);
-    const auto it = others_.find(node_id);
-    if (it != others_.end()) it->second.round = std::max(it->second.round, round);
+    if (Member* member = find_locked(node_id)) member->round = std::max(member->round, round);
 }
 
 void MemberTable::set_address(const std::string& address) {
@@ -181,24 +236,56 @@ Member MemberTable::self() const {
 std::optional<Member> MemberTable::find(uint64_t node_id) const {
     MutexLock lock(mutex_);
     if (node_id == self_.node_id) return self_;
-    const auto it = others_.find(node_id);
-    if (it == others_.end()) return std::nullopt;
-    return it->second;
+    const auto it = index_.find(node_id);
+    if (it == index_.end()) return std::nullopt;
+    return others_[it->second];
 }
 
 std::vector<Member> MemberTable::all() const {
     MutexLock lock(mutex_);
     std::vector<Member> members{self_};
-    for (const auto& [id, m] : others_) members.push_back(m);
+    members.insert(members.end(), others_.begin(), others_.end());
     return members;
 }
 
 std::vector<Member> MemberTable::reachable_others() const {
     MutexLock lock(mutex_);
     std::vector<Member> members;
-    for (const auto& [id, m] : others_)
+    for (const Member& m : others_)
         if (!gone(m.state)) members.push_back(m);
     return members;
+}
+
+std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
+                                                  std::mt19937_64& rng) const {
+    MutexLock lock(mutex_);
+    const auto usable = [&](const Member& m) { return !gone(m.state) && m.node_id != excluded; };
+    std::vector<Member> chosen;
+    if (k == 0 || others_.empty()) return chosen;
+    // Draws with rejection while the table is large next to k; when that keeps missing (most
+    // entries gone) or the table is small, a shuffle of every usable entry.
+    if (others_.size() > 4 * k) {
+        std::set<size_t> drawn;
+        std::uniform_int_distribution<size_t> place(0, others_.size() - 1);
+        for (size_t tries = 0; chosen.size() < k && tries < 8 * k; ++tries) {
+            const size_t i = place(rng);
+            if (usable(others_[i]) && drawn.insert(i).second) chosen.push_back(others_[i]);
+        }
+        if (chosen.size() == k) return chosen;
+        chosen.clear();
+    }
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < others_.size(); i++)
+        if (usable(others_[i])) candidates.push_back(i);
+    std::shuffle(candidates.begin(), candidates.end(), rng);
+    if (candidates.size() > k) candidates.resize(k);
+    for (const size_t i : candidates) chosen.push_back(others_[i]);
+    return chosen;
+}
+
+size_t MemberTable::others_count() const {
+    MutexLock lock(mutex_);
+    return others_.size();
 }
 
 bool MemberTable::compatible(const Member& member) const {
@@ -211,8 +298,8 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
     MutexLock lock(mutex_);
     std::vector<uint64_t> ids;
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
-    for (const auto& [id, m] : others_)
-        if (m.state == MemberState::Alive && compatible(m)) ids.push_back(id);
+    for (const Member& m : others_)
+        if (m.state == MemberState::Alive && compatible(m)) ids.push_back(m.node_id);
     std::sort(ids.begin(), ids.end());
     return ids;
 }
@@ -222,7 +309,7 @@ std::vector<double> MemberTable::pairable_step_seconds() const {
     std::vector<double> seconds;
     if (self_.state == MemberState::Alive && self_.step_seconds > 0.0)
         seconds.push_back(self_.step_seconds);
-    for (const auto& [id, m] : others_)
+    for (const Member& m : others_)
         if (m.state == MemberState::Alive && compatible(m) && m.step_seconds > 0.0)
             seconds.push_back(m.step_seconds);
     return seconds;

@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <random>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,7 +65,9 @@ inline bool solo_last(const Member& m) { return m.solo_through > m.paired_throug
 std::string incompatibility(const Member& them, const Member& self);
 
 struct MembershipLimits {
-    std::chrono::milliseconds suspicion_timeout{5000};  // SUSPECT to DEAD
+    // SUSPECT to DEAD in a swarm of up to 10 members; larger ones wait this times log10 of their
+    // size, as news (the suspicion, then its refutation) takes log N periods to reach everyone.
+    std::chrono::milliseconds suspicion_timeout{5000};
     std::chrono::milliseconds retention{60000};  // DEAD and LEFT entries are listed this long
     size_t max_members = 4096;  // a hostile or broken peer cannot grow the table past this
 };
@@ -82,6 +86,8 @@ public:
     // SUSPECT past the suspicion timeout becomes DEAD; DEAD and LEFT past retention are purged.
     // Returns the ids declared dead by this call.
     std::vector<uint64_t> expire(SteadyClock::time_point now);
+    // The suspicion timeout at the table's present size (MembershipLimits::suspicion_timeout).
+    SteadyClock::duration suspicion_timeout() const;
 
     void set_round(uint64_t round);
     void set_step_seconds(double seconds);
@@ -97,6 +103,10 @@ public:
     std::optional<Member> find(uint64_t node_id) const;
     std::vector<Member> all() const;               // self first, then the others
     std::vector<Member> reachable_others() const;  // ALIVE or SUSPECT: worth probing and gossiping
+    // Up to k distinct reachable others other than `excluded`, drawn at random: in O(k) when they
+    // are most of a large table, so one protocol period costs the same at any swarm size.
+    std::vector<Member> sample_reachable(size_t k, uint64_t excluded, std::mt19937_64& rng) const;
+    size_t others_count() const;  // every entry but this node's, gone ones included
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
@@ -107,6 +117,11 @@ public:
 private:
     Merge merge_locked(const Member& incoming, SteadyClock::time_point now)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    Member* find_locked(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    SteadyClock::duration suspicion_timeout_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    // Keeps `timed_` in step with the member's state after any change of it.
+    void track_locked(const Member& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    void erase_locked(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     MembershipLimits limits_;
     // self_'s fields that compatible() compares, which never change: it is called both with
@@ -117,7 +132,11 @@ private:
     const std::string method_;
     mutable Mutex mutex_;
     Member self_ ABSL_GUARDED_BY(mutex_);
-    std::unordered_map<uint64_t, Member> others_ ABSL_GUARDED_BY(mutex_);
+    // Dense, so a member is drawn at random in O(1); `index_` maps an id to its place.
+    std::vector<Member> others_ ABSL_GUARDED_BY(mutex_);
+    std::unordered_map<uint64_t, size_t> index_ ABSL_GUARDED_BY(mutex_);
+    // The ids of members not ALIVE, the only ones expire() has to look at.
+    std::set<uint64_t> timed_ ABSL_GUARDED_BY(mutex_);
     // Id -> incarnation, when.
     std::unordered_map<uint64_t, std::pair<uint64_t, SteadyClock::time_point>> tombstones_
         ABSL_GUARDED_BY(mutex_);

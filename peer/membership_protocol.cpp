@@ -24,7 +24,8 @@ void set_deadline(grpc::ClientContext& context, std::chrono::milliseconds timeou
 
 // Merges every usable digest; an unusable one is logged with its reason and skipped.
 template <typename Digests>
-void merge_all(MemberTable& table, const Digests& digests, size_t limit, const char* source) {
+void merge_all(SwimCore& swim, const Digests& digests, size_t limit, const char* source) {
+    const MemberTable& table = swim.table();
     const auto now = SteadyClock::now();
     size_t taken = 0;
     for (const auto& digest : digests) {
@@ -35,7 +36,7 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
             continue;
         }
         const Member& member = std::get<Member>(parsed);
-        const auto result = table.merge(member, now);
+        const auto result = swim.merge(member, now);
         if (result == MemberTable::Merge::Added) {
             spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id),
                          member.address, member_state_name(member.state));
@@ -53,9 +54,9 @@ void merge_all(MemberTable& table, const Digests& digests, size_t limit, const c
     }
 }
 
-template <typename Response>
-void fill_members(const MemberTable& table, Response* response) {
-    for (const Member& m : table.all()) to_digest(m, response->add_members());
+template <typename Message>
+void fill_members(const std::vector<Member>& members, Message* message) {
+    for (const Member& m : members) to_digest(m, message->add_members());
 }
 
 }  // namespace
@@ -66,12 +67,12 @@ MembershipProtocol::MembershipProtocol(const PeerConfig& config, Member self, Sw
       auth_(auth),
       channels_(channels),
       failures_(failures),
-      table_(std::move(self), config.membership),
-      rng_(random_u64()) {}
+      swim_(std::move(self), config.membership, config.swim, random_u64()),
+      seeds_(config.gossip_interval, config.join_backoff_max) {}
 
 void MembershipProtocol::set_address(const std::string& address) {
     address_ = address;
-    table_.set_address(address);
+    table().set_address(address);
 }
 
 void MembershipProtocol::join_first(const std::vector<std::string>& config_seeds) {
@@ -84,15 +85,9 @@ void MembershipProtocol::join_first(const std::vector<std::string>& config_seeds
                 if (parse_host_port(line)) seeds.push_back(line);
         }
     }
-    // Nothing else touches seeds_ before the protocol thread starts; the joins run without its
-    // lock all the same, as in maintain_seeds, so they go through a copy of its addresses.
-    std::vector<std::string> first_tries;
-    {
-        MutexLock lock(seeds_mutex_);
-        for (const auto& seed : seeds)
-            if (seed != address_) seeds_.emplace(seed, SeedState{});
-        for (const auto& [seed, state] : seeds_) first_tries.push_back(seed);
-    }
+    for (const auto& seed : seeds)
+        if (seed != address_) seeds_.add(seed);
+    const std::vector<std::string> first_tries = seeds_.seeds();
     for (const auto& seed : first_tries) {
         std::string why;
         const auto result = try_join(seed, &why);
@@ -101,16 +96,14 @@ void MembershipProtocol::join_first(const std::vector<std::string>& config_seeds
                         "; two nodes share one key: give each node its own data directory");
         if (result == JoinResult::Joined) break;
     }
-    if (!first_tries.empty() && table_.reachable_others().empty())
+    if (!first_tries.empty() && table().reachable_others().empty())
         spdlog::warn("peer: no seed answered; running alone and retrying with backoff");
 }
 
 void MembershipProtocol::add_seeds(const std::vector<std::string>& seeds) {
-    MutexLock lock(seeds_mutex_);
-    for (const auto& seed : seeds) {
+    for (const auto& seed : seeds)
         if (!parse_host_port(seed)) throw Error("'" + seed + "' is not host:port");
-        seeds_[seed] = SeedState{};
-    }
+    for (const auto& seed : seeds) seeds_.add(seed);
 }
 
 std::vector<std::string> MembershipProtocol::join_seeds(const std::vector<std::string>& seeds,
@@ -168,7 +161,7 @@ MembershipProtocol::JoinResult MembershipProtocol::join_through(
         return JoinResult::Unreachable;
     }
     v1::JoinRequest request;
-    to_digest(table_.self(), request.mutable_joiner());
+    to_digest(table().self(), request.mutable_joiner());
     v1::JoinResponse response;
     grpc::ClientContext context;
     set_deadline(context, std::min(config_.probe_timeout * 4, left));
@@ -197,7 +190,7 @@ MembershipProtocol::JoinResult MembershipProtocol::join_through(
         }
         return JoinResult::Unreachable;
     }
-    merge_all(table_, response.members(), config_.membership.max_members, seed.c_str());
+    merge_all(swim_, response.members(), config_.membership.max_members, seed.c_str());
     spdlog::info("peer: joined through {}", seed);
     return JoinResult::Joined;
 }
@@ -218,9 +211,9 @@ std::optional<Member> MembershipProtocol::ping(const std::string& address, uint6
 }
 
 std::optional<std::string> MembershipProtocol::duplicate_of(const Member& joiner) {
-    const Member self = table_.self();
+    const Member self = table().self();
     if (joiner.node_id == self.node_id && joiner.instance != self.instance) return self.address;
-    const auto known = table_.find(joiner.node_id);
+    const auto known = table().find(joiner.node_id);
     if (!known || known->instance == joiner.instance ||
         (known->state != MemberState::Alive && known->state != MemberState::Suspect))
         return std::nullopt;
@@ -233,12 +226,12 @@ std::optional<std::string> MembershipProtocol::duplicate_of(const Member& joiner
 void MembershipProtocol::refresh(const std::vector<uint64_t>& node_ids) {
     std::vector<std::future<std::optional<Member>>> answers;
     for (const uint64_t id : node_ids)
-        if (const auto known = table_.find(id))
+        if (const auto known = table().find(id))
             answers.push_back(std::async(std::launch::async, [this, address = known->address, id] {
                 return ping(address, id);
             }));
     for (auto& answer : answers)
-        if (const auto member = answer.get()) table_.merge(*member, SteadyClock::now());
+        if (const auto member = answer.get()) swim_.merge(*member, SteadyClock::now());
 }
 
 std::optional<double> MembershipProtocol::round_trip_ms(uint64_t node_id) const {
@@ -256,18 +249,13 @@ bool MembershipProtocol::probe(const Member& target) {
             MutexLock lock(rtt_mutex_);
             rtt_ms_[target.node_id] = std::chrono::duration<double, std::milli>(now - sent).count();
         }
-        table_.merge(*answer, now);
+        swim_.merge(*answer, now);
         return true;
     }
     // Indirect probes through up to k other members, at once, so a congested path between two
     // nodes alone does not make one suspect the other.
-    auto helpers = table_.reachable_others();
-    std::erase_if(helpers, [&](const Member& m) { return m.node_id == target.node_id; });
-    std::shuffle(helpers.begin(), helpers.end(), rng_);
-    if (helpers.size() > static_cast<size_t>(config_.indirect_probes))
-        helpers.resize(config_.indirect_probes);
     std::vector<std::future<bool>> answers;
-    for (const Member& helper : helpers) {
+    for (const Member& helper : swim_.indirect_helpers(target.node_id)) {
         answers.push_back(std::async(std::launch::async, [&, helper] {
             v1::PingReqRequest request;
             request.set_target_id(target.node_id);
@@ -289,98 +277,70 @@ bool MembershipProtocol::probe(const Member& target) {
 
 void MembershipProtocol::gossip_with(const Member& target) {
     v1::GossipRequest request;
-    for (const Member& m : table_.all()) to_digest(m, request.add_members());
+    fill_members(swim_.gossip_payload(), &request);
     v1::GossipResponse response;
     grpc::ClientContext context;
     set_deadline(context, config_.probe_timeout * 2);
     auth_.attach(context, "Gossip");
     if (v1::Peer::NewStub(channels_.get(target.address))->Gossip(&context, request, &response).ok())
-        merge_all(table_, response.members(), config_.membership.max_members,
+        merge_all(swim_, response.members(), config_.membership.max_members,
                   target.address.c_str());
 }
 
 void MembershipProtocol::maintain_seeds(SteadyClock::time_point now) {
-    std::vector<std::string> due;
-    {
-        MutexLock lock(seeds_mutex_);
-        const auto known = table_.reachable_others();
-        for (auto& [address, state] : seeds_) {
-            // A named reference, not the binding: clang 14 cannot capture structured bindings.
-            const std::string& seed = address;
-            const bool member = std::any_of(known.begin(), known.end(),
-                                            [&](const Member& m) { return m.address == seed; });
-            if (member || seed == address_) {
-                state = SeedState{};
-            } else if (now >= state.next_try) {
-                due.push_back(seed);
-            }
+    std::optional<std::set<std::string>> member_addresses;  // taken once, and only if needed
+    const auto is_member = [&](const std::string& seed) {
+        if (!member_addresses) {
+            member_addresses.emplace();
+            for (const Member& m : table().reachable_others()) member_addresses->insert(m.address);
         }
-    }
-    for (const auto& seed : due) {
+        return seed == address_ || member_addresses->contains(seed);
+    };
+    for (const auto& seed : seeds_.due(now, is_member)) {
         std::string why;
         const auto result = try_join(seed, &why);
         if (result == JoinResult::Duplicate) spdlog::error("peer: {}", why);
-        MutexLock lock(seeds_mutex_);
-        auto& state = seeds_[seed];
-        // After a join the seed is normally a member, which resets its state above; one under
-        // another name than its members announce (a service's) is tried again only now and then.
-        state.backoff = result == JoinResult::Joined
-                            ? config_.join_backoff_max
-                            : std::min(config_.join_backoff_max,
-                                       std::max(config_.gossip_interval, state.backoff * 2));
-        state.next_try = SteadyClock::now() + state.backoff;
+        seeds_.tried(seed, result == JoinResult::Joined, SteadyClock::now());
     }
 }
 
 void MembershipProtocol::tick() {
     const auto now = SteadyClock::now();
-    for (uint64_t id : table_.expire(now))
+    const SwimCore::Period period = swim_.tick(now);
+    for (uint64_t id : period.declared_dead)
         spdlog::warn("peer: node {} declared dead", format_node_id(id));
     maintain_seeds(now);
-
-    const auto others = table_.reachable_others();
-    if (others.empty()) return;
-    // Round-robin over a shuffled order (SWIM's bound on the time to first probe of a failure).
-    if (probe_next_ >= probe_order_.size()) {
-        probe_order_.clear();
-        for (const Member& m : others) probe_order_.push_back(m.node_id);
-        std::shuffle(probe_order_.begin(), probe_order_.end(), rng_);
-        probe_next_ = 0;
+    std::optional<Member> gossip = period.gossip;
+    if (period.probe && !probe(*period.probe) &&
+        swim_.probe_failed(period.probe->node_id, SteadyClock::now())) {
+        spdlog::info("peer: node {} at {} does not answer; suspect",
+                     format_node_id(period.probe->node_id), period.probe->address);
+        gossip = period.probe;
     }
-    if (const auto target = table_.find(probe_order_[probe_next_++]);
-        target && (target->state == MemberState::Alive || target->state == MemberState::Suspect)) {
-        if (!probe(*target)) {
-            if (target->state == MemberState::Alive)
-                spdlog::info("peer: node {} at {} does not answer; suspect",
-                             format_node_id(target->node_id), target->address);
-            table_.suspect(target->node_id, SteadyClock::now());
-        }
-    }
-    gossip_with(others[std::uniform_int_distribution<size_t>(0, others.size() - 1)(rng_)]);
+    if (gossip) gossip_with(*gossip);
     save_peer_cache();
     forget_departed();
 }
 
 void MembershipProtocol::forget_departed() {
     std::set<uint64_t> members;
-    for (const Member& m : table_.all()) members.insert(m.node_id);
+    for (const Member& m : table().all()) members.insert(m.node_id);
     MutexLock lock(rtt_mutex_);
     std::erase_if(rtt_ms_, [&](const auto& entry) { return !members.contains(entry.first); });
 }
 
 std::set<std::string> MembershipProtocol::addresses_in_use() const {
     std::set<std::string> in_use;
-    for (const Member& m : table_.all()) in_use.insert(m.address);
-    MutexLock lock(seeds_mutex_);
-    for (const auto& [seed, state] : seeds_) in_use.insert(seed);
+    for (const Member& m : table().all()) in_use.insert(m.address);
+    for (const auto& seed : seeds_.seeds()) in_use.insert(seed);
     return in_use;
 }
 
 void MembershipProtocol::save_peer_cache() {
     if (config_.data_dir.empty()) return;
     std::vector<std::string> addresses;
-    for (const Member& m : table_.reachable_others())
-        if (table_.compatible(m) && addresses.size() < 64) addresses.push_back(m.address);
+    for (const Member& m : table().reachable_others())
+        if (table().compatible(m) && addresses.size() < 64) addresses.push_back(m.address);
     std::sort(addresses.begin(), addresses.end());
     if (addresses.empty() || addresses == cached_addresses_) return;
     std::string text;
@@ -394,11 +354,11 @@ void MembershipProtocol::save_peer_cache() {
 }
 
 void MembershipProtocol::announce_leave() {
-    table_.leave();
+    table().leave();
     v1::LeaveRequest request;
-    to_digest(table_.self(), request.mutable_leaver());
+    to_digest(table().self(), request.mutable_leaver());
     std::vector<std::future<void>> sent;
-    for (const Member& m : table_.reachable_others()) {
+    for (const Member& m : table().reachable_others()) {
         sent.push_back(std::async(std::launch::async, [&, address = m.address] {
             v1::LeaveResponse response;
             grpc::ClientContext context;
@@ -408,7 +368,7 @@ void MembershipProtocol::announce_leave() {
         }));
     }
     for (auto& s : sent) s.get();
-    spdlog::info("peer: node {} left the swarm", format_node_id(table_.self().node_id));
+    spdlog::info("peer: node {} left the swarm", format_node_id(table().self().node_id));
 }
 
 grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequest& request,
@@ -420,32 +380,32 @@ grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequ
     if (joiner.node_id != caller)
         return {grpc::StatusCode::PERMISSION_DENIED, "a node can only join as itself"};
     // A seed name that covers every member leads a node to itself; it must try the others.
-    if (const Member self = table_.self();
+    if (const Member self = table().self();
         joiner.node_id == self.node_id && joiner.instance == self.instance)
         return {grpc::StatusCode::FAILED_PRECONDITION, "this is the joiner itself"};
     if (auto holder = duplicate_of(joiner))
         return {grpc::StatusCode::ALREADY_EXISTS,
                 "node id " + format_node_id(joiner.node_id) + " is already live at " + *holder};
-    merge_all(table_, std::array{request.joiner()}, 1, "a joiner");
-    fill_members(table_, response);
+    merge_all(swim_, std::array{request.joiner()}, 1, "a joiner");
+    fill_members(table().all(), response);
     return grpc::Status::OK;
 }
 
 grpc::Status MembershipProtocol::answer_gossip(const v1::GossipRequest& request,
                                                v1::GossipResponse* response) {
-    merge_all(table_, request.members(), config_.membership.max_members, "gossip");
-    fill_members(table_, response);
+    merge_all(swim_, request.members(), config_.membership.max_members, "gossip");
+    fill_members(swim_.gossip_payload(), response);
     return grpc::Status::OK;
 }
 
 grpc::Status MembershipProtocol::answer_ping(const v1::PingRequest& request,
                                              v1::PingResponse* response) {
-    const uint64_t self = table_.self().node_id;
+    const uint64_t self = table().self().node_id;
     // Target 0 asks whoever answers (`starling check`); a probe names the node it expects.
     if (request.target_id() != 0 && request.target_id() != self)
         return {grpc::StatusCode::NOT_FOUND,
                 "this address now belongs to node " + format_node_id(self)};
-    to_digest(table_.self(), response->mutable_self());
+    to_digest(table().self(), response->mutable_self());
     return grpc::Status::OK;
 }
 
@@ -462,7 +422,7 @@ grpc::Status MembershipProtocol::answer_leave(uint64_t caller, const v1::LeaveRe
         return {grpc::StatusCode::PERMISSION_DENIED, "a node can only announce its own leave"};
     if (request.leaver().state() != v1::MEMBER_STATE_LEFT)
         return {grpc::StatusCode::INVALID_ARGUMENT, "a leave must carry state LEFT"};
-    merge_all(table_, std::array{request.leaver()}, 1, "a leave");
+    merge_all(swim_, std::array{request.leaver()}, 1, "a leave");
     spdlog::info("peer: node {} left", format_node_id(caller));
     return grpc::Status::OK;
 }

@@ -1,8 +1,9 @@
 // SWIM membership over gRPC: bootstrap from seeds and a cache of last-known peers, push-pull
 // gossip of member digests, failure detection (direct probe, indirect probe through k members,
-// suspicion, death), graceful leave, and the server's side of each of those calls. It owns the
-// member table; the round's part (peer/round_peers.h) reads it and notes rounds in it. PeerNode
-// runs tick() on its protocol thread, one every gossip interval.
+// suspicion, death), graceful leave, and the server's side of each of those calls: the gRPC adapter
+// of SwimCore (peer/swim.h), which owns the member table and decides whom to probe, whom to ask
+// and what to gossip. The round's part (peer/round_peers.h) reads the table and notes rounds in
+// it. PeerNode runs tick() on its protocol thread, one every gossip interval.
 #pragma once
 
 #include <grpcpp/channel.h>
@@ -12,7 +13,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +23,8 @@
 #include "peer/membership.h"
 #include "peer/peer_channels.h"
 #include "peer/peer_config.h"
+#include "peer/seed_retries.h"
+#include "peer/swim.h"
 #include "starling/v1/peer.pb.h"
 
 namespace starling {
@@ -33,8 +35,8 @@ public:
     MembershipProtocol(const PeerConfig& config, Member self, SwarmAuth& auth,
                        PeerChannels& channels, FailureTally& failures);
 
-    MemberTable& table() { return table_; }
-    const MemberTable& table() const { return table_; }
+    MemberTable& table() { return swim_.table(); }
+    const MemberTable& table() const { return swim_.table(); }
     void set_address(const std::string& address);
 
     // The start's joins: through each of `seeds` and the cached peers in turn until one joins
@@ -65,10 +67,6 @@ public:
 private:
     // Self: the seed's address is this node's own (a name that covers every member, say).
     enum class JoinResult { Joined, Unreachable, Duplicate, Self };
-    struct SeedState {
-        std::chrono::milliseconds backoff{0};
-        SteadyClock::time_point next_try{};
-    };
 
     // Each address of the seed gets 4 probe timeouts, or what is left before `by` when less.
     JoinResult try_join(const std::string& seed, std::string* why,
@@ -76,6 +74,7 @@ private:
     JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
                             std::string* why, SteadyClock::time_point by);
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
+    // A direct probe, then indirect ones through the core's helpers: whether any reached it.
     bool probe(const Member& target);
     void gossip_with(const Member& target);
     std::optional<std::string> duplicate_of(const Member& joiner);
@@ -88,19 +87,14 @@ private:
     SwarmAuth& auth_;
     PeerChannels& channels_;
     FailureTally& failures_;
-    MemberTable table_;
+    SwimCore swim_;        // the member table and every decision of the protocol
     std::string address_;  // set before the server answers and the protocol thread starts
 
     mutable Mutex rtt_mutex_;
     std::map<uint64_t, double> rtt_ms_ ABSL_GUARDED_BY(rtt_mutex_);
-    mutable Mutex seeds_mutex_;
-    std::map<std::string, SeedState> seeds_ ABSL_GUARDED_BY(seeds_mutex_);
+    SeedRetries seeds_;
 
-    // The protocol thread's.
-    std::mt19937_64 rng_;
-    std::vector<uint64_t> probe_order_;
-    size_t probe_next_ = 0;
-    std::vector<std::string> cached_addresses_;
+    std::vector<std::string> cached_addresses_;  // the protocol thread's
 };
 
 }  // namespace starling

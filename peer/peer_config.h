@@ -14,6 +14,7 @@
 #include "peer/auth.h"
 #include "peer/connection_gate.h"
 #include "peer/membership.h"
+#include "peer/swim.h"
 #include "peer/tls.h"
 
 namespace starling {
@@ -35,7 +36,7 @@ struct PeerConfig {
     std::filesystem::path data_dir;  // node.key and peers.txt; empty: fresh identity, no cache
     std::chrono::milliseconds gossip_interval{1000};
     std::chrono::milliseconds probe_timeout{500};
-    int indirect_probes = 3;
+    SwimSettings swim;  // indirect probes and what one gossip message holds
     MembershipLimits membership;
     std::chrono::milliseconds join_backoff_max{30000};
     size_t max_message_bytes =

@@ -45,7 +45,9 @@ void visit_peer_keys(V& v, NodeConfig& c) {
       at_least(10));
     v("probe_timeout_ms", Milliseconds{p.probe_timeout}, "a probe's answer", at_least(10));
     v("suspicion_timeout_ms", Milliseconds{p.membership.suspicion_timeout},
-      "suspected until declared dead", at_least(10));
+      "suspected until declared dead, in swarms of up to 10; larger ones wait this times log10 "
+      "of their size",
+      at_least(10));
     v("pair_timeout_ms", Milliseconds{p.pair_timeout}, "T_pair: choosing a round's partner",
       at_least(10));
     v("exchange_timeout_ms", Milliseconds{p.exchange_timeout},

@@ -178,9 +178,13 @@ TEST_CASE(
     REQUIRE(table.find(1).has_value());
     table.expire(t0 + 1000ms + 5000ms);
     REQUIRE_FALSE(table.find(1).has_value());
-    // A straggler's stale ALIVE cannot bring it back; a restart (later incarnation) can.
-    REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Ignored);
-    REQUIRE(table.merge(member(1, 6, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Added);
+    // A straggler's stale ALIVE cannot bring it back: it is listed dead again, which the next
+    // gossip passes on. A restart (later incarnation) can.
+    REQUIRE(table.merge(member(1, 5, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Updated);
+    REQUIRE(state_of(table, 1) == MemberState::Dead);
+    REQUIRE(table.pairable_ids() == std::vector<uint64_t>{2, 100});
+    REQUIRE(table.merge(member(1, 6, MemberState::Alive), t0 + 7s) == MemberTable::Merge::Updated);
+    REQUIRE(state_of(table, 1) == MemberState::Alive);
 }
 
 TEST_CASE("a suspicion learned from gossip is timed from when this node learned it") {

@@ -1,0 +1,89 @@
+#include "peer/swim.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace starling {
+
+SwimCore::SwimCore(Member self, MembershipLimits limits, SwimSettings settings, uint64_t seed)
+    : settings_(settings), table_(std::move(self), limits), rng_(seed) {}
+
+SwimCore::Period SwimCore::tick(SteadyClock::time_point now) {
+    Period period;
+    period.declared_dead = table_.expire(now);
+    MutexLock lock(mutex_);
+    for (const uint64_t id : period.declared_dead) spread(id);
+    if (probe_next_ >= probe_order_.size()) {
+        probe_order_.clear();
+        for (const Member& m : table_.reachable_others()) probe_order_.push_back(m.node_id);
+        std::shuffle(probe_order_.begin(), probe_order_.end(), rng_);
+        probe_next_ = 0;
+    }
+    if (probe_order_.empty()) return period;
+    if (auto target = table_.find(probe_order_[probe_next_++]);
+        target && (target->state == MemberState::Alive || target->state == MemberState::Suspect))
+        period.probe = std::move(target);
+    auto partner = table_.sample_reachable(1, table_.self().node_id, rng_);
+    if (!partner.empty()) period.gossip = std::move(partner.front());
+    return period;
+}
+
+std::vector<Member> SwimCore::indirect_helpers(uint64_t target) {
+    MutexLock lock(mutex_);
+    return table_.sample_reachable(static_cast<size_t>(std::max(settings_.indirect_probes, 0)),
+                                   target, rng_);
+}
+
+bool SwimCore::probe_failed(uint64_t target, SteadyClock::time_point now) {
+    const auto known = table_.find(target);
+    if (!known || known->state != MemberState::Alive) return false;
+    table_.suspect(target, now);
+    MutexLock lock(mutex_);
+    spread(target);
+    return true;
+}
+
+MemberTable::Merge SwimCore::merge(const Member& incoming, SteadyClock::time_point now) {
+    const auto result = table_.merge(incoming, now);
+    if (result == MemberTable::Merge::Added || result == MemberTable::Merge::Updated) {
+        MutexLock lock(mutex_);
+        spread(incoming.node_id);
+    }
+    return result;
+}
+
+void SwimCore::spread(uint64_t node_id) {
+    const auto members = static_cast<uint64_t>(table_.others_count()) + 2;
+    unsent_[node_id] = settings_.retransmit_factor * std::bit_width(members - 1);
+}
+
+std::vector<Member> SwimCore::gossip_payload() {
+    MutexLock lock(mutex_);
+    if (table_.others_count() < settings_.full_view_max) {
+        unsent_.clear();  // every piece of news goes with the whole view
+        return table_.all();
+    }
+    std::vector<Member> payload{table_.self()};
+    const size_t room = std::max<size_t>(settings_.digests_max, 1);
+    // The freshest news first: most sends left, then the lower id.
+    std::vector<std::pair<int, uint64_t>> news;
+    for (const auto& [id, left] : unsent_) news.emplace_back(-left, id);
+    std::sort(news.begin(), news.end());
+    for (const auto& [negative_left, id] : news) {
+        if (payload.size() == room) break;
+        auto member = table_.find(id);
+        if (!member || --unsent_[id] == 0) unsent_.erase(id);
+        if (member) payload.push_back(std::move(*member));
+    }
+    // Drawn at random to fill the rest: `room` of them, as the news already taken may be among.
+    const size_t news_taken = payload.size();
+    for (Member& m : table_.sample_reachable(room, payload.front().node_id, rng_)) {
+        if (payload.size() == room) break;
+        const bool sent = std::any_of(payload.begin(), payload.begin() + news_taken,
+                                      [&](const Member& p) { return p.node_id == m.node_id; });
+        if (!sent) payload.push_back(std::move(m));
+    }
+    return payload;
+}
+
+}  // namespace starling

@@ -1,0 +1,75 @@
+// SWIM's decisions without I/O: which member to probe each period, whom to ask for an indirect
+// probe, whom to gossip with and which digests to send, and what a failed probe or an arriving
+// digest does to the member table. The caller owns the clock, the transport and the seed of the
+// randomness: MembershipProtocol runs it over gRPC, the simulator (sim/) over a simulated network,
+// so both run the same protocol code.
+//
+// Dissemination: a view of up to `full_view_max` members travels whole in every gossip (a small
+// swarm's rounds and choices of partner reach every member at once). Past that a message holds at
+// most `digests_max` digests, so its size is flat in the swarm's size: this node's own, then the
+// members whose state or incarnation changed lately, each sent retransmit_factor * ceil(log2(N+1))
+// times (SWIM's infection-style dissemination, which reaches all N with high probability), the
+// freshest first, and the rest drawn at random (anti-entropy for what an epidemic missed, and for
+// the fields that change every round).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "common/mutex.h"
+#include "peer/membership.h"
+
+namespace starling {
+
+struct SwimSettings {
+    int indirect_probes = 3;  // k: members asked to probe a target that missed a direct probe
+    size_t full_view_max = 64;
+    size_t digests_max = 32;
+    int retransmit_factor = 3;  // SWIM's lambda
+};
+
+class SwimCore {
+public:
+    SwimCore(Member self, MembershipLimits limits, SwimSettings settings, uint64_t seed);
+
+    MemberTable& table() { return table_; }
+    const MemberTable& table() const { return table_; }
+
+    // What one protocol period does, after the expiries it applied itself.
+    struct Period {
+        std::vector<uint64_t> declared_dead;
+        std::optional<Member> probe;   // ping this member (a round robin over a shuffled order)
+        std::optional<Member> gossip;  // push-pull with this one, drawn at random
+    };
+    Period tick(SteadyClock::time_point now);
+    // Up to k reachable members other than the target, at random, to probe it indirectly.
+    std::vector<Member> indirect_helpers(uint64_t target);
+    // The direct and indirect probes of `target` failed. True when that made it SUSPECT: the
+    // caller then gossips with it in place of the period's partner, so a member that lives (a
+    // slow path, a short freeze) hears the suspicion first hand and its answer carries the
+    // refutation back at once, not a dissemination later, when others may have declared it dead.
+    bool probe_failed(uint64_t target, SteadyClock::time_point now);
+    // Merges a digest that arrived; a change of state or incarnation is passed on in later gossip.
+    MemberTable::Merge merge(const Member& incoming, SteadyClock::time_point now);
+    // The digests of one gossip message (a request or its answer), this node's first.
+    std::vector<Member> gossip_payload();
+
+private:
+    void spread(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+    const SwimSettings settings_;
+    MemberTable table_;
+    Mutex mutex_;
+    std::mt19937_64 rng_ ABSL_GUARDED_BY(mutex_);
+    // Members whose news is still being passed on: id -> sends left.
+    std::map<uint64_t, int> unsent_ ABSL_GUARDED_BY(mutex_);
+    // The protocol thread's alone (tick).
+    std::vector<uint64_t> probe_order_;
+    size_t probe_next_ = 0;
+};
+
+}  // namespace starling

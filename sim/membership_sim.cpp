@@ -1,0 +1,751 @@
+#include "sim/membership_sim.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <random>
+#include <unordered_map>
+
+#include "peer/seed_retries.h"
+#include "peer/swim.h"
+#include "peer/wire.h"
+#include "sim/network.h"
+
+namespace starling::sim {
+
+namespace {
+
+using std::chrono::duration_cast;
+using Seconds = std::chrono::duration<double>;
+
+constexpr Time kMeasureEvery = std::chrono::seconds(1);
+// What a node's incarnation starts at: its start time in milliseconds, as starlingd's does, from
+// a date in 2026, so digests have their real size.
+constexpr uint64_t kEpochMs = 1'780'000'000'000ull;
+
+SteadyClock::time_point clock_at(Time t) {
+    return SteadyClock::time_point(duration_cast<SteadyClock::duration>(t));
+}
+
+Time from_ms(double ms) {
+    return duration_cast<Time>(std::chrono::duration<double, std::milli>(ms));
+}
+
+double seconds(Time t) { return Seconds(t).count(); }
+
+size_t varint_bytes(uint64_t v) {
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        ++n;
+    }
+    return n;
+}
+
+enum class Kind : uint8_t {
+    Ping,
+    Ack,
+    PingReq,
+    PingReqAnswer,
+    Gossip,
+    GossipAnswer,
+    Join,
+    JoinAnswer,
+    Leave
+};
+
+bool is_call(Kind kind) {
+    return kind == Kind::Ping || kind == Kind::PingReq || kind == Kind::Gossip ||
+           kind == Kind::Join || kind == Kind::Leave;
+}
+
+struct Message {
+    Kind kind = Kind::Ping;
+    uint32_t from = 0, to = 0;
+    uint64_t call = 0;     // the call this message opens or answers
+    uint32_t target = 0;   // PingReq: the node to probe
+    bool reached = false;  // PingReqAnswer
+    std::vector<Member> members;
+};
+
+enum class EventType : uint8_t { Tick, Deliver, Timeout, RelayTimeout, Churn, Unfreeze, Measure };
+enum class ChurnKind : uint8_t { Join, Leave, Crash, Freeze };
+
+struct Event {
+    Time at{};
+    uint64_t seq = 0;  // ties broken by scheduling order, so the trace is one order
+    EventType type = EventType::Tick;
+    uint32_t node = 0;
+    uint64_t call = 0;  // a Tick's: the node's epoch when it was scheduled
+    ChurnKind churn = ChurnKind::Join;
+    Message message;
+};
+
+struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+        return a.at != b.at ? a.at > b.at : a.seq > b.seq;
+    }
+};
+
+enum class Status : uint8_t { Up, Frozen, Crashed, Left };
+// What a node's protocol thread waits on, one call at a time as in MembershipProtocol::tick.
+enum class Phase : uint8_t { Idle, Joining, Seeding, Direct, Indirect, Gossip };
+
+struct Node {
+    uint64_t id = 0;
+    std::unique_ptr<SwimCore> core;
+    std::unique_ptr<SeedRetries> seeds;
+    Status status = Status::Up;
+    bool slow = false;
+    bool joined = true;  // a joiner's first Join answered
+    Phase phase = Phase::Idle;
+    uint64_t call = 0;
+    // Raised by a freeze, so the ticks scheduled before it are dropped: one chain of periods.
+    uint64_t epoch = 0;
+    Time thawed{-1};  // when its last freeze ended
+    Time period_start{};
+    std::vector<std::string> seeds_due;  // this period's, dialled one after another
+    std::string seed;                    // the one being dialled
+    std::optional<Member> probe_next;    // this period's probe, once the seeds are done
+    Member probe_target;
+    std::optional<Member> gossip_target;
+    size_t indirect_waiting = 0;
+    bool indirect_reached = false;
+    Time upload_free{};
+};
+
+// A helper's indirect probe: its own ping of the target, answered back to the asking node.
+struct Relay {
+    uint32_t helper = 0, origin = 0;
+    uint64_t origin_call = 0;
+};
+
+struct PendingJoin {
+    uint32_t node;
+    Time since;
+};
+
+struct PendingCrash {
+    uint32_t node;
+    Time at;
+    bool suspected = false;
+};
+
+class Simulation {
+public:
+    explicit Simulation(const SimConfig& config)
+        : config_(config),
+          network_(config.network, config.seed),
+          rng_(mix64(config.seed)),
+          end_(duration_cast<Time>(Seconds(config.seconds))),
+          warmup_(duration_cast<Time>(Seconds(config.warmup_s))) {}
+
+    Figures run();
+
+private:
+    uint32_t add_node(Time now);
+    void schedule(Event event);
+    void schedule_at(Time at, EventType type, uint32_t node, uint64_t call = 0);
+    void schedule_churn(ChurnKind kind, Time now);
+    double churn_rate(ChurnKind kind) const;
+    void send(Message message, Time now);
+    void record(const Event& event);
+
+    void tick(uint32_t n, Time now);
+    void next_seed(uint32_t n, Time now);
+    void start_probe(uint32_t n, Time now);
+    void start_gossip(uint32_t n, Time now);
+    void finish_period(uint32_t n, Time now);
+    void conclude_indirect(uint32_t n, Time now);
+    void handle(Message& message, Time now);
+    void timeout(uint32_t n, uint64_t call, Time now);
+    void relay_timeout(uint64_t call, Time now);
+    void churn(ChurnKind kind, Time now);
+    void start_join(uint32_t n, Time now);
+    void measure(Time now);
+    std::optional<uint32_t> random_up(std::optional<uint32_t> except = std::nullopt);
+    double alive_view_share() const;
+
+    size_t digest_bytes(const Member& member);
+    size_t message_bytes(const Message& message);
+
+    const SimConfig& config_;
+    Network network_;
+    std::mt19937_64 rng_;
+    const Time end_, warmup_;
+    std::vector<Event> queue_;
+    uint64_t seq_ = 0;
+    uint64_t next_call_ = 1;
+    std::vector<Node> nodes_;
+    std::unordered_map<uint64_t, uint32_t> index_of_;
+    std::unordered_map<std::string, uint32_t> index_of_address_;
+    std::unordered_map<uint64_t, Relay> relays_;
+    std::unordered_map<uint64_t, std::pair<uint64_t, size_t>> digest_size_;  // id -> (key, bytes)
+    std::vector<PendingJoin> joins_;
+    std::vector<PendingCrash> crashes_;
+    std::vector<double> join_known_, crash_suspected_, crash_known_;
+    Figures figures_;
+    double payload_bytes_ = 0, calls_ = 0;
+};
+
+uint32_t Simulation::add_node(Time now) {
+    const auto index = static_cast<uint32_t>(nodes_.size());
+    Member self;
+    self.node_id = mix64(config_.seed ^ mix64(0x4e4f4445ull + index));
+    self.address = "10." + std::to_string((index >> 16) & 255) + "." +
+                   std::to_string((index >> 8) & 255) + "." + std::to_string(index & 255) + ":7700";
+    self.incarnation = kEpochMs + static_cast<uint64_t>(now.count() / 1'000'000);
+    self.fingerprint = config_.protocol.fingerprint;
+    self.model = config_.protocol.model;
+    self.method = config_.protocol.method;
+    self.swarm_id = "starling";
+    for (size_t i = 0; i < self.public_key.size(); i += 8) {
+        const uint64_t word = mix64(self.node_id + i);
+        for (size_t b = 0; b < 8 && i + b < self.public_key.size(); b++)
+            self.public_key[i + b] = static_cast<uint8_t>(word >> (8 * b));
+    }
+    self.instance = mix64(self.node_id ^ static_cast<uint64_t>(now.count()));
+    Node node;
+    node.id = self.node_id;
+    node.core = std::make_unique<SwimCore>(self, config_.protocol.limits, config_.protocol.swim,
+                                           mix64(self.node_id ^ config_.seed));
+    node.slow = std::uniform_real_distribution<double>(0, 1)(rng_) < config_.churn.slow_share;
+    node.seeds = std::make_unique<SeedRetries>(config_.protocol.gossip_interval,
+                                               config_.protocol.join_backoff_max);
+    for (uint32_t seed = 0; seed < static_cast<uint32_t>(config_.seeds) && seed < index; seed++)
+        node.seeds->add(nodes_[seed].core->table().self().address);
+    index_of_[self.node_id] = index;
+    index_of_address_[self.address] = index;
+    nodes_.push_back(std::move(node));
+    return index;
+}
+
+void Simulation::schedule(Event event) {
+    event.seq = seq_++;
+    queue_.push_back(std::move(event));
+    std::push_heap(queue_.begin(), queue_.end(), Later{});
+}
+
+void Simulation::schedule_at(Time at, EventType type, uint32_t node, uint64_t call) {
+    Event event;
+    event.at = at;
+    event.type = type;
+    event.node = node;
+    event.call = call;
+    schedule(std::move(event));
+}
+
+double Simulation::churn_rate(ChurnKind kind) const {
+    const ChurnConfig& c = config_.churn;
+    if (kind == ChurnKind::Join) return c.joins_per_hour / 3600.0;
+    const double per_node = kind == ChurnKind::Leave   ? c.leaves_per_node_hour
+                            : kind == ChurnKind::Crash ? c.crashes_per_node_hour
+                                                       : c.freezes_per_node_hour;
+    size_t up = 0;
+    for (const Node& node : nodes_) up += node.status == Status::Up;
+    return per_node * static_cast<double>(up) / 3600.0;
+}
+
+// The rate is taken at each event from the nodes up then: a Poisson process whose rate follows
+// the swarm's size.
+void Simulation::schedule_churn(ChurnKind kind, Time now) {
+    const double rate = churn_rate(kind);
+    if (rate <= 0) return;
+    Event event;
+    event.at =
+        now + duration_cast<Time>(Seconds(std::exponential_distribution<double>(rate)(rng_)));
+    event.type = EventType::Churn;
+    event.churn = kind;
+    schedule(std::move(event));
+}
+
+size_t Simulation::digest_bytes(const Member& member) {
+    const uint64_t key = member.incarnation * 8 + static_cast<uint64_t>(member.state);
+    auto& cached = digest_size_[member.node_id];
+    if (cached.second == 0 || cached.first != key) {
+        v1::MemberDigest digest;
+        to_digest(member, &digest);
+        cached = {key, digest.ByteSizeLong()};
+    }
+    return cached.second;
+}
+
+size_t Simulation::message_bytes(const Message& message) {
+    size_t bytes = 0;
+    for (const Member& m : message.members) {
+        const size_t digest = digest_bytes(m);
+        bytes += 1 + varint_bytes(digest) + digest;
+    }
+    switch (message.kind) {
+        case Kind::Ping: return bytes + 9;  // target_id
+        case Kind::PingReq:
+            return bytes + 9 + 2 + nodes_[message.target].core->table().self().address.size();
+        case Kind::PingReqAnswer: return bytes + 2;
+        default: return bytes;
+    }
+}
+
+void Simulation::send(Message message, Time now) {
+    Node& from = nodes_[message.from];
+    const size_t bytes = message_bytes(message);
+    if (now >= warmup_) {
+        payload_bytes_ += static_cast<double>(bytes);
+        calls_ += is_call(message.kind) ? 1 : 0;
+        figures_.largest_message_bytes =
+            std::max(figures_.largest_message_bytes, static_cast<double>(bytes));
+    }
+    if (network_.cut(message.from, message.to, now)) return;
+    Event event;
+    event.at = network_.arrival(message.from, message.to, bytes, now, from.upload_free, rng_);
+    if (nodes_[message.to].slow) event.at += from_ms(config_.churn.slow_delay_ms);
+    event.type = EventType::Deliver;
+    event.node = message.to;
+    event.message = std::move(message);
+    schedule(std::move(event));
+}
+
+void Simulation::record(const Event& event) {
+    const uint64_t kind = event.type == EventType::Churn
+                              ? static_cast<uint64_t>(event.churn)
+                              : static_cast<uint64_t>(event.message.kind);
+    const uint64_t fields[4] = {static_cast<uint64_t>(event.at.count()), event.node, event.call,
+                                static_cast<uint64_t>(event.type) << 8 | kind};
+    figures_.trace_hash = XXH3_64bits_withSeed(fields, sizeof(fields), figures_.trace_hash);
+    ++figures_.events;
+}
+
+void Simulation::tick(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    node.period_start = now;
+    SwimCore::Period period = node.core->tick(clock_at(now));
+    for (const uint64_t id : period.declared_dead) {
+        const Status status = nodes_[index_of_.at(id)].status;
+        if (now < warmup_) continue;
+        if (status == Status::Up) ++figures_.false_deaths;
+        if (status == Status::Frozen) ++figures_.frozen_deaths;
+    }
+    node.gossip_target = std::move(period.gossip);
+    node.probe_next = std::move(period.probe);
+    // As MembershipProtocol::maintain_seeds: a seed that is no reachable member is dialled.
+    node.seeds_due = node.seeds->due(clock_at(now), [&](const std::string& address) {
+        const auto entry = node.core->table().find(nodes_[index_of_address_.at(address)].id);
+        return entry &&
+               (entry->state == MemberState::Alive || entry->state == MemberState::Suspect);
+    });
+    std::reverse(node.seeds_due.begin(), node.seeds_due.end());
+    next_seed(n, now);
+}
+
+void Simulation::next_seed(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    if (node.seeds_due.empty()) return start_probe(n, now);
+    node.seed = node.seeds_due.back();
+    node.seeds_due.pop_back();
+    node.phase = Phase::Seeding;
+    node.call = next_call_++;
+    send({Kind::Join,
+          n,
+          index_of_address_.at(node.seed),
+          node.call,
+          0,
+          false,
+          {node.core->table().self()}},
+         now);
+    schedule_at(now + 4 * config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+}
+
+void Simulation::start_probe(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    if (!node.probe_next) return start_gossip(n, now);
+    node.probe_target = *node.probe_next;
+    node.phase = Phase::Direct;
+    node.call = next_call_++;
+    send({Kind::Ping, n, index_of_.at(node.probe_target.node_id), node.call, 0, false, {}}, now);
+    schedule_at(now + config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+}
+
+void Simulation::start_gossip(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    if (!node.gossip_target) return finish_period(n, now);
+    node.phase = Phase::Gossip;
+    node.call = next_call_++;
+    send({Kind::Gossip, n, index_of_.at(node.gossip_target->node_id), node.call, 0, false,
+          node.core->gossip_payload()},
+         now);
+    schedule_at(now + 2 * config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+}
+
+void Simulation::finish_period(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    node.phase = Phase::Idle;
+    node.call = 0;
+    schedule_at(std::max(node.period_start + config_.protocol.gossip_interval, now),
+                EventType::Tick, n, node.epoch);
+}
+
+void Simulation::conclude_indirect(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    if (!node.indirect_reached &&
+        node.core->probe_failed(node.probe_target.node_id, clock_at(now))) {
+        const uint32_t target = index_of_.at(node.probe_target.node_id);
+        const Node& suspected = nodes_[target];
+        for (PendingCrash& crash : crashes_)
+            if (crash.node == target && !crash.suspected) {
+                crash.suspected = true;
+                if (crash.at >= warmup_) crash_suspected_.push_back(seconds(now - crash.at));
+            }
+        // Frozen at any time since the probe began counts as frozen.
+        const bool frozen =
+            suspected.status == Status::Frozen || suspected.thawed >= node.period_start;
+        if (now >= warmup_ && frozen) ++figures_.frozen_suspicions;
+        if (now >= warmup_ && !frozen && suspected.status == Status::Up)
+            ++(suspected.slow ? figures_.slow_suspicions : figures_.false_suspicions);
+        node.gossip_target = node.probe_target;  // SwimCore::probe_failed: tell it first hand
+    }
+    start_gossip(n, now);
+}
+
+void Simulation::timeout(uint32_t n, uint64_t call, Time now) {
+    Node& node = nodes_[n];
+    if (node.status != Status::Up || node.call != call) return;
+    switch (node.phase) {
+        case Phase::Direct: {
+            const auto helpers = node.core->indirect_helpers(node.probe_target.node_id);
+            node.phase = Phase::Indirect;
+            node.call = next_call_++;
+            node.indirect_waiting = helpers.size();
+            node.indirect_reached = false;
+            if (helpers.empty()) return conclude_indirect(n, now);
+            const uint32_t target = index_of_.at(node.probe_target.node_id);
+            for (const Member& helper : helpers)
+                send({Kind::PingReq, n, index_of_.at(helper.node_id), node.call, target, false, {}},
+                     now);
+            schedule_at(now + 2 * config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+            return;
+        }
+        case Phase::Indirect: return conclude_indirect(n, now);
+        case Phase::Gossip: return finish_period(n, now);
+        case Phase::Joining: return start_join(n, now);
+        case Phase::Seeding:
+            node.seeds->tried(node.seed, false, clock_at(now));
+            return next_seed(n, now);
+        case Phase::Idle: return;
+    }
+}
+
+void Simulation::relay_timeout(uint64_t call, Time now) {
+    const auto it = relays_.find(call);
+    if (it == relays_.end()) return;
+    const Relay relay = it->second;
+    relays_.erase(it);
+    if (nodes_[relay.helper].status == Status::Up)
+        send({Kind::PingReqAnswer, relay.helper, relay.origin, relay.origin_call, 0, false, {}},
+             now);
+}
+
+void Simulation::handle(Message& m, Time now) {
+    Node& node = nodes_[m.to];
+    if (node.status != Status::Up) return;  // a frozen process answers nothing in time
+    const auto clock = clock_at(now);
+    const auto merge_all = [&] {
+        for (const Member& member : m.members) node.core->merge(member, clock);
+    };
+    switch (m.kind) {
+        case Kind::Ping:
+            send({Kind::Ack, m.to, m.from, m.call, 0, false, {node.core->table().self()}}, now);
+            return;
+        case Kind::Ack:
+            if (node.phase == Phase::Direct && node.call == m.call) {
+                merge_all();
+                return start_gossip(m.to, now);
+            }
+            if (const auto relay = relays_.find(m.call); relay != relays_.end()) {
+                send({Kind::PingReqAnswer,
+                      m.to,
+                      relay->second.origin,
+                      relay->second.origin_call,
+                      0,
+                      true,
+                      {}},
+                     now);
+                relays_.erase(relay);
+            }
+            return;
+        case Kind::PingReq: {
+            const uint64_t call = next_call_++;
+            relays_[call] = {m.to, m.from, m.call};
+            send({Kind::Ping, m.to, m.target, call, 0, false, {}}, now);
+            schedule_at(now + config_.protocol.probe_timeout, EventType::RelayTimeout, m.to, call);
+            return;
+        }
+        case Kind::PingReqAnswer:
+            if (node.phase != Phase::Indirect || node.call != m.call) return;
+            node.indirect_reached = node.indirect_reached || m.reached;
+            if (--node.indirect_waiting == 0) conclude_indirect(m.to, now);
+            return;
+        case Kind::Gossip:
+            merge_all();
+            send({Kind::GossipAnswer, m.to, m.from, m.call, 0, false, node.core->gossip_payload()},
+                 now);
+            return;
+        case Kind::GossipAnswer:
+            if (node.phase != Phase::Gossip || node.call != m.call) return;
+            merge_all();
+            return finish_period(m.to, now);
+        case Kind::Join:
+            merge_all();
+            send({Kind::JoinAnswer, m.to, m.from, m.call, 0, false, node.core->table().all()}, now);
+            return;
+        case Kind::JoinAnswer:
+            if (node.phase == Phase::Seeding && node.call == m.call) {
+                merge_all();
+                node.seeds->tried(node.seed, true, clock);
+                return next_seed(m.to, now);
+            }
+            if (node.phase != Phase::Joining || node.call != m.call) return;
+            merge_all();
+            node.phase = Phase::Idle;
+            node.joined = true;
+            return tick(m.to, now);
+        case Kind::Leave: merge_all(); return;
+    }
+}
+
+std::optional<uint32_t> Simulation::random_up(std::optional<uint32_t> except) {
+    std::vector<uint32_t> up;
+    for (uint32_t i = 0; i < nodes_.size(); i++)
+        if (nodes_[i].status == Status::Up && i != except) up.push_back(i);
+    if (up.empty()) return std::nullopt;
+    return up[std::uniform_int_distribution<size_t>(0, up.size() - 1)(rng_)];
+}
+
+// A joiner calls one live member, as a node whose seeds include it; a seed that does not answer
+// in 4 probe timeouts is given up for another.
+void Simulation::start_join(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    const auto seed = random_up(n);
+    if (!seed) return;
+    node.phase = Phase::Joining;
+    node.call = next_call_++;
+    send({Kind::Join, n, *seed, node.call, 0, false, {node.core->table().self()}}, now);
+    schedule_at(now + 4 * config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+}
+
+void Simulation::churn(ChurnKind kind, Time now) {
+    if (kind == ChurnKind::Join) {
+        const uint32_t n = add_node(now);
+        nodes_[n].joined = false;
+        if (now >= warmup_) joins_.push_back({n, now});
+        start_join(n, now);
+    } else if (const auto chosen = random_up()) {
+        Node& node = nodes_[*chosen];
+        node.phase = Phase::Idle;
+        node.call = 0;
+        if (kind == ChurnKind::Leave) {
+            node.core->table().leave();
+            node.status = Status::Left;
+            for (const Member& m : node.core->table().reachable_others())
+                send({Kind::Leave,
+                      *chosen,
+                      index_of_.at(m.node_id),
+                      next_call_++,
+                      0,
+                      false,
+                      {node.core->table().self()}},
+                     now);
+        } else if (kind == ChurnKind::Crash) {
+            node.status = Status::Crashed;
+            crashes_.push_back({*chosen, now});
+        } else {
+            node.status = Status::Frozen;
+            ++node.epoch;
+            schedule_at(now + duration_cast<Time>(Seconds(config_.churn.freeze_s)),
+                        EventType::Unfreeze, *chosen);
+        }
+    }
+    schedule_churn(kind, now);
+}
+
+void Simulation::measure(Time now) {
+    size_t up = 0;
+    for (const Node& node : nodes_) up += node.status == Status::Up;
+    if (now > warmup_)
+        figures_.node_hours += static_cast<double>(up) * seconds(kMeasureEvery) / 3600;
+    const auto listed_alive = [&](uint32_t member) {
+        size_t knowing = 0;
+        for (uint32_t i = 0; i < nodes_.size(); i++) {
+            if (i == member || nodes_[i].status != Status::Up) continue;
+            const auto entry = nodes_[i].core->table().find(nodes_[member].id);
+            if (entry && entry->state == MemberState::Alive) ++knowing;
+        }
+        return knowing;
+    };
+    std::erase_if(joins_, [&](const PendingJoin& join) {
+        if (nodes_[join.node].status != Status::Up) return true;
+        if (listed_alive(join.node) + 1 < up) return false;
+        join_known_.push_back(seconds(now - join.since));
+        return true;
+    });
+    std::erase_if(crashes_, [&](const PendingCrash& crash) {
+        for (uint32_t i = 0; i < nodes_.size(); i++) {
+            if (nodes_[i].status != Status::Up) continue;
+            const auto entry = nodes_[i].core->table().find(nodes_[crash.node].id);
+            if (entry &&
+                (entry->state == MemberState::Alive || entry->state == MemberState::Suspect))
+                return false;
+        }
+        if (crash.at >= warmup_) crash_known_.push_back(seconds(now - crash.at));
+        return true;
+    });
+    const NetworkConfig& net = config_.network;
+    const Time healed = duration_cast<Time>(Seconds(net.partition_at_s + net.partition_s));
+    if (net.partition_at_s >= 0 && now >= healed && figures_.partition_healed_s < 0 &&
+        alive_view_share() == 1.0)
+        figures_.partition_healed_s = seconds(now - healed);
+    if (now + kMeasureEvery <= end_) schedule_at(now + kMeasureEvery, EventType::Measure, 0);
+}
+
+double Simulation::alive_view_share() const {
+    size_t pairs = 0, alive = 0;
+    for (const Node& node : nodes_) {
+        if (node.status != Status::Up) continue;
+        for (const Node& other : nodes_) {
+            if (&node == &other || other.status != Status::Up) continue;
+            ++pairs;
+            const auto entry = node.core->table().find(other.id);
+            alive += entry && entry->state == MemberState::Alive;
+        }
+    }
+    return pairs ? static_cast<double>(alive) / static_cast<double>(pairs) : 1;
+}
+
+Figures Simulation::run() {
+    const auto wall_start = std::chrono::steady_clock::now();
+    for (int i = 0; i < config_.nodes; i++) add_node(Time{0});
+    // A swarm that formed before the simulation starts: every node lists every other alive.
+    for (Node& node : nodes_)
+        for (const Node& other : nodes_)
+            if (&node != &other) node.core->table().merge(other.core->table().self(), clock_at({}));
+    // Periods start spread over one interval, as processes started apart would.
+    std::uniform_int_distribution<int64_t> offset(
+        0, duration_cast<Time>(config_.protocol.gossip_interval).count());
+    for (uint32_t i = 0; i < nodes_.size(); i++)
+        schedule_at(Time{offset(rng_)}, EventType::Tick, i, nodes_[i].epoch);
+    for (const auto kind : {ChurnKind::Join, ChurnKind::Leave, ChurnKind::Crash, ChurnKind::Freeze})
+        schedule_churn(kind, Time{0});
+    schedule_at(kMeasureEvery, EventType::Measure, 0);
+    figures_.nodes_start = config_.nodes;
+    while (!queue_.empty() && queue_.front().at <= end_) {
+        std::pop_heap(queue_.begin(), queue_.end(), Later{});
+        Event event = std::move(queue_.back());
+        queue_.pop_back();
+        record(event);
+        const Time now = event.at;
+        switch (event.type) {
+            case EventType::Tick:
+                if (nodes_[event.node].status == Status::Up &&
+                    nodes_[event.node].epoch == event.call)
+                    tick(event.node, now);
+                break;
+            case EventType::Deliver: handle(event.message, now); break;
+            case EventType::Timeout: timeout(event.node, event.call, now); break;
+            case EventType::RelayTimeout: relay_timeout(event.call, now); break;
+            case EventType::Churn: churn(event.churn, now); break;
+            case EventType::Unfreeze:
+                if (Node& node = nodes_[event.node]; node.status == Status::Frozen) {
+                    node.status = Status::Up;
+                    node.thawed = now;
+                    node.joined ? tick(event.node, now) : start_join(event.node, now);
+                }
+                break;
+            case EventType::Measure: measure(now); break;
+        }
+    }
+    figures_.nodes_end = static_cast<int>(std::count_if(
+        nodes_.begin(), nodes_.end(), [](const Node& node) { return node.status == Status::Up; }));
+    figures_.alive_view_share = alive_view_share();
+    figures_.join_known_by_all = spread_of(join_known_);
+    figures_.joins_unfinished = joins_.size();
+    figures_.crash_first_suspected = spread_of(crash_suspected_);
+    figures_.crash_known_by_all = spread_of(crash_known_);
+    figures_.crashes_unfinished = static_cast<size_t>(
+        std::count_if(crashes_.begin(), crashes_.end(),
+                      [&](const PendingCrash& crash) { return crash.at >= warmup_; }));
+    const double node_seconds = figures_.node_hours * 3600;
+    if (node_seconds > 0) {
+        figures_.payload_bytes_per_node_s = payload_bytes_ / node_seconds;
+        figures_.calls_per_node_s = calls_ / node_seconds;
+    }
+    figures_.wall_s = Seconds(std::chrono::steady_clock::now() - wall_start).count();
+    return figures_;
+}
+
+std::string line(const char* name, const Spread& s) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "%-34s %6zu  median %7.2f s  p90 %7.2f s  max %7.2f s\n",
+                  name, s.count, s.median, s.p90, s.max);
+    return text;
+}
+
+}  // namespace
+
+Spread spread_of(std::vector<double> values) {
+    Spread s;
+    s.count = values.size();
+    if (values.empty()) return s;
+    std::sort(values.begin(), values.end());
+    // Nearest rank.
+    const auto at = [&](double q) {
+        const double rank = std::ceil(q * static_cast<double>(values.size()));
+        return values[static_cast<size_t>(std::max(1.0, rank)) - 1];
+    };
+    s.median = at(0.5);
+    s.p90 = at(0.9);
+    s.max = values.back();
+    return s;
+}
+
+Figures simulate_membership(const SimConfig& config) {
+    config.validate();
+    return Simulation(config).run();
+}
+
+std::string format_figures(const SimConfig& config, const Figures& f) {
+    char text[2048];
+    const double per_day = f.node_hours > 0 ? 24.0 / f.node_hours : 0;
+    std::snprintf(
+        text, sizeof(text),
+        "simulated %.0f s of %d nodes (seed %llu): %d up at the end, %.1f node-hours counted\n"
+        "events %llu, trace hash %016llx, wall time %.2f s\n"
+        "false suspicions (up members)      %6llu  %.3f per node-day\n"
+        "suspicions of slow members         %6llu  %.3f per node-day\n"
+        "suspicions of frozen members       %6llu\n"
+        "up / frozen members declared dead %6llu / %llu (declarations, one per node)\n"
+        "membership payload                 %.0f bytes per node per s, %.2f calls per node per s, "
+        "largest message %.0f bytes\n"
+        "up members listed alive by up nodes at the end: %.4f\n"
+        "joins unknown to some at the end %zu, crashes still listed alive by some %zu\n"
+        "partition healed (every up node lists every up member alive) %.0f s after it ended "
+        "(-1: not, or none)\n",
+        config.seconds, config.nodes, static_cast<unsigned long long>(config.seed), f.nodes_end,
+        f.node_hours, static_cast<unsigned long long>(f.events),
+        static_cast<unsigned long long>(f.trace_hash), f.wall_s,
+        static_cast<unsigned long long>(f.false_suspicions),
+        static_cast<double>(f.false_suspicions) * per_day,
+        static_cast<unsigned long long>(f.slow_suspicions),
+        static_cast<double>(f.slow_suspicions) * per_day,
+        static_cast<unsigned long long>(f.frozen_suspicions),
+        static_cast<unsigned long long>(f.false_deaths),
+        static_cast<unsigned long long>(f.frozen_deaths), f.payload_bytes_per_node_s,
+        f.calls_per_node_s, f.largest_message_bytes, f.alive_view_share, f.joins_unfinished,
+        f.crashes_unfinished, f.partition_healed_s);
+    return text + line("join known by all", f.join_known_by_all) +
+           line("crash first suspected", f.crash_first_suspected) +
+           line("crash known by all", f.crash_known_by_all);
+}
+
+}  // namespace starling::sim

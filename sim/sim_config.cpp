@@ -1,0 +1,90 @@
+#include "sim/sim_config.h"
+
+#include "common/error.h"
+#include "engine/config_reader.h"
+
+namespace starling::sim {
+
+namespace {
+
+template <class V>
+void visit_sim_config(V& v, SimConfig& c) {
+    v.section("sim");
+    v("seed", c.seed, "seeds everything random: the same seed gives the same trace");
+    v("nodes", c.nodes, "members at the start, each knowing all the others", in_range(2, 100000));
+    v("seeds", c.seeds, "the first this many nodes are every later node's seeds", at_least(0));
+    v("seconds", c.seconds, "simulated time", above(0));
+    v("warmup_s", c.warmup_s, "simulated seconds before the figures start counting", at_least(0));
+    NetworkConfig& n = c.network;
+    v.section("network");
+    v("rtt_min_ms", n.rtt_min_ms, "the shortest round trip between two nodes", above(0));
+    v("rtt_max_ms", n.rtt_max_ms, "the longest; each pair's is log-uniform in between", above(0));
+    v("loss", n.loss, "probability that a packet is lost (TCP resends it after its timeout)",
+      in_range_open_max(0, 1));
+    v("upload_mbit", MegabitsPerSecond{n.upload_bytes_per_s}, "each node's upload rate", above(0));
+    v("partition_at_s", n.partition_at_s, "when a partition starts; below 0: none");
+    v("partition_s", n.partition_s, "how long it lasts", at_least(0));
+    v("partition_share", n.partition_share, "the share of nodes cut off from the rest",
+      in_range_open_min(0, 1));
+    ChurnConfig& ch = c.churn;
+    v.section("churn");
+    v("joins_per_hour", ch.joins_per_hour, "new nodes joining, swarm-wide", at_least(0));
+    v("leaves_per_node_hour", ch.leaves_per_node_hour, "graceful leaves per up node", at_least(0));
+    v("crashes_per_node_hour", ch.crashes_per_node_hour, "crashes per up node", at_least(0));
+    v("freezes_per_node_hour", ch.freezes_per_node_hour, "freezes (a stopped process) per up node",
+      at_least(0));
+    v("freeze_s", ch.freeze_s, "how long a freeze lasts", above(0));
+    v("slow_share", ch.slow_share, "share of nodes that answer late", in_range(0, 1));
+    v("slow_delay_ms", ch.slow_delay_ms, "how late they handle each message", at_least(0));
+    ProtocolConfig& p = c.protocol;
+    v.section("membership");
+    v("gossip_interval_ms", Milliseconds{p.gossip_interval}, "one protocol period", at_least(1));
+    v("probe_timeout_ms", Milliseconds{p.probe_timeout}, "a direct probe's wait", at_least(1));
+    v("join_backoff_max_ms", Milliseconds{p.join_backoff_max},
+      "the longest wait before dialling a seed that is no member again", at_least(1));
+    v("suspicion_timeout_ms", Milliseconds{p.limits.suspicion_timeout}, "SUSPECT to DEAD",
+      at_least(1));
+    v("retention_ms", Milliseconds{p.limits.retention}, "how long DEAD and LEFT are listed",
+      at_least(1));
+    v("max_members", p.limits.max_members, "the member table's cap", at_least(2));
+    v("indirect_probes", p.swim.indirect_probes, "members asked to probe indirectly", at_least(0));
+    v("full_view_max", p.swim.full_view_max, "views up to this many members gossip whole",
+      at_least(1));
+    v("digests_max", p.swim.digests_max, "digests in one gossip message past that", at_least(1));
+    v("retransmit_factor", p.swim.retransmit_factor,
+      "each change is passed on this many times log2 of the swarm's size", at_least(1));
+}
+
+}  // namespace
+
+void SimConfig::validate() const {
+    SimConfig keys = *this;  // the visit takes the fields by reference
+    KeyRangeChecker check;
+    visit_sim_config(check, keys);
+    if (network.rtt_max_ms < network.rtt_min_ms)
+        throw Error("config: [network].rtt_max_ms must be at least rtt_min_ms");
+    if (seeds > nodes) throw Error("config: [sim].seeds must be at most [sim].nodes");
+    if (static_cast<size_t>(nodes) >= protocol.limits.max_members)
+        throw Error("config: [membership].max_members must be above [sim].nodes");
+}
+
+SimConfig load_sim_config(const std::string& path) {
+    ConfigFileReader reader(path, {});
+    SimConfig c;
+    visit_sim_config(reader, c);
+    reader.finish();
+    try {
+        c.validate();
+    } catch (const Error& err) {
+        throw Error(path + ": " + err.what());
+    }
+    return c;
+}
+
+std::vector<KeyDescription> sim_config_keys(SimConfig config) {
+    KeyDescriber describe;
+    visit_sim_config(describe, config);
+    return describe.keys;
+}
+
+}  // namespace starling::sim

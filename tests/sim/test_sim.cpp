@@ -1,0 +1,124 @@
+#include <catch2/catch.hpp>
+
+#include "common/error.h"
+#include "sim/membership_sim.h"
+
+using namespace starling;
+using namespace starling::sim;
+
+namespace {
+
+SimConfig small_swarm(int nodes, double seconds) {
+    SimConfig c;
+    c.nodes = nodes;
+    c.seconds = seconds;
+    c.warmup_s = 10;
+    return c;
+}
+
+// The longest one protocol period can take: the interval, or a direct probe's timeout, the
+// indirect probes' (twice it) and the gossip's (twice it), whichever is longer.
+double longest_period_s(const SimConfig& c) {
+    const double timeout = std::chrono::duration<double>(c.protocol.probe_timeout).count();
+    return std::max(std::chrono::duration<double>(c.protocol.gossip_interval).count(), 5 * timeout);
+}
+
+}  // namespace
+
+TEST_CASE("sim: the same seed replays the same trace, another seed another") {
+    SimConfig c = small_swarm(40, 120);
+    c.network.loss = 0.02;
+    c.churn.joins_per_hour = 120;
+    c.churn.crashes_per_node_hour = 1;
+    c.churn.freezes_per_node_hour = 2;
+    const Figures a = simulate_membership(c), b = simulate_membership(c);
+    REQUIRE(a.events > 10000);
+    REQUIRE(a.trace_hash == b.trace_hash);
+    REQUIRE(a.events == b.events);
+    REQUIRE(a.false_suspicions == b.false_suspicions);
+    REQUIRE(a.payload_bytes_per_node_s == b.payload_bytes_per_node_s);
+    REQUIRE(a.join_known_by_all.median == b.join_known_by_all.median);
+    c.seed = 2;
+    REQUIRE(simulate_membership(c).trace_hash != a.trace_hash);
+}
+
+TEST_CASE("sim: a quiet swarm without loss suspects nobody and every node lists every other") {
+    const SimConfig c = small_swarm(30, 120);
+    const Figures f = simulate_membership(c);
+    REQUIRE(f.nodes_end == 30);
+    REQUIRE(f.false_suspicions == 0);
+    REQUIRE(f.false_deaths == 0);
+    REQUIRE(f.alive_view_share == 1.0);
+    // Each node makes one probe (a ping) and one gossip a period of 1 s: 2 calls a second.
+    REQUIRE(f.calls_per_node_s == Approx(2.0).epsilon(0.02));
+}
+
+TEST_CASE("sim: every crash is suspected and then known by all within SWIM's bound") {
+    SimConfig c = small_swarm(24, 600);
+    c.churn.crashes_per_node_hour = 2;
+    const Figures f = simulate_membership(c);
+    REQUIRE(f.crash_known_by_all.count >= 3);
+    REQUIRE(f.crash_first_suspected.count == f.crash_known_by_all.count);
+    // Every live node probes every member once per round robin of at most N - 1 periods, so within
+    // that each has suspected the crashed one itself (if no gossip told it sooner); the suspicion
+    // timeout later it is dead there; the figures are taken once a second.
+    const double round_robin = (c.nodes - 1) * longest_period_s(c);
+    const double suspicion =
+        std::chrono::duration<double>(c.protocol.limits.suspicion_timeout).count();
+    REQUIRE(f.crash_first_suspected.max <= round_robin);
+    REQUIRE(f.crash_known_by_all.max <= round_robin + suspicion + 1.0);
+    REQUIRE(f.crashes_unfinished <= 1);  // one in the last seconds may still be going
+    REQUIRE(f.false_suspicions == 0);
+}
+
+TEST_CASE("sim: joiners become known to all, through the seed's view and gossip") {
+    SimConfig c = small_swarm(20, 300);
+    c.churn.joins_per_hour = 200;
+    c.churn.leaves_per_node_hour = 2;
+    const Figures f = simulate_membership(c);
+    REQUIRE(f.join_known_by_all.count >= 5);
+    REQUIRE(f.joins_unfinished <= 1);
+    REQUIRE(f.false_suspicions == 0);
+    // A graceful leave is told to every member at once: nobody probes a leaver into suspicion.
+    REQUIRE(f.false_deaths == 0);
+    REQUIRE(f.alive_view_share == 1.0);
+}
+
+TEST_CASE("sim: a config out of range is refused naming the key") {
+    SimConfig c = small_swarm(10, 10);
+    c.network.rtt_min_ms = 50;
+    c.network.rtt_max_ms = 20;
+    REQUIRE_THROWS_WITH(simulate_membership(c), Catch::Contains("rtt_max_ms"));
+    c = small_swarm(1, 10);
+    REQUIRE_THROWS_WITH(simulate_membership(c), Catch::Contains("[sim].nodes"));
+}
+
+TEST_CASE("sim: after a partition longer than the suspicion timeout the swarm is one again") {
+    SimConfig c = small_swarm(30, 240);
+    c.network.partition_at_s = 40;
+    c.network.partition_s = 40;
+    c.network.partition_share = 0.5;
+    const Figures f = simulate_membership(c);
+    // Each side declared the other dead; the side without a seed dialled the seeds with backoff
+    // (at most join_backoff_max apart) and the refutations spread from there.
+    REQUIRE(f.false_deaths > 0);
+    REQUIRE(f.nodes_end == 30);
+    REQUIRE(f.alive_view_share == 1.0);
+    REQUIRE(f.partition_healed_s >= 0);
+    c.seeds = 0;  // without seeds nothing brings the two sides together again
+    REQUIRE(simulate_membership(c).alive_view_share < 0.75);
+}
+
+// Kept seed: with the members purged after the retention (60 s) and their tombstones ignoring
+// every digest of them at the incarnation they went at, the two sides of this 130 s partition
+// ignored each other for good (half of the pairs still apart 230 s after it ended). A
+// tombstoned member's news now lists it dead again, which reaches it, and it refutes.
+TEST_CASE("sim: seed 1, a partition that outlasts the retention still heals") {
+    SimConfig c = small_swarm(30, 400);
+    c.network.partition_at_s = 40;
+    c.network.partition_s = 130;
+    const Figures f = simulate_membership(c);
+    REQUIRE(f.alive_view_share == 1.0);
+    REQUIRE(f.partition_healed_s >= 0);
+    REQUIRE(f.partition_healed_s < 200);
+}
