@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <unordered_map>
 
 namespace starling {
 
@@ -52,6 +53,67 @@ MemberTable::MemberTable(Member self, MembershipLimits limits)
       method_(self.method),
       self_(std::move(self)) {}
 
+Member MemberTable::member_of(const Entry& entry) {
+    const Card& card = *entry.card;
+    Member m;
+    m.node_id = card.node_id;
+    m.address = card.address;
+    m.incarnation = entry.incarnation;
+    m.state = entry.state;
+    m.round = entry.round;
+    m.paired_through = entry.paired_through;
+    m.solo_through = entry.solo_through;
+    m.step_seconds = entry.step_seconds;
+    m.fingerprint = card.fingerprint;
+    m.model = card.model;
+    m.method = card.method;
+    m.protocol_version = card.protocol_version;
+    m.swarm_id = card.swarm_id;
+    m.public_key = card.public_key;
+    m.instance = card.instance;
+    m.since = entry.since;
+    return m;
+}
+
+MemberTable::Entry MemberTable::entry_of(const Member& m, const std::shared_ptr<const Card>& card) {
+    // Compared field by field first: most digests repeat what the table holds.
+    const bool same = card && card->node_id == m.node_id && card->instance == m.instance &&
+                      card->protocol_version == m.protocol_version && card->address == m.address &&
+                      card->fingerprint == m.fingerprint && card->model == m.model &&
+                      card->method == m.method && card->swarm_id == m.swarm_id &&
+                      card->public_key == m.public_key;
+    Entry entry;
+    entry.card = same ? card
+                      : card_for({m.node_id, m.instance, m.protocol_version, m.address,
+                                  m.fingerprint, m.model, m.method, m.swarm_id, m.public_key});
+    entry.incarnation = m.incarnation;
+    entry.round = m.round;
+    entry.paired_through = m.paired_through;
+    entry.solo_through = m.solo_through;
+    entry.step_seconds = m.step_seconds;
+    entry.since = m.since;
+    entry.state = m.state;
+    return entry;
+}
+
+std::shared_ptr<const MemberTable::Card> MemberTable::card_for(Card card) {
+    // Process-wide: one card per run of a member however many tables list it. Expired ones are
+    // swept as the registry doubles, so it stays within twice the cards in use.
+    static Mutex mutex;
+    static std::unordered_map<uint64_t, std::weak_ptr<const Card>> cards;
+    static size_t sweep_at = 1024;
+    MutexLock lock(mutex);
+    auto& slot = cards[card.node_id];
+    if (auto shared = slot.lock(); shared && *shared == card) return shared;
+    auto made = std::make_shared<const Card>(std::move(card));
+    slot = made;
+    if (cards.size() >= sweep_at) {
+        std::erase_if(cards, [](const auto& entry) { return entry.second.expired(); });
+        sweep_at = std::max<size_t>(1024, 2 * cards.size());
+    }
+    return made;
+}
+
 MemberTable::Merge MemberTable::merge(const Member& incoming, SteadyClock::time_point now) {
     MutexLock lock(mutex_);
     return merge_locked(incoming, now);
@@ -84,37 +146,36 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
             // dead again, it goes out in this node's gossip, which puts the stale news down and,
             // where the member lives, reaches it so that it refutes; left out, the two sides of a
             // long partition would ignore each other for good (sim/, docs/scale.md).
-            Member dead = incoming;
+            Entry dead = entry_of(incoming, nullptr);
             dead.incarnation = tomb->second.first;
             dead.state = MemberState::Dead;
             dead.since = now;
             tombstones_.erase(tomb);
-            index_.emplace(dead.node_id, others_.size());
-            others_.push_back(std::move(dead));
-            track_locked(others_.back());
+            insert_locked(std::move(dead));
             return Merge::Updated;
         }
     }
-    Member* known = find_locked(incoming.node_id);
+    Entry* known = find_locked(incoming.node_id);
     if (!known) {
         if (gone(incoming.state) || others_.size() + 1 >= limits_.max_members)
             return Merge::Ignored;
-        index_.emplace(incoming.node_id, others_.size());
-        others_.push_back(incoming);
-        others_.back().since = now;
-        track_locked(others_.back());
+        Entry added = entry_of(incoming, nullptr);
+        added.since = now;
+        insert_locked(std::move(added));
         return Merge::Added;
     }
-    if (precedence(incoming) > precedence(*known)) {
+    const auto known_precedence =
+        std::make_tuple(known->incarnation, static_cast<int>(known->state));
+    if (precedence(incoming) > known_precedence) {
         const bool state_changed =
             incoming.state != known->state || incoming.incarnation != known->incarnation;
         const auto since = state_changed ? now : known->since;
-        *known = incoming;
+        *known = entry_of(incoming, known->card);
         known->since = since;
         track_locked(*known);
         return Merge::Updated;
     }
-    if (precedence(incoming) == precedence(*known)) {
+    if (precedence(incoming) == known_precedence) {
         if (incoming.round >= known->round && incoming.step_seconds > 0.0)
             known->step_seconds = incoming.step_seconds;
         known->round = std::max(known->round, incoming.round);
@@ -124,16 +185,22 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
     return Merge::Ignored;
 }
 
-Member* MemberTable::find_locked(uint64_t node_id) {
+MemberTable::Entry* MemberTable::find_locked(uint64_t node_id) {
     const auto it = index_.find(node_id);
     return it == index_.end() ? nullptr : &others_[it->second];
 }
 
-void MemberTable::track_locked(const Member& member) {
-    if (member.state == MemberState::Alive)
-        timed_.erase(member.node_id);
+void MemberTable::track_locked(const Entry& entry) {
+    if (entry.state == MemberState::Alive)
+        timed_.erase(entry.node_id());
     else
-        timed_.insert(member.node_id);
+        timed_.insert(entry.node_id());
+}
+
+void MemberTable::insert_locked(Entry entry) {
+    index_.emplace(entry.node_id(), others_.size());
+    others_.push_back(std::move(entry));
+    track_locked(others_.back());
 }
 
 void MemberTable::erase_locked(uint64_t node_id) {
@@ -143,14 +210,14 @@ void MemberTable::erase_locked(uint64_t node_id) {
     timed_.erase(node_id);
     if (place + 1 != others_.size()) {
         others_[place] = std::move(others_.back());
-        index_[others_[place].node_id] = place;
+        index_[others_[place].node_id()] = place;
     }
     others_.pop_back();
 }
 
 void MemberTable::suspect(uint64_t node_id, SteadyClock::time_point now) {
     MutexLock lock(mutex_);
-    Member* member = find_locked(node_id);
+    Entry* member = find_locked(node_id);
     if (!member || member->state != MemberState::Alive) return;
     member->state = MemberState::Suspect;
     member->since = now;
@@ -162,14 +229,14 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
     std::vector<uint64_t> declared_dead, purged;
     const auto suspicion = suspicion_timeout_locked();
     for (const uint64_t id : timed_) {
-        Member& m = *find_locked(id);
+        Entry& m = *find_locked(id);
         if (m.state == MemberState::Suspect && now - m.since >= suspicion) {
             m.state = MemberState::Dead;
             m.since = now;
-            declared_dead.push_back(m.node_id);
+            declared_dead.push_back(id);
         }
         if (gone(m.state) && now - m.since >= limits_.retention) {
-            tombstones_[m.node_id] = {m.incarnation, now};
+            tombstones_[id] = {m.incarnation, now};
             purged.push_back(id);
         }
     }
@@ -215,7 +282,7 @@ void MemberTable::set_choice(uint64_t round, bool paired) {
 
 void MemberTable::note_round(uint64_t node_id, uint64_t round) {
     MutexLock lock(mutex_);
-    if (Member* member = find_locked(node_id)) member->round = std::max(member->round, round);
+    if (Entry* member = find_locked(node_id)) member->round = std::max(member->round, round);
 }
 
 void MemberTable::set_address(const std::string& address) {
@@ -238,28 +305,37 @@ std::optional<Member> MemberTable::find(uint64_t node_id) const {
     if (node_id == self_.node_id) return self_;
     const auto it = index_.find(node_id);
     if (it == index_.end()) return std::nullopt;
-    return others_[it->second];
+    return member_of(others_[it->second]);
+}
+
+std::optional<MemberState> MemberTable::state_of(uint64_t node_id) const {
+    MutexLock lock(mutex_);
+    if (node_id == self_.node_id) return self_.state;
+    const auto it = index_.find(node_id);
+    if (it == index_.end()) return std::nullopt;
+    return others_[it->second].state;
 }
 
 std::vector<Member> MemberTable::all() const {
     MutexLock lock(mutex_);
     std::vector<Member> members{self_};
-    members.insert(members.end(), others_.begin(), others_.end());
+    members.reserve(others_.size() + 1);
+    for (const Entry& entry : others_) members.push_back(member_of(entry));
     return members;
 }
 
 std::vector<Member> MemberTable::reachable_others() const {
     MutexLock lock(mutex_);
     std::vector<Member> members;
-    for (const Member& m : others_)
-        if (!gone(m.state)) members.push_back(m);
+    for (const Entry& entry : others_)
+        if (!gone(entry.state)) members.push_back(member_of(entry));
     return members;
 }
 
 std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
                                                   std::mt19937_64& rng) const {
     MutexLock lock(mutex_);
-    const auto usable = [&](const Member& m) { return !gone(m.state) && m.node_id != excluded; };
+    const auto usable = [&](const Entry& e) { return !gone(e.state) && e.node_id() != excluded; };
     std::vector<Member> chosen;
     if (k == 0 || others_.empty()) return chosen;
     // Draws with rejection while the table is large next to k; when that keeps missing (most
@@ -269,7 +345,8 @@ std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
         std::uniform_int_distribution<size_t> place(0, others_.size() - 1);
         for (size_t tries = 0; chosen.size() < k && tries < 8 * k; ++tries) {
             const size_t i = place(rng);
-            if (usable(others_[i]) && drawn.insert(i).second) chosen.push_back(others_[i]);
+            if (usable(others_[i]) && drawn.insert(i).second)
+                chosen.push_back(member_of(others_[i]));
         }
         if (chosen.size() == k) return chosen;
         chosen.clear();
@@ -279,7 +356,7 @@ std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
         if (usable(others_[i])) candidates.push_back(i);
     std::shuffle(candidates.begin(), candidates.end(), rng);
     if (candidates.size() > k) candidates.resize(k);
-    for (const size_t i : candidates) chosen.push_back(others_[i]);
+    for (const size_t i : candidates) chosen.push_back(member_of(others_[i]));
     return chosen;
 }
 
@@ -289,17 +366,26 @@ size_t MemberTable::others_count() const {
 }
 
 bool MemberTable::compatible(const Member& member) const {
-    return member.fingerprint == fingerprint_ && member.protocol_version == protocol_version_ &&
-           member.swarm_id == swarm_id_ &&
-           (member.method.empty() || method_.empty() || member.method == method_);
+    return compatible_with(member.fingerprint, member.protocol_version, member.swarm_id,
+                           member.method);
+}
+
+bool MemberTable::compatible_card(const Card& card) const {
+    return compatible_with(card.fingerprint, card.protocol_version, card.swarm_id, card.method);
+}
+
+bool MemberTable::compatible_with(std::string_view fingerprint, uint32_t protocol_version,
+                                  std::string_view swarm_id, std::string_view method) const {
+    return fingerprint == fingerprint_ && protocol_version == protocol_version_ &&
+           swarm_id == swarm_id_ && (method.empty() || method_.empty() || method == method_);
 }
 
 std::vector<uint64_t> MemberTable::pairable_ids() const {
     MutexLock lock(mutex_);
     std::vector<uint64_t> ids;
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
-    for (const Member& m : others_)
-        if (m.state == MemberState::Alive && compatible(m)) ids.push_back(m.node_id);
+    for (const Entry& e : others_)
+        if (e.state == MemberState::Alive && compatible_card(*e.card)) ids.push_back(e.node_id());
     std::sort(ids.begin(), ids.end());
     return ids;
 }
@@ -309,9 +395,9 @@ std::vector<double> MemberTable::pairable_step_seconds() const {
     std::vector<double> seconds;
     if (self_.state == MemberState::Alive && self_.step_seconds > 0.0)
         seconds.push_back(self_.step_seconds);
-    for (const Member& m : others_)
-        if (m.state == MemberState::Alive && compatible(m) && m.step_seconds > 0.0)
-            seconds.push_back(m.step_seconds);
+    for (const Entry& e : others_)
+        if (e.state == MemberState::Alive && compatible_card(*e.card) && e.step_seconds > 0.0)
+            seconds.push_back(e.step_seconds);
     return seconds;
 }
 

@@ -10,12 +10,16 @@
 // departed nodes cannot circulate forever.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -101,7 +105,8 @@ public:
 
     Member self() const;
     std::optional<Member> find(uint64_t node_id) const;
-    std::vector<Member> all() const;               // self first, then the others
+    std::optional<MemberState> state_of(uint64_t node_id) const;  // find's, without the copy
+    std::vector<Member> all() const;                              // self first, then the others
     std::vector<Member> reachable_others() const;  // ALIVE or SUSPECT: worth probing and gossiping
     // Up to k distinct reachable others other than `excluded`, drawn at random: in O(k) when they
     // are most of a large table, so one protocol period costs the same at any swarm size.
@@ -115,12 +120,40 @@ public:
     bool compatible(const Member& member) const;
 
 private:
+    // A member as the table keeps it: what one run of it says of itself and never changes (its
+    // address, key, model, ...) in a card that every table of this process shares for the same
+    // run, beside what does change. The simulator holds thousands of tables of the same members,
+    // so an entry is about 90 bytes rather than 450 (sim/README.md).
+    struct Card {
+        uint64_t node_id = 0, instance = 0;
+        uint32_t protocol_version = 0;
+        std::string address, fingerprint, model, method, swarm_id;
+        PublicKey public_key{};
+        bool operator==(const Card&) const = default;
+    };
+    struct Entry {
+        std::shared_ptr<const Card> card;
+        uint64_t incarnation = 0, round = 0, paired_through = 0, solo_through = 0;
+        double step_seconds = 0.0;
+        SteadyClock::time_point since{};
+        MemberState state = MemberState::Alive;
+        uint64_t node_id() const { return card->node_id; }
+    };
+    static Member member_of(const Entry& entry);
+    // `m` as an entry; its card is `card` when that says the same, else one shared (card_for).
+    static Entry entry_of(const Member& m, const std::shared_ptr<const Card>& card);
+    static std::shared_ptr<const Card> card_for(Card card);
+    bool compatible_card(const Card& card) const;
+    bool compatible_with(std::string_view fingerprint, uint32_t protocol_version,
+                         std::string_view swarm_id, std::string_view method) const;
+
     Merge merge_locked(const Member& incoming, SteadyClock::time_point now)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-    Member* find_locked(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    Entry* find_locked(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     SteadyClock::duration suspicion_timeout_locked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     // Keeps `timed_` in step with the member's state after any change of it.
-    void track_locked(const Member& member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    void track_locked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    void insert_locked(Entry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     void erase_locked(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     MembershipLimits limits_;
@@ -133,8 +166,8 @@ private:
     mutable Mutex mutex_;
     Member self_ ABSL_GUARDED_BY(mutex_);
     // Dense, so a member is drawn at random in O(1); `index_` maps an id to its place.
-    std::vector<Member> others_ ABSL_GUARDED_BY(mutex_);
-    std::unordered_map<uint64_t, size_t> index_ ABSL_GUARDED_BY(mutex_);
+    std::vector<Entry> others_ ABSL_GUARDED_BY(mutex_);
+    absl::flat_hash_map<uint64_t, size_t> index_ ABSL_GUARDED_BY(mutex_);
     // The ids of members not ALIVE, the only ones expire() has to look at.
     std::set<uint64_t> timed_ ABSL_GUARDED_BY(mutex_);
     // Id -> incarnation, when.

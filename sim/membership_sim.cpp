@@ -332,9 +332,8 @@ void Simulation::tick(uint32_t n, Time now) {
     node.probe_next = std::move(period.probe);
     // As MembershipProtocol::maintain_seeds: a seed that is no reachable member is dialled.
     node.seeds_due = node.seeds->due(clock_at(now), [&](const std::string& address) {
-        const auto entry = node.core->table().find(nodes_[index_of_address_.at(address)].id);
-        return entry &&
-               (entry->state == MemberState::Alive || entry->state == MemberState::Suspect);
+        const auto state = node.core->table().state_of(nodes_[index_of_address_.at(address)].id);
+        return state == MemberState::Alive || state == MemberState::Suspect;
     });
     std::reverse(node.seeds_due.begin(), node.seeds_due.end());
     next_seed(n, now);
@@ -579,8 +578,8 @@ void Simulation::measure(Time now) {
         size_t knowing = 0;
         for (uint32_t i = 0; i < nodes_.size(); i++) {
             if (i == member || nodes_[i].status != Status::Up) continue;
-            const auto entry = nodes_[i].core->table().find(nodes_[member].id);
-            if (entry && entry->state == MemberState::Alive) ++knowing;
+            if (nodes_[i].core->table().state_of(nodes_[member].id) == MemberState::Alive)
+                ++knowing;
         }
         return knowing;
     };
@@ -593,10 +592,8 @@ void Simulation::measure(Time now) {
     std::erase_if(crashes_, [&](const PendingCrash& crash) {
         for (uint32_t i = 0; i < nodes_.size(); i++) {
             if (nodes_[i].status != Status::Up) continue;
-            const auto entry = nodes_[i].core->table().find(nodes_[crash.node].id);
-            if (entry &&
-                (entry->state == MemberState::Alive || entry->state == MemberState::Suspect))
-                return false;
+            const auto state = nodes_[i].core->table().state_of(nodes_[crash.node].id);
+            if (state == MemberState::Alive || state == MemberState::Suspect) return false;
         }
         if (crash.at >= warmup_) crash_known_.push_back(seconds(now - crash.at));
         return true;
@@ -616,8 +613,7 @@ double Simulation::alive_view_share() const {
         for (const Node& other : nodes_) {
             if (&node == &other || other.status != Status::Up) continue;
             ++pairs;
-            const auto entry = node.core->table().find(other.id);
-            alive += entry && entry->state == MemberState::Alive;
+            alive += node.core->table().state_of(other.id) == MemberState::Alive;
         }
     }
     return pairs ? static_cast<double>(alive) / static_cast<double>(pairs) : 1;
