@@ -123,7 +123,7 @@ private:
     // A member as the table keeps it: what one run of it says of itself and never changes (its
     // address, key, model, ...) in a card that every table of this process shares for the same
     // run, beside what does change. The simulator holds thousands of tables of the same members,
-    // so an entry is about 90 bytes rather than 450 (sim/README.md).
+    // so an entry is about 110 bytes rather than 450 (docs/scale.md).
     struct Card {
         uint64_t node_id = 0, instance = 0;
         uint32_t protocol_version = 0;
