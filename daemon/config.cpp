@@ -6,17 +6,9 @@ namespace starling {
 
 TrainConfig load_train_config(const std::string& path) {
     // starlingd's sections (daemon/swarm/node_config.h), not used here.
-    ConfigFileReader reader(path,
-                            {"node", "swarm", "outer", "exchange", "peer", "control", "metrics"});
-    TrainConfig c;
-    visit_train_config(reader, c);
-    reader.finish();
-    try {
-        c.validate();
-    } catch (const Error& err) {
-        throw Error(path + ": " + err.what());
-    }
-    return c;
+    return load_config_file<TrainConfig>(
+        path, [](auto& v, TrainConfig& c) { visit_train_config(v, c); },
+        {"node", "swarm", "outer", "exchange", "peer", "control", "metrics"});
 }
 
 std::vector<KeyDescription> train_config_keys(TrainConfig config) {

@@ -182,4 +182,22 @@ private:
     std::optional<TableReader> current_;
 };
 
+// One program's config read from `path`: the keys `visit(reader, config)` declares, the sections
+// in `ignored` skipped, anything else refused, then Config::validate(); every error names the
+// file.
+template <typename Config, typename Visit>
+Config load_config_file(const std::string& path, Visit&& visit,
+                        std::vector<std::string> ignored = {}) {
+    ConfigFileReader reader(path, std::move(ignored));
+    Config config;
+    visit(reader, config);
+    reader.finish();
+    try {
+        config.validate();
+    } catch (const Error& err) {
+        throw Error(path + ": " + err.what());
+    }
+    return config;
+}
+
 }  // namespace starling

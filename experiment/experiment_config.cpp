@@ -105,16 +105,8 @@ void ExperimentConfig::validate() const {
 }
 
 ExperimentConfig load_experiment_config(const std::string& path) {
-    ConfigFileReader reader(path, {});
-    ExperimentConfig c;
-    visit_experiment_config(reader, c);
-    reader.finish();
-    try {
-        c.validate();
-    } catch (const Error& err) {
-        throw Error(path + ": " + err.what());
-    }
-    return c;
+    return load_config_file<ExperimentConfig>(
+        path, [](auto& v, ExperimentConfig& c) { visit_experiment_config(v, c); });
 }
 
 std::vector<KeyDescription> experiment_config_keys(ExperimentConfig config) {

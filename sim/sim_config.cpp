@@ -69,16 +69,7 @@ void SimConfig::validate() const {
 }
 
 SimConfig load_sim_config(const std::string& path) {
-    ConfigFileReader reader(path, {});
-    SimConfig c;
-    visit_sim_config(reader, c);
-    reader.finish();
-    try {
-        c.validate();
-    } catch (const Error& err) {
-        throw Error(path + ": " + err.what());
-    }
-    return c;
+    return load_config_file<SimConfig>(path, [](auto& v, SimConfig& c) { visit_sim_config(v, c); });
 }
 
 std::vector<KeyDescription> sim_config_keys(SimConfig config) {
