@@ -27,7 +27,7 @@
 #include "data/shard.h"
 #include "daemon/swarm/node_config.h"
 #include "experiment/experiment.h"
-#include "sim/membership_sim.h"
+#include "sim/swarm_sim.h"
 #include "sim/sim_config.h"
 #include "common/openmp_wait.h"
 
@@ -109,7 +109,7 @@ int run_simulate(const SimulateFlags& flags) {
     if (flags.seed) config.seed = *flags.seed;
     if (flags.nodes) config.nodes = *flags.nodes;
     if (flags.seconds) config.seconds = *flags.seconds;
-    const starling::sim::Figures figures = starling::sim::simulate_membership(config);
+    const starling::sim::Figures figures = starling::sim::simulate_swarm(config);
     std::fputs(starling::sim::format_figures(config, figures).c_str(), stdout);
     return 0;
 }

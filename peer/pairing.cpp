@@ -42,12 +42,17 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
     return std::nullopt;
 }
 
+bool done_with(const Member& m, uint64_t round) {
+    return m.round > round || std::max(m.paired_through, m.solo_through) > round;
+}
+
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed) {
     std::vector<uint64_t> fresh, again;
     for (const Member& m : pairable) {
-        if (m.node_id == self || distance(m.round, round) > max_round_gap) continue;
+        if (m.node_id == self || distance(m.round, round) > max_round_gap || done_with(m, round))
+            continue;
         const bool was_partner = std::find(recent.begin(), recent.end(), m.node_id) != recent.end();
         (was_partner ? again : fresh).push_back(m.node_id);
     }
@@ -59,7 +64,7 @@ std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint
                                        uint64_t round, uint64_t max_round_gap, uint64_t seed) {
     std::vector<uint64_t> at_round, behind;
     for (const Member& m : pairable) {
-        if (m.node_id == self || m.round > round || round - m.round > max_round_gap) continue;
+        if (m.node_id == self || done_with(m, round) || round - m.round > max_round_gap) continue;
         if (solo_last(m)) (m.round == round ? at_round : behind).push_back(m.node_id);
     }
     std::mt19937_64 rng(seed);

@@ -68,8 +68,16 @@ struct PairAnswer {
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self);
 
+// Whether the member's digest says it has chosen its partner for `round` already, or is past it
+// (rounds only go up): a proposal for that round is declined for good, so it is not worth a call.
+// A node that comes late to a round then learns at once that nobody is left to ask, instead of
+// spending its whole pair timeout asking each member in turn and arriving late at the next round
+// too (the simulator found such a node solo round after round on a wide-area network).
+bool done_with(const Member& m, uint64_t round);
+
 // Members a random request may go to, in the order to ask them: pairable (the caller filters),
-// not self, advertising a round within max_round_gap of ours; shuffled by `seed`, the `recent`
+// not self, advertising a round within max_round_gap of ours and not done with ours (done_with);
+// shuffled by `seed`, the `recent`
 // partners after all the others. Asking them last rather than never favours new partners for
 // mixing without leaving a small swarm, where the recent partners are most members, short of any.
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
@@ -78,9 +86,9 @@ std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uin
 
 // Members that a node choosing its partner for `round` asks before anyone else, so that no member
 // is left out of the averaging round after round (docs/spec.md section 4): pairable (the caller
-// filters), not self, within max_round_gap of `round` and not ahead of it, whose last choice of a
-// partner found none (solo_last). Those at `round` first (choosing now), then those behind it
-// (still training toward it), each part shuffled by `seed`.
+// filters), not self, within max_round_gap of `round` and not done with it (done_with), whose last
+// choice of a partner found none (solo_last). Those at `round` first (choosing now), then those
+// behind it (still training toward it), each part shuffled by `seed`.
 std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
                                        uint64_t round, uint64_t max_round_gap, uint64_t seed);
 

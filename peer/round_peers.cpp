@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "peer/identity.h"
+#include "peer/partner_choice.h"
 #include "peer/partners.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
@@ -60,9 +61,6 @@ grpc::Status RoundPeers::answer_round_message(uint64_t caller,
 std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     if (!running_) return std::nullopt;
     advertise(round);
-    // One budget for the whole choice, so a round never waits on pairing longer than pair_timeout
-    // however many proposals it takes.
-    const auto deadline = SteadyClock::now() + config_.pair_timeout;
     // The deterministic matching is over the whole view, which every member shares; a member this
     // node has quarantined is then neither proposed to nor asked.
     const auto view = table_.pairable_ids();
@@ -79,71 +77,31 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     if (!left_out.empty())
         spdlog::debug("peer: round {}: asking first {} member(s) left out of their last round",
                       round, left_out.size());
-    pairing_.open(round);
-    // A member accepts only while it is choosing for this round too, and members end their inner
-    // phases at different times: those that say "not yet" are asked again until the deadline, with
-    // proposals taken in between. Members left out of their last round (at this round or still
-    // training toward it) are asked first, for most of the budget: a node a little slower than the
-    // rest arrives after the others have paired among themselves, and would be left out for good
-    // without it. Then the deterministic partner
-    // gets until half of the budget to arrive before members are asked at random; members that
-    // declined for good are not asked again.
-    const auto left_out_until =
-        SteadyClock::now() +
-        std::chrono::duration_cast<SteadyClock::duration>(config_.pair_timeout * kLeftOutShare);
-    const auto random_from = SteadyClock::now() + config_.pair_timeout / 2;
     // One nonce for all of this round's proposals, so crossing proposals settle the same way
     // however often they are repeated.
     const uint64_t nonce = random_u64();
-    // For good: other views, already paired, or quarantined.
-    bool intended_declined = !intended || scores_.quarantined(*intended, round);
-    std::set<uint64_t> declined;  // requests declined for good
+    const uint64_t digest = membership_digest(view);
+    // One budget for the whole choice (its deadline), so a round never waits on pairing longer
+    // than pair_timeout however many proposals it takes.
+    const auto intended_member = intended ? table_.find(*intended) : std::nullopt;
+    const bool ask_intended = intended_member && !scores_.quarantined(*intended, round) &&
+                              !done_with(*intended_member, round);
+    PartnerChoice choice({ask_intended ? intended : std::nullopt, candidates, left_out,
+                          SteadyClock::now(), config_.pair_timeout});
+    pairing_.open(round);
     std::optional<uint64_t> partner;
-    // The next of `ids` in turn, from position *next on, that has not declined for good; with
-    // `skip_intended`, not the deterministic partner before it has declined as such (random
-    // requests skip the views check, which a left-out member need not pass).
-    auto next_of = [&](const std::vector<uint64_t>& ids, size_t* next,
-                       bool skip_intended) -> std::optional<uint64_t> {
-        for (size_t tried = 0; tried < ids.size(); tried++) {
-            const uint64_t id = ids[(*next)++ % ids.size()];
-            if (declined.count(id) || (skip_intended && id == intended && !intended_declined))
-                continue;
-            return id;
+    while (running_) {
+        const ChoiceStep step = choice.next(SteadyClock::now(), partner.has_value());
+        if (step.kind == ChoiceStep::Kind::Done) break;
+        if (step.kind == ChoiceStep::Kind::Listen) {
+            partner = pairing_.await_partner(round, step.until);
+            continue;
         }
-        return std::nullopt;
-    };
-    // A random request: a member that declines for good is not asked again.
-    auto ask = [&](uint64_t to) {
-        const Proposal outcome = propose(round, to, PairMode::Random, 0, nonce, deadline);
-        if (!outcome.partner && !outcome.ask_again) declined.insert(to);
-        return outcome.partner;
-    };
-    size_t next_left_out = 0;
-    for (size_t next = 0; !partner && running_ && SteadyClock::now() < deadline;) {
-        if (SteadyClock::now() < left_out_until) {
-            if (const auto wanted = next_of(left_out, &next_left_out, false)) {
-                partner = ask(*wanted);
-                if (!partner)
-                    partner = pairing_.await_partner(
-                        round, std::min(deadline, SteadyClock::now() + kPairRetry));
-                continue;
-            }
-        }
-        if (!intended_declined) {
-            const Proposal outcome = propose(round, *intended, PairMode::Deterministic,
-                                             membership_digest(view), nonce, deadline);
-            partner = outcome.partner;
-            intended_declined = !partner && !outcome.ask_again;
-        }
-        if (!partner && (intended_declined || SteadyClock::now() >= random_from)) {
-            if (const auto candidate = next_of(candidates, &next, true)) partner = ask(*candidate);
-        }
-        const bool anyone_left =
-            !intended_declined || std::any_of(candidates.begin(), candidates.end(),
-                                              [&](uint64_t c) { return !declined.count(c); });
-        if (partner || !anyone_left) break;
-        partner =
-            pairing_.await_partner(round, std::min(deadline, SteadyClock::now() + kPairRetry));
+        const Proposal outcome =
+            propose(round, step.to, step.mode, step.mode == PairMode::Deterministic ? digest : 0,
+                    nonce, choice.deadline());
+        partner = outcome.partner;
+        choice.answered(partner.has_value(), outcome.ask_again);
     }
     pairing_.close(round);
     // A proposal may have been accepted between the last look and close().

@@ -1,196 +1,14 @@
-#include "sim/membership_sim.h"
-
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <memory>
-#include <optional>
-#include <random>
-#include <unordered_map>
+#include <utility>
 
-#include "peer/seed_retries.h"
-#include "peer/swim.h"
 #include "peer/wire.h"
-#include "sim/network.h"
+#include "sim/simulation.h"
 
 namespace starling::sim {
-
-namespace {
-
-using std::chrono::duration_cast;
-using Seconds = std::chrono::duration<double>;
-
-constexpr Time kMeasureEvery = std::chrono::seconds(1);
-// What a node's incarnation starts at: its start time in milliseconds, as starlingd's does, from
-// a date in 2026, so digests have their real size.
-constexpr uint64_t kEpochMs = 1'780'000'000'000ull;
-
-SteadyClock::time_point clock_at(Time t) {
-    return SteadyClock::time_point(duration_cast<SteadyClock::duration>(t));
-}
-
-Time from_ms(double ms) {
-    return duration_cast<Time>(std::chrono::duration<double, std::milli>(ms));
-}
-
-double seconds(Time t) { return Seconds(t).count(); }
-
-size_t varint_bytes(uint64_t v) {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        ++n;
-    }
-    return n;
-}
-
-enum class Kind : uint8_t {
-    Ping,
-    Ack,
-    PingReq,
-    PingReqAnswer,
-    Gossip,
-    GossipAnswer,
-    Join,
-    JoinAnswer,
-    Leave
-};
-
-bool is_call(Kind kind) {
-    return kind == Kind::Ping || kind == Kind::PingReq || kind == Kind::Gossip ||
-           kind == Kind::Join || kind == Kind::Leave;
-}
-
-struct Message {
-    Kind kind = Kind::Ping;
-    uint32_t from = 0, to = 0;
-    uint64_t call = 0;     // the call this message opens or answers
-    uint32_t target = 0;   // PingReq: the node to probe
-    bool reached = false;  // PingReqAnswer
-    std::vector<Member> members;
-};
-
-enum class EventType : uint8_t { Tick, Deliver, Timeout, RelayTimeout, Churn, Unfreeze, Measure };
-enum class ChurnKind : uint8_t { Join, Leave, Crash, Freeze };
-
-struct Event {
-    Time at{};
-    uint64_t seq = 0;  // ties broken by scheduling order, so the trace is one order
-    EventType type = EventType::Tick;
-    uint32_t node = 0;
-    uint64_t call = 0;  // a Tick's: the node's epoch when it was scheduled
-    ChurnKind churn = ChurnKind::Join;
-    Message message;
-};
-
-struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-        return a.at != b.at ? a.at > b.at : a.seq > b.seq;
-    }
-};
-
-enum class Status : uint8_t { Up, Frozen, Crashed, Left };
-// What a node's protocol thread waits on, one call at a time as in MembershipProtocol::tick.
-enum class Phase : uint8_t { Idle, Joining, Seeding, Direct, Indirect, Gossip };
-
-struct Node {
-    uint64_t id = 0;
-    std::unique_ptr<SwimCore> core;
-    std::unique_ptr<SeedRetries> seeds;
-    Status status = Status::Up;
-    bool slow = false;
-    bool joined = true;  // a joiner's first Join answered
-    Phase phase = Phase::Idle;
-    uint64_t call = 0;
-    // Raised by a freeze, so the ticks scheduled before it are dropped: one chain of periods.
-    uint64_t epoch = 0;
-    Time thawed{-1};  // when its last freeze ended
-    Time period_start{};
-    std::vector<std::string> seeds_due;  // this period's, dialled one after another
-    std::string seed;                    // the one being dialled
-    std::optional<Member> probe_next;    // this period's probe, once the seeds are done
-    Member probe_target;
-    std::optional<Member> gossip_target;
-    size_t indirect_waiting = 0;
-    bool indirect_reached = false;
-    Time upload_free{};
-};
-
-// A helper's indirect probe: its own ping of the target, answered back to the asking node.
-struct Relay {
-    uint32_t helper = 0, origin = 0;
-    uint64_t origin_call = 0;
-};
-
-struct PendingJoin {
-    uint32_t node;
-    Time since;
-};
-
-struct PendingCrash {
-    uint32_t node;
-    Time at;
-    bool suspected = false;
-};
-
-class Simulation {
-public:
-    explicit Simulation(const SimConfig& config)
-        : config_(config),
-          network_(config.network, config.seed),
-          rng_(mix64(config.seed)),
-          end_(duration_cast<Time>(Seconds(config.seconds))),
-          warmup_(duration_cast<Time>(Seconds(config.warmup_s))) {}
-
-    Figures run();
-
-private:
-    uint32_t add_node(Time now);
-    void schedule(Event event);
-    void schedule_at(Time at, EventType type, uint32_t node, uint64_t call = 0);
-    void schedule_churn(ChurnKind kind, Time now);
-    double churn_rate(ChurnKind kind) const;
-    void send(Message message, Time now);
-    void record(const Event& event);
-
-    void tick(uint32_t n, Time now);
-    void next_seed(uint32_t n, Time now);
-    void start_probe(uint32_t n, Time now);
-    void start_gossip(uint32_t n, Time now);
-    void finish_period(uint32_t n, Time now);
-    void conclude_indirect(uint32_t n, Time now);
-    void handle(Message& message, Time now);
-    void timeout(uint32_t n, uint64_t call, Time now);
-    void relay_timeout(uint64_t call, Time now);
-    void churn(ChurnKind kind, Time now);
-    void start_join(uint32_t n, Time now);
-    void measure(Time now);
-    std::optional<uint32_t> random_up(std::optional<uint32_t> except = std::nullopt);
-    double alive_view_share() const;
-
-    size_t digest_bytes(const Member& member);
-    size_t message_bytes(const Message& message);
-
-    const SimConfig& config_;
-    Network network_;
-    std::mt19937_64 rng_;
-    const Time end_, warmup_;
-    std::vector<Event> queue_;
-    uint64_t seq_ = 0;
-    uint64_t next_call_ = 1;
-    std::vector<Node> nodes_;
-    std::unordered_map<uint64_t, uint32_t> index_of_;
-    std::unordered_map<std::string, uint32_t> index_of_address_;
-    std::unordered_map<uint64_t, Relay> relays_;
-    std::unordered_map<uint64_t, std::pair<uint64_t, size_t>> digest_size_;  // id -> (key, bytes)
-    std::vector<PendingJoin> joins_;
-    std::vector<PendingCrash> crashes_;
-    std::vector<double> join_known_, crash_suspected_, crash_known_;
-    Figures figures_;
-    double payload_bytes_ = 0, calls_ = 0;
-};
+namespace internal {
 
 uint32_t Simulation::add_node(Time now) {
     const auto index = static_cast<uint32_t>(nodes_.size());
@@ -214,6 +32,14 @@ uint32_t Simulation::add_node(Time now) {
     node.core = std::make_unique<SwimCore>(self, config_.protocol.limits, config_.protocol.swim,
                                            mix64(self.node_id ^ config_.seed));
     node.slow = std::uniform_real_distribution<double>(0, 1)(rng_) < config_.churn.slow_share;
+    if (config_.rounds.enabled) {
+        const RoundsConfig& rc = config_.rounds;
+        node.rounds.book = std::make_unique<PairingBook>(self.node_id, rc.max_round_gap);
+        node.rounds.step_s =
+            rc.step_s_min * std::pow(rc.step_s_max / rc.step_s_min,
+                                     std::uniform_real_distribution<double>(0, 1)(rng_));
+        node.core->table().set_step_seconds(node.rounds.step_s);
+    }
     node.seeds = std::make_unique<SeedRetries>(config_.protocol.gossip_interval,
                                                config_.protocol.join_backoff_max);
     for (uint32_t seed = 0; seed < static_cast<uint32_t>(config_.seeds) && seed < index; seed++)
@@ -285,6 +111,12 @@ size_t Simulation::message_bytes(const Message& message) {
         case Kind::PingReq:
             return bytes + 9 + 2 + nodes_[message.target].core->table().self().address.size();
         case Kind::PingReqAnswer: return bytes + 2;
+        // A round's calls: their fields, and the round messages and state copies at their size.
+        case Kind::Pair: return 32;
+        case Kind::PairAnswer: return 8 + message.rounds.answer.reason.size();
+        case Kind::Exchange: return static_cast<size_t>(config_.rounds.message_bytes);
+        case Kind::StateRequest: return 16;
+        case Kind::StateAnswer: return static_cast<size_t>(config_.rounds.state_bytes);
         default: return bytes;
     }
 }
@@ -292,7 +124,8 @@ size_t Simulation::message_bytes(const Message& message) {
 void Simulation::send(Message message, Time now) {
     Node& from = nodes_[message.from];
     const size_t bytes = message_bytes(message);
-    if (now >= warmup_) {
+    const bool bulk = message.kind == Kind::Exchange || message.kind == Kind::StateAnswer;
+    if (now >= warmup_ && is_membership(message.kind)) {
         payload_bytes_ += static_cast<double>(bytes);
         calls_ += is_call(message.kind) ? 1 : 0;
         figures_.largest_message_bytes =
@@ -300,7 +133,9 @@ void Simulation::send(Message message, Time now) {
     }
     if (network_.cut(message.from, message.to, now)) return;
     Event event;
-    event.at = network_.arrival(message.from, message.to, bytes, now, from.upload_free, rng_);
+    event.at = bulk
+                   ? network_.bulk_arrival(message.from, message.to, bytes, now, from.upload_free)
+                   : network_.arrival(message.from, message.to, bytes, now, from.upload_free, rng_);
     if (nodes_[message.to].slow) event.at += from_ms(config_.churn.slow_delay_ms);
     event.type = EventType::Deliver;
     event.node = message.to;
@@ -509,8 +344,11 @@ void Simulation::handle(Message& m, Time now) {
             merge_all();
             node.phase = Phase::Idle;
             node.joined = true;
-            return tick(m.to, now);
+            tick(m.to, now);
+            if (config_.rounds.enabled) request_state(m.to, now);
+            return;
         case Kind::Leave: merge_all(); return;
+        default: return handle_round(m, now);
     }
 }
 
@@ -539,6 +377,7 @@ void Simulation::churn(ChurnKind kind, Time now) {
         const uint32_t n = add_node(now);
         nodes_[n].joined = false;
         if (now >= warmup_) joins_.push_back({n, now});
+        if (now >= warmup_ && config_.rounds.enabled) nodes_[n].rounds.choices_since_join = 0;
         start_join(n, now);
     } else if (const auto chosen = random_up()) {
         Node& node = nodes_[*chosen];
@@ -635,6 +474,12 @@ Figures Simulation::run() {
         schedule_churn(kind, Time{0});
     schedule_at(kMeasureEvery, EventType::Measure, 0);
     figures_.nodes_start = config_.nodes;
+    if (config_.rounds.enabled)
+        for (uint32_t i = 0; i < nodes_.size(); i++) {
+            const double phi = std::normal_distribution<double>(0, 1)(rng_);
+            record_phi(0, phi);
+            start_rounds(i, Time{0}, 0, phi);
+        }
     while (!queue_.empty() && queue_.front().at <= end_) {
         std::pop_heap(queue_.begin(), queue_.end(), Later{});
         Event event = std::move(queue_.back());
@@ -656,14 +501,27 @@ Figures Simulation::run() {
                     node.status = Status::Up;
                     node.thawed = now;
                     node.joined ? tick(event.node, now) : start_join(event.node, now);
+                    for (const Event& late : std::exchange(node.rounds.deferred, {}))
+                        round_timer(late, now);
                 }
                 break;
             case EventType::Measure: measure(now); break;
+            case EventType::PhaseEnd:
+            case EventType::Listen:
+            case EventType::PairTimeout:
+            case EventType::ExchangeTimeout:
+            case EventType::PaceCheck:
+                if (Node& node = nodes_[event.node]; node.status == Status::Up)
+                    round_timer(event, now);
+                else if (node.status == Status::Frozen)
+                    node.rounds.deferred.push_back(std::move(event));
+                break;
         }
     }
     figures_.nodes_end = static_cast<int>(std::count_if(
         nodes_.begin(), nodes_.end(), [](const Node& node) { return node.status == Status::Up; }));
     figures_.alive_view_share = alive_view_share();
+    if (config_.rounds.enabled) finish_round_figures();
     figures_.join_known_by_all = spread_of(join_known_);
     figures_.joins_unfinished = joins_.size();
     figures_.crash_first_suspected = spread_of(crash_suspected_);
@@ -679,69 +537,11 @@ Figures Simulation::run() {
     figures_.wall_s = Seconds(std::chrono::steady_clock::now() - wall_start).count();
     return figures_;
 }
+}  // namespace internal
 
-std::string line(const char* name, const Spread& s) {
-    char text[160];
-    std::snprintf(text, sizeof(text), "%-34s %6zu  median %7.2f s  p90 %7.2f s  max %7.2f s\n",
-                  name, s.count, s.median, s.p90, s.max);
-    return text;
-}
-
-}  // namespace
-
-Spread spread_of(std::vector<double> values) {
-    Spread s;
-    s.count = values.size();
-    if (values.empty()) return s;
-    std::sort(values.begin(), values.end());
-    // Nearest rank.
-    const auto at = [&](double q) {
-        const double rank = std::ceil(q * static_cast<double>(values.size()));
-        return values[static_cast<size_t>(std::max(1.0, rank)) - 1];
-    };
-    s.median = at(0.5);
-    s.p90 = at(0.9);
-    s.max = values.back();
-    return s;
-}
-
-Figures simulate_membership(const SimConfig& config) {
+Figures simulate_swarm(const SimConfig& config) {
     config.validate();
-    return Simulation(config).run();
-}
-
-std::string format_figures(const SimConfig& config, const Figures& f) {
-    char text[2048];
-    const double per_day = f.node_hours > 0 ? 24.0 / f.node_hours : 0;
-    std::snprintf(
-        text, sizeof(text),
-        "simulated %.0f s of %d nodes (seed %llu): %d up at the end, %.1f node-hours counted\n"
-        "events %llu, trace hash %016llx, wall time %.2f s\n"
-        "false suspicions (up members)      %6llu  %.3f per node-day\n"
-        "suspicions of slow members         %6llu  %.3f per node-day\n"
-        "suspicions of frozen members       %6llu\n"
-        "up / frozen members declared dead %6llu / %llu (declarations, one per node)\n"
-        "membership payload                 %.0f bytes per node per s, %.2f calls per node per s, "
-        "largest message %.0f bytes\n"
-        "up members listed alive by up nodes at the end: %.4f\n"
-        "joins unknown to some at the end %zu, crashes still listed alive by some %zu\n"
-        "partition healed (every up node lists every up member alive) %.0f s after it ended "
-        "(-1: not, or none)\n",
-        config.seconds, config.nodes, static_cast<unsigned long long>(config.seed), f.nodes_end,
-        f.node_hours, static_cast<unsigned long long>(f.events),
-        static_cast<unsigned long long>(f.trace_hash), f.wall_s,
-        static_cast<unsigned long long>(f.false_suspicions),
-        static_cast<double>(f.false_suspicions) * per_day,
-        static_cast<unsigned long long>(f.slow_suspicions),
-        static_cast<double>(f.slow_suspicions) * per_day,
-        static_cast<unsigned long long>(f.frozen_suspicions),
-        static_cast<unsigned long long>(f.false_deaths),
-        static_cast<unsigned long long>(f.frozen_deaths), f.payload_bytes_per_node_s,
-        f.calls_per_node_s, f.largest_message_bytes, f.alive_view_share, f.joins_unfinished,
-        f.crashes_unfinished, f.partition_healed_s);
-    return text + line("join known by all", f.join_known_by_all) +
-           line("crash first suspected", f.crash_first_suspected) +
-           line("crash known by all", f.crash_known_by_all);
+    return internal::Simulation(config).run();
 }
 
 }  // namespace starling::sim

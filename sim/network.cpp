@@ -59,4 +59,20 @@ Time Network::arrival(uint32_t a, uint32_t b, size_t bytes, Time now, Time& uplo
     return at;
 }
 
+Time Network::bulk_arrival(uint32_t a, uint32_t b, size_t bytes, Time now,
+                           Time& upload_free) const {
+    const Time rtt = round_trip(a, b);
+    const auto at_rate = [&](double bytes_per_s) {
+        return std::chrono::duration_cast<Time>(
+            std::chrono::duration<double>(static_cast<double>(bytes) / bytes_per_s));
+    };
+    upload_free = std::max(upload_free, now) + at_rate(config_.upload_bytes_per_s);
+    double rate = config_.upload_bytes_per_s;
+    if (config_.loss > 0)
+        rate = std::min(rate,
+                        1.22 * static_cast<double>(kSegmentBytes) /
+                            (std::chrono::duration<double>(rtt).count() * std::sqrt(config_.loss)));
+    return std::max(upload_free, now + at_rate(rate)) + rtt / 2;
+}
+
 }  // namespace starling::sim

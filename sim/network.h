@@ -26,6 +26,11 @@ public:
     // is next free, moved on by the message.
     Time arrival(uint32_t a, uint32_t b, size_t bytes, Time now, Time& upload_free,
                  std::mt19937_64& rng) const;
+    // The same for a bulk transfer (an exchange, a state copy): one long TCP flow, whose losses
+    // fast retransmit repairs, at the rate TCP sustains under loss (Mathis et al. 1997:
+    // 1.22 segment / (RTT sqrt(loss))), at most the upload's. The upload is busy only for the
+    // bytes at its own rate: other messages interleave with a flow held back by its losses.
+    Time bulk_arrival(uint32_t a, uint32_t b, size_t bytes, Time now, Time& upload_free) const;
 
 private:
     bool isolated(uint32_t node) const;  // on the partition's small side

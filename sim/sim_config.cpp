@@ -53,6 +53,25 @@ void visit_sim_config(V& v, SimConfig& c) {
     v("digests_max", p.swim.digests_max, "digests in one gossip message past that", at_least(1));
     v("retransmit_factor", p.swim.retransmit_factor,
       "each change is passed on this many times log2 of the swarm's size", at_least(1));
+    RoundsConfig& r = c.rounds;
+    v.section("rounds");
+    v("enabled", r.enabled, "simulate rounds: inner phases, pairing, exchanges, phi's mixing");
+    v("inner_steps", r.inner_steps, "H: inner steps per round", in_range(1, 100000));
+    v("step_s_min", r.step_s_min, "the fastest node's step time", above(0));
+    v("step_s_max", r.step_s_max, "the slowest; each node's is log-uniform in between", above(0));
+    v("message_bytes", r.message_bytes, "a round message's size", at_least(1));
+    v("state_bytes", r.state_bytes, "a state copy's size, fetched by each joiner", at_least(1));
+    v("overlap", r.overlap, "round r's exchange beside round r + 1's inner phase");
+    v("round_seconds", r.round_seconds, "each phase's time budget; 0: automatic", at_least(0));
+    v("uneven_margin", r.uneven_margin,
+      "automatic rounds: the step-time spread that starts a budget", at_least(0));
+    v("pair_timeout_ms", Milliseconds{r.pair_timeout}, "choosing a round's partner, in all",
+      at_least(1));
+    v("exchange_timeout_ms", Milliseconds{r.exchange_timeout}, "an exchange's wait for the message",
+      at_least(1));
+    v("max_round_gap", r.max_round_gap, "a partner's round differs by at most this", at_least(0));
+    v("pace_timeout_s", r.pace_timeout_s, "the longest wait before a phase for the others",
+      at_least(0));
 }
 
 }  // namespace
@@ -63,6 +82,8 @@ void SimConfig::validate() const {
     visit_sim_config(check, keys);
     if (network.rtt_max_ms < network.rtt_min_ms)
         throw Error("config: [network].rtt_max_ms must be at least rtt_min_ms");
+    if (rounds.step_s_max < rounds.step_s_min)
+        throw Error("config: [rounds].step_s_max must be at least step_s_min");
     if (seeds > nodes) throw Error("config: [sim].seeds must be at most [sim].nodes");
     if (static_cast<size_t>(nodes) >= protocol.limits.max_members)
         throw Error("config: [membership].max_members must be above [sim].nodes");

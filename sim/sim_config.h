@@ -54,6 +54,26 @@ struct ProtocolConfig {
     std::string method = "noloco fused";
 };
 
+// Rounds (off unless enabled): each node trains an inner phase (no training: its length is the
+// input), chooses a partner with starlingd's PartnerChoice and PairingBook, exchanges a message of
+// message_bytes with it, and averages a scalar stand-in for phi with the partner's, which measures
+// how well pairwise gossip mixes. Defaults are starlingd's ([swarm], [peer]).
+struct RoundsConfig {
+    bool enabled = false;
+    int inner_steps = 50;     // H
+    double step_s_min = 0.2;  // each node's step time, log-uniform in [min, max]
+    double step_s_max = 0.3;
+    double message_bytes = 1e6;  // each round message
+    double state_bytes = 8e6;    // a state copy, fetched by a joiner from the member it joined
+    bool overlap = true;         // round r's exchange beside round r + 1's inner phase
+    double round_seconds = 0.0;  // > 0: every phase's budget; 0: automatic (peer/round_pacing.h)
+    double uneven_margin = 0.25;
+    std::chrono::milliseconds pair_timeout{5000};
+    std::chrono::milliseconds exchange_timeout{10000};
+    uint64_t max_round_gap = 1;
+    double pace_timeout_s = 60.0;  // starlingd's: the longest wait per round for the others
+};
+
 struct SimConfig {
     uint64_t seed = 1;
     int nodes = 100;         // members at the start, all knowing each other
@@ -63,6 +83,7 @@ struct SimConfig {
     NetworkConfig network;
     ChurnConfig churn;
     ProtocolConfig protocol;
+    RoundsConfig rounds;
 
     void validate() const;  // throws starling::Error naming the key
 };

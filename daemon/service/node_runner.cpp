@@ -140,18 +140,16 @@ void NodeRunner::join_at_start() {
 }
 
 std::optional<uint64_t> NodeRunner::swarm_median_round() const {
-    std::vector<uint64_t> rounds;
-    for (const Member& m : compatible_others()) rounds.push_back(m.round);
-    if (rounds.empty()) return std::nullopt;
-    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
-    return rounds[rounds.size() / 2];
+    return median_round(compatible_others());
 }
 
 void NodeRunner::catch_up_if_behind() {
     const std::optional<uint64_t> median = swarm_median_round();
-    if (!median || *median <= node_->round() + config_.swarm.peer.max_round_gap) return;
+    const CatchUp decision =
+        catch_up(median, node_->round(), config_.swarm.peer.max_round_gap, copy_cost_rounds_);
+    if (decision == CatchUp::None) return;
     const uint64_t behind = *median - node_->round();
-    if (copy_cost_rounds_ && behind <= *copy_cost_rounds_) {
+    if (decision == CatchUp::Skip) {
         spdlog::info(
             "round {} is {} behind the swarm's median round {}, and a state copy cost {} rounds "
             "last time: the node goes on from round {} with its own state",
@@ -199,17 +197,12 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
 void NodeRunner::pace() {
     const auto deadline = Clock::now() + std::chrono::duration<double>(config_.pace_timeout_s);
     const uint64_t gap = config_.swarm.peer.max_round_gap;
-    auto ahead_of_all = [&] {
-        const std::vector<Member> others = compatible_others();
-        return !others.empty() && std::all_of(others.begin(), others.end(), [&](const Member& m) {
-            return m.round + gap < node_->round();
-        });
-    };
-    if (!ahead_of_all()) return;
+    auto ahead = [&] { return ahead_of_all(compatible_others(), node_->round(), gap); };
+    if (!ahead()) return;
     set_phase(v1::NODE_PHASE_WAITING);
     spdlog::debug("round {} is ahead of every member by more than {}: waiting up to {} s for one",
                   node_->round(), gap, config_.pace_timeout_s);
-    while (ahead_of_all() && Clock::now() < deadline)
+    while (ahead() && Clock::now() < deadline)
         if (!sleep_unless_draining(0.05)) return;
 }
 
@@ -217,14 +210,8 @@ void NodeRunner::wait_for_slower() {
     // A member advertises the round it last chose a partner for, and trains the one after it.
     const uint64_t training = node_->round() + (node_->exchange_in_flight() ? 1 : 0);
     const uint64_t gap = config_.swarm.peer.max_round_gap;
-    auto slower_in_reach = [&] {
-        std::vector<uint64_t> slower;
-        for (const Member& m : compatible_others())
-            if (m.round + 1 < training && m.round + 1 + gap >= training)
-                slower.push_back(m.node_id);
-        return slower;
-    };
-    std::vector<uint64_t> slower = slower_in_reach();
+    auto slower_now = [&] { return slower_in_reach(compatible_others(), training, gap); };
+    std::vector<uint64_t> slower = slower_now();
     if (slower.empty()) return;
     const double bound =
         std::min(config_.pace_timeout_s, kSlowerWaitPhases * node_->phase_seconds());
@@ -237,7 +224,7 @@ void NodeRunner::wait_for_slower() {
     // round would lose that much training time.
     while (!slower.empty() && Clock::now() < deadline) {
         node_->refresh(slower);
-        slower = slower_in_reach();
+        slower = slower_now();
         if (!slower.empty() && !sleep_unless_draining(0.01)) return;
     }
 }

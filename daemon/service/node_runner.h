@@ -37,11 +37,9 @@
 #include "daemon/service/round_watch.h"
 #include "daemon/swarm/node_config.h"
 #include "daemon/swarm/swarm_node.h"
+#include "peer/round_pacing.h"
 
 namespace starling {
-
-// How many of its own inner phases a node waits at most, per round, for a slower member.
-inline constexpr double kSlowerWaitPhases = 2.0;
 
 // Whether a node now at `round` writes a checkpoint: `every` rounds or more since the last one
 // (since round 0 when there is none). Counting rounds elapsed rather than testing round % every

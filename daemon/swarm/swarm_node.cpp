@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
-#include "daemon/swarm/round_rule.h"
+#include "peer/round_pacing.h"
 #include "daemon/swarm/snapshot_check.h"
 #include "daemon/swarm/swarm_snapshot.h"
 #include "codec/codec.h"
@@ -248,10 +248,7 @@ double SwarmNode::round_budget() const {
 }
 
 int SwarmNode::phase_steps() const {
-    const double budget = round_budget();
-    if (budget <= 0.0 || step_seconds_ <= 0.0) return config_.inner_steps;
-    const double fits = std::round(budget / step_seconds_);
-    return static_cast<int>(std::clamp(fits, 1.0, 16.0 * config_.inner_steps));
+    return phase_steps_in(round_budget(), step_seconds_, config_.inner_steps);
 }
 
 void SwarmNode::finish_round(const SwarmRound& report, const SwarmCounters& next,

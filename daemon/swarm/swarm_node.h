@@ -63,7 +63,7 @@ struct SwarmConfig : EngineConfig {
     // > 0: a time budget for each inner phase (docs/uneven.md): the steps that fit it at the
     // node's own step time (at least 1, at most 16 H; H in the first round), the learning rate of
     // H schedule steps spread over them. 0: the swarm decides from the step times its members say
-    // (automatic_round_seconds, daemon/swarm/round_rule.h): H steps while the slowest is within
+    // (automatic_round_seconds, peer/round_pacing.h): H steps while the slowest is within
     // uneven_margin of the fastest, else a budget of H times their median. starlingd's configs
     // set a margin; infinite here, a library user's rounds stay H steps.
     double round_seconds = 0.0;

@@ -15,6 +15,7 @@
 #include "peer/auth.h"
 #include "peer/local_cluster.h"
 #include "peer/pairing.h"
+#include "peer/partner_choice.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 #include "tests/peer/cluster_util.h"
@@ -212,12 +213,32 @@ TEST_CASE("a pairing book keeps a few rounds however long it runs, and knows the
     CHECK(recent == std::vector<uint64_t>{1097, 1098, 1099, 1100});
 }
 
+TEST_CASE("done with a round: chose a partner for it (or none) or is past it, as its digest says") {
+    Member m;
+    m.round = 10;
+    CHECK_FALSE(done_with(m, 10));  // choosing for 10, or about to
+    m.solo_through = 10;            // solo in round 9
+    CHECK_FALSE(done_with(m, 10));
+    m.paired_through = 11;  // paired for 10: now training 11
+    CHECK(done_with(m, 10));
+    CHECK_FALSE(done_with(m, 11));
+    m.paired_through = 0;
+    m.solo_through = 11;  // solo in 10
+    CHECK(done_with(m, 10));
+    m.solo_through = 0;
+    m.round = 11;  // choosing for 11
+    CHECK(done_with(m, 10));
+    CHECK_FALSE(done_with(m, 12));
+}
+
 TEST_CASE("random candidates: other pairable members within the round gap, recent partners last") {
     std::vector<Member> pairable;
-    for (uint64_t id : {11, 22, 33, 44, 55, 66}) {
+    for (uint64_t id : {11, 22, 33, 44, 55, 66, 77, 88}) {
         Member m;
         m.node_id = id;
-        m.round = id == 33 ? 7 : 10;  // 33 lags three rounds
+        m.round = id == 33 ? 7 : 10;          // 33 lags three rounds
+        if (id == 77) m.paired_through = 11;  // done with round 10: never asked for it
+        if (id == 88) m.round = 11;           // past round 10
         pairable.push_back(m);
     }
     const std::vector<uint64_t> recent{44, 66};
@@ -244,28 +265,31 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
 
 TEST_CASE("left-out members: solo in their last choice, within the gap, never ahead") {
     // Node 11 chooses for round 10 with a gap of 1.
+    // A member advertises the round it last chose for (or chooses for now); `last` is the round
+    // of its last choice, `solo` what that choice found.
     struct Seen {
-        uint64_t id, round;
+        uint64_t id, round, last;
         bool solo;
     };
     const std::vector<Seen> seen{
-        {11, 10, true},   // self, solo last round too: never its own candidate
-        {22, 10, false},  // paired last round: not left out
-        {33, 10, true},   // solo last round, choosing now: left out
-        {44, 9, true},    // solo in round 9, training toward 10: left out, among the behind
-        {55, 8, true},    // two rounds behind: past the gap
-        {66, 11, true},   // ahead: it chooses for round 11, not 10
-        {77, 10, true},   // left out
-        {88, 9, false},   // a round behind but paired in it: not left out
-        {99, 10, false},  // a fresh member, no choice made yet: not left out
+        {11, 10, 9, true},    // self, solo last round too: never its own candidate
+        {22, 10, 9, false},   // paired last round: not left out
+        {33, 10, 9, true},    // solo last round, choosing now: left out
+        {44, 9, 9, true},     // solo in round 9, training toward 10: left out, among the behind
+        {55, 8, 8, true},     // two rounds behind: past the gap
+        {66, 11, 10, true},   // ahead: it chooses for round 11, not 10
+        {77, 10, 9, true},    // left out
+        {88, 9, 9, false},    // a round behind but paired in it: not left out
+        {99, 10, 0, false},   // a fresh member, no choice made yet: not left out
+        {111, 10, 10, true},  // solo in round 10 already: done with it, not asked
     };
     std::vector<Member> pairable;
     for (const Seen& s : seen) {
         Member m;
         m.node_id = s.id;
         m.round = s.round;
-        if (s.id != 99) (s.solo ? m.solo_through : m.paired_through) = s.round + 1;
-        if (s.id != 99) (s.solo ? m.paired_through : m.solo_through) = s.round - 1;
+        if (s.id != 99) (s.solo ? m.solo_through : m.paired_through) = s.last + 1;
+        if (s.id != 99) (s.solo ? m.paired_through : m.solo_through) = s.last - 1;
         pairable.push_back(m);
     }
     std::set<std::vector<uint64_t>> orders;
@@ -289,6 +313,100 @@ TEST_CASE("left-out members: solo in their last choice, within the gap, never ah
     // Everyone paired last round: nobody is left out.
     for (Member& m : pairable) m.paired_through = m.solo_through + 1;
     CHECK(left_out_members(pairable, 11, 10, 1, 3).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// PartnerChoice: the proposer's steps, on a clock the test moves (5 s pair timeout: left-out
+// members until 3.75 s, the deterministic partner alone until 2.5 s)
+
+namespace {
+
+const SteadyClock::time_point kT0{};
+
+PartnerChoice choice_of(std::optional<uint64_t> intended, std::vector<uint64_t> candidates,
+                        std::vector<uint64_t> left_out = {}) {
+    return PartnerChoice({intended, std::move(candidates), std::move(left_out), kT0, 5000ms});
+}
+
+void check_propose(const ChoiceStep& step, uint64_t to, PairMode mode) {
+    CHECK(step.kind == ChoiceStep::Kind::Propose);
+    CHECK(step.to == to);
+    CHECK(step.mode == mode);
+}
+
+void check_listen(const ChoiceStep& step, SteadyClock::time_point until) {
+    CHECK(step.kind == ChoiceStep::Kind::Listen);
+    CHECK(step.until == until);
+}
+
+}  // namespace
+
+TEST_CASE("partner choice: the deterministic partner alone until half the timeout, then others") {
+    auto choice = choice_of(22, {33, 22, 44});
+    check_propose(choice.next(kT0, false), 22, PairMode::Deterministic);
+    choice.answered(false, true);  // not choosing for the round yet
+    // Before half the budget nobody else is asked: listen for the retry interval.
+    check_listen(choice.next(kT0 + 1ms, false), kT0 + 1ms + kPairRetry);
+    check_propose(choice.next(kT0 + 2600ms, false), 22, PairMode::Deterministic);
+    choice.answered(false, true);
+    // Past half the budget a random member is asked right after it, never 22 while it may yet come.
+    check_propose(choice.next(kT0 + 2700ms, false), 33, PairMode::Random);
+    choice.answered(false, true);
+    check_listen(choice.next(kT0 + 2700ms, false), kT0 + 2700ms + kPairRetry);
+    check_propose(choice.next(kT0 + 2800ms, false), 22, PairMode::Deterministic);
+    choice.answered(false, true);
+    check_propose(choice.next(kT0 + 2800ms, false), 44, PairMode::Random);
+    choice.answered(true, false);
+    CHECK(choice.next(kT0 + 2800ms, true).kind == ChoiceStep::Kind::Done);
+}
+
+TEST_CASE("partner choice: a declined deterministic partner sends the node to random members") {
+    auto choice = choice_of(22, {22, 33});
+    check_propose(choice.next(kT0, false), 22, PairMode::Deterministic);
+    choice.answered(false, false);  // views differ: for good
+    // At once, and now 22 may be asked at random like anyone.
+    check_propose(choice.next(kT0, false), 22, PairMode::Random);
+    choice.answered(false, false);
+    check_listen(choice.next(kT0, false), kT0 + kPairRetry);
+    check_propose(choice.next(kT0 + 100ms, false), 33, PairMode::Random);
+    choice.answered(false, true);
+    check_listen(choice.next(kT0 + 100ms, false), kT0 + 200ms);
+    // 22 declined for good and is not asked again; 33 is, until the deadline.
+    check_propose(choice.next(kT0 + 200ms, false), 33, PairMode::Random);
+    choice.answered(false, true);
+    check_listen(choice.next(kT0 + 4950ms, false), kT0 + 5000ms);
+    CHECK(choice.next(kT0 + 5000ms, false).kind == ChoiceStep::Kind::Done);
+    CHECK(choice.deadline() == kT0 + 5000ms);
+}
+
+TEST_CASE("partner choice: no deterministic partner, everyone declines for good: done early") {
+    auto choice = choice_of(std::nullopt, {33, 44});
+    check_propose(choice.next(kT0, false), 33, PairMode::Random);
+    choice.answered(false, false);
+    check_listen(choice.next(kT0, false), kT0 + kPairRetry);
+    check_propose(choice.next(kT0 + 100ms, false), 44, PairMode::Random);
+    choice.answered(false, false);
+    CHECK(choice.next(kT0 + 100ms, false).kind == ChoiceStep::Kind::Done);
+}
+
+TEST_CASE("partner choice: members left out are asked first, each followed by a pause") {
+    auto choice = choice_of(22, {22, 33, 44}, {44, 55});
+    check_propose(choice.next(kT0, false), 44, PairMode::Random);
+    choice.answered(false, true);
+    check_listen(choice.next(kT0, false), kT0 + kPairRetry);
+    check_propose(choice.next(kT0 + 100ms, false), 55, PairMode::Random);
+    choice.answered(false, false);  // for good: asked neither as left out nor at random again
+    check_listen(choice.next(kT0 + 100ms, false), kT0 + 200ms);
+    check_propose(choice.next(kT0 + 200ms, false), 44, PairMode::Random);
+    choice.answered(false, true);
+    // Past the left-out share of the budget the usual order resumes.
+    check_listen(choice.next(kT0 + 3800ms, false), kT0 + 3900ms);
+    check_propose(choice.next(kT0 + 3900ms, false), 22, PairMode::Deterministic);
+    choice.answered(false, true);
+    check_propose(choice.next(kT0 + 3900ms, false), 33, PairMode::Random);
+    // A partner recorded meanwhile (a proposal to us accepted) ends the choice.
+    choice.answered(true, false);
+    CHECK(choice.next(kT0 + 3900ms, true).kind == ChoiceStep::Kind::Done);
 }
 
 // ---------------------------------------------------------------------------------------------

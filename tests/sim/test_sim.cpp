@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/error.h"
-#include "sim/membership_sim.h"
+#include "sim/swarm_sim.h"
 
 using namespace starling;
 using namespace starling::sim;
@@ -31,7 +31,7 @@ TEST_CASE("sim: the same seed replays the same trace, another seed another") {
     c.churn.joins_per_hour = 120;
     c.churn.crashes_per_node_hour = 1;
     c.churn.freezes_per_node_hour = 2;
-    const Figures a = simulate_membership(c), b = simulate_membership(c);
+    const Figures a = simulate_swarm(c), b = simulate_swarm(c);
     REQUIRE(a.events > 10000);
     REQUIRE(a.trace_hash == b.trace_hash);
     REQUIRE(a.events == b.events);
@@ -39,12 +39,12 @@ TEST_CASE("sim: the same seed replays the same trace, another seed another") {
     REQUIRE(a.payload_bytes_per_node_s == b.payload_bytes_per_node_s);
     REQUIRE(a.join_known_by_all.median == b.join_known_by_all.median);
     c.seed = 2;
-    REQUIRE(simulate_membership(c).trace_hash != a.trace_hash);
+    REQUIRE(simulate_swarm(c).trace_hash != a.trace_hash);
 }
 
 TEST_CASE("sim: a quiet swarm without loss suspects nobody and every node lists every other") {
     const SimConfig c = small_swarm(30, 120);
-    const Figures f = simulate_membership(c);
+    const Figures f = simulate_swarm(c);
     REQUIRE(f.nodes_end == 30);
     REQUIRE(f.false_suspicions == 0);
     REQUIRE(f.false_deaths == 0);
@@ -56,7 +56,7 @@ TEST_CASE("sim: a quiet swarm without loss suspects nobody and every node lists 
 TEST_CASE("sim: every crash is suspected and then known by all within SWIM's bound") {
     SimConfig c = small_swarm(24, 600);
     c.churn.crashes_per_node_hour = 2;
-    const Figures f = simulate_membership(c);
+    const Figures f = simulate_swarm(c);
     REQUIRE(f.crash_known_by_all.count >= 3);
     REQUIRE(f.crash_first_suspected.count == f.crash_known_by_all.count);
     // Every live node probes every member once per round robin of at most N - 1 periods, so within
@@ -75,7 +75,7 @@ TEST_CASE("sim: joiners become known to all, through the seed's view and gossip"
     SimConfig c = small_swarm(20, 300);
     c.churn.joins_per_hour = 200;
     c.churn.leaves_per_node_hour = 2;
-    const Figures f = simulate_membership(c);
+    const Figures f = simulate_swarm(c);
     REQUIRE(f.join_known_by_all.count >= 5);
     REQUIRE(f.joins_unfinished <= 1);
     REQUIRE(f.false_suspicions == 0);
@@ -88,9 +88,9 @@ TEST_CASE("sim: a config out of range is refused naming the key") {
     SimConfig c = small_swarm(10, 10);
     c.network.rtt_min_ms = 50;
     c.network.rtt_max_ms = 20;
-    REQUIRE_THROWS_WITH(simulate_membership(c), Catch::Contains("rtt_max_ms"));
+    REQUIRE_THROWS_WITH(simulate_swarm(c), Catch::Contains("rtt_max_ms"));
     c = small_swarm(1, 10);
-    REQUIRE_THROWS_WITH(simulate_membership(c), Catch::Contains("[sim].nodes"));
+    REQUIRE_THROWS_WITH(simulate_swarm(c), Catch::Contains("[sim].nodes"));
 }
 
 TEST_CASE("sim: after a partition longer than the suspicion timeout the swarm is one again") {
@@ -98,7 +98,7 @@ TEST_CASE("sim: after a partition longer than the suspicion timeout the swarm is
     c.network.partition_at_s = 40;
     c.network.partition_s = 40;
     c.network.partition_share = 0.5;
-    const Figures f = simulate_membership(c);
+    const Figures f = simulate_swarm(c);
     // Each side declared the other dead; the side without a seed dialled the seeds with backoff
     // (at most join_backoff_max apart) and the refutations spread from there.
     REQUIRE(f.false_deaths > 0);
@@ -106,7 +106,7 @@ TEST_CASE("sim: after a partition longer than the suspicion timeout the swarm is
     REQUIRE(f.alive_view_share == 1.0);
     REQUIRE(f.partition_healed_s >= 0);
     c.seeds = 0;  // without seeds nothing brings the two sides together again
-    REQUIRE(simulate_membership(c).alive_view_share < 0.75);
+    REQUIRE(simulate_swarm(c).alive_view_share < 0.75);
 }
 
 // Kept seed: with the members purged after the retention (60 s) and their tombstones ignoring
@@ -117,8 +117,94 @@ TEST_CASE("sim: seed 1, a partition that outlasts the retention still heals") {
     SimConfig c = small_swarm(30, 400);
     c.network.partition_at_s = 40;
     c.network.partition_s = 130;
-    const Figures f = simulate_membership(c);
+    const Figures f = simulate_swarm(c);
     REQUIRE(f.alive_view_share == 1.0);
     REQUIRE(f.partition_healed_s >= 0);
     REQUIRE(f.partition_healed_s < 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rounds
+
+namespace {
+
+SimConfig small_rounds(int nodes, double seconds) {
+    SimConfig c = small_swarm(nodes, seconds);
+    c.rounds.enabled = true;
+    c.rounds.inner_steps = 20;
+    c.rounds.message_bytes = 200e3;
+    return c;
+}
+
+double phi_spread_at(const Figures& f, uint64_t round) {
+    for (const auto& [r, spread] : f.phi_spread)
+        if (r == round) return spread;
+    FAIL("no spread of phi for round " << round);
+    return 0;
+}
+
+}  // namespace
+
+TEST_CASE("sim: rounds replay from the seed too") {
+    SimConfig c = small_rounds(30, 240);
+    c.network.loss = 0.01;
+    c.churn.joins_per_hour = 60;
+    c.churn.crashes_per_node_hour = 1;
+    c.churn.freezes_per_node_hour = 2;
+    const Figures a = simulate_swarm(c), b = simulate_swarm(c);
+    REQUIRE(a.choices > 300);
+    REQUIRE(a.trace_hash == b.trace_hash);
+    REQUIRE(a.paired_choices == b.paired_choices);
+    REQUIRE(a.phi_spread == b.phi_spread);
+    c.seed = 7;
+    REQUIRE(simulate_swarm(c).trace_hash != a.trace_hash);
+}
+
+TEST_CASE("sim: a quiet swarm pairs every node every round, and pairwise averaging mixes phi") {
+    SimConfig c = small_rounds(30, 300);
+    const Figures f = simulate_swarm(c);
+    // 30 nodes with one view: every node has its deterministic partner, every round.
+    REQUIRE(f.choices > 30 * 10);
+    REQUIRE(f.paired_choices == f.choices);
+    REQUIRE(f.exchange_timeouts == 0);
+    // No stall past the bound: a choice ends within the pair timeout.
+    REQUIRE(f.choice_seconds.max <= std::chrono::duration<double>(c.rounds.pair_timeout).count());
+    // Averaging with a partner halves the variance in expectation (a random matching each round,
+    // from deterministic_groups): after 10 rounds the spread is near 2^-5 = 0.031 of the start's;
+    // allow 4 times that for the draw, and far below 1.
+    const double start = phi_spread_at(f, 0), r10 = phi_spread_at(f, 10);
+    REQUIRE(start == Approx(1.0).margin(0.4));  // 30 draws of a standard normal
+    REQUIRE(r10 < 0.125 * start);
+    REQUIRE(r10 > 0.0);
+}
+
+TEST_CASE("sim: an exchange slower than its timeout is counted, from TCP's rate under loss") {
+    // Every pair 300 ms apart with 4% loss: TCP sustains 1.22 x 1448 B / (0.3 s x 0.2) = 29 kB/s,
+    // so a 1 MB message takes 34 s, past the 10 s exchange timeout, on every link.
+    SimConfig c = small_rounds(20, 300);
+    c.network.rtt_min_ms = c.network.rtt_max_ms = 300;
+    c.network.loss = 0.04;
+    c.rounds.message_bytes = 1e6;
+    const Figures slow = simulate_swarm(c);
+    REQUIRE(slow.paired_choices > 20 * 5);
+    // Each paired choice starts one exchange per side; the last ones may still be running.
+    REQUIRE(slow.exchange_timeouts <= slow.paired_choices);
+    REQUIRE(slow.exchange_timeouts >= slow.paired_choices - 2 * c.nodes);
+    // At 1% loss the rate is 59 kB/s and 1 MB takes 17 s: still past it. At 0.1%, 186 kB/s: 5.4 s.
+    c.network.loss = 0.001;
+    REQUIRE(simulate_swarm(c).exchange_timeouts == 0);
+}
+
+// Kept seed: a node that came late to a round asked every member in turn, each declining for
+// good (past the round), for its whole pair timeout; it arrived late at the next round too and
+// went solo round after round (here a joiner took 11 rounds to its first pairing; up to 22 at 100
+// nodes). Members whose digests say they are done with the round are no longer asked (done_with).
+TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
+    SimConfig c = small_rounds(40, 900);
+    c.seed = 3;
+    c.network.loss = 0.01;
+    c.churn.joins_per_hour = 60;
+    const Figures f = simulate_swarm(c);
+    REQUIRE(f.first_pair_rounds.count >= 8);
+    REQUIRE(f.first_pair_rounds.max <= 6);
 }

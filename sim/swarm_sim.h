@@ -1,6 +1,8 @@
-// A swarm's membership protocol in simulation: N nodes, each running the real SwimCore
-// (peer/swim.h) as starlingd's protocol thread does (a probe, indirect probes if it misses, a
-// push-pull gossip, the next period), over the simulated network of sim/network.h, with churn.
+// A swarm in simulation: N nodes, each running the real SwimCore (peer/swim.h) as starlingd's
+// protocol thread does (a probe, indirect probes if it misses, a push-pull gossip, the next
+// period) and, with [rounds] enabled, rounds as its round thread does (an inner phase paced by
+// peer/round_pacing.h, a partner chosen with PartnerChoice and PairingBook, the exchange), over
+// the simulated network of sim/network.h, with churn.
 // Discrete events on a simulated clock; everything random comes from the config's seed, so a run
 // is replayed exactly, and the hash of every handled event says so.
 #pragma once
@@ -48,9 +50,28 @@ struct Figures {
     // From the partition's end until every up node lists every up member alive (-1: not by the
     // end, or no partition).
     double partition_healed_s = -1;
+
+    // Rounds ([rounds] enabled), counted from the warm-up on. Choices of a partner made, and
+    // those that found one.
+    uint64_t choices = 0, paired_choices = 0;
+    // A joiner's choices from its state copy to its first pairing (1: paired in its first round),
+    // and the joiners not paired by the end.
+    Spread first_pair_rounds;
+    size_t joiners_unpaired = 0;
+    uint64_t exchange_timeouts = 0;  // a partner's message not in by the exchange timeout
+    // NodeRunner's pacing before a phase: rounds skipped to the swarm's median, state copies
+    // (joins included), waits while ahead of every member, waits for a slower member.
+    uint64_t skips = 0, state_copies = 0, ahead_waits = 0, slower_waits = 0;
+    Spread round_seconds;        // from one choice of a node to its next
+    Spread choice_seconds;       // choosing a partner, start to end (pair_timeout bounds it)
+    Spread wait_seconds;         // a wait before a phase, while ahead or for a slower member
+    uint64_t rounds_median = 0;  // the round up nodes are at, at the end
+    // The standard deviation of phi over the nodes that reached round r, for r = 0, 1, 2, 5, 10,
+    // 20, 50, 100, ... as far as half the nodes got.
+    std::vector<std::pair<uint64_t, double>> phi_spread;
 };
 
-Figures simulate_membership(const SimConfig& config);
+Figures simulate_swarm(const SimConfig& config);
 std::string format_figures(const SimConfig& config, const Figures& figures);
 
 }  // namespace starling::sim

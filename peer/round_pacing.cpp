@@ -1,0 +1,56 @@
+#include "peer/round_pacing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace starling {
+
+double automatic_round_seconds(std::vector<double> step_seconds, int inner_steps,
+                               double uneven_margin, bool budget_now) {
+    if (step_seconds.size() < 2) return 0.0;
+    std::sort(step_seconds.begin(), step_seconds.end());
+    const double margin = budget_now ? uneven_margin / 2.0 : uneven_margin;
+    if (step_seconds.back() <= (1.0 + margin) * step_seconds.front()) return 0.0;
+    const size_t n = step_seconds.size();
+    const double median =
+        n % 2 == 1 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2.0;
+    return inner_steps * median;
+}
+
+int phase_steps_in(double budget, double step_seconds, int inner_steps) {
+    if (budget <= 0.0 || step_seconds <= 0.0) return inner_steps;
+    const double fits = std::round(budget / step_seconds);
+    return static_cast<int>(std::clamp(fits, 1.0, 16.0 * inner_steps));
+}
+
+std::optional<uint64_t> median_round(const std::vector<Member>& others) {
+    std::vector<uint64_t> rounds;
+    rounds.reserve(others.size());
+    for (const Member& m : others) rounds.push_back(m.round);
+    if (rounds.empty()) return std::nullopt;
+    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
+    return rounds[rounds.size() / 2];
+}
+
+CatchUp catch_up(std::optional<uint64_t> median, uint64_t round, uint64_t max_round_gap,
+                 std::optional<uint64_t> copy_cost_rounds) {
+    if (!median || *median <= round + max_round_gap) return CatchUp::None;
+    return copy_cost_rounds && *median - round <= *copy_cost_rounds ? CatchUp::Skip : CatchUp::Copy;
+}
+
+bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t max_round_gap) {
+    return !others.empty() && std::all_of(others.begin(), others.end(), [&](const Member& m) {
+        return m.round + max_round_gap < round;
+    });
+}
+
+std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
+                                      uint64_t max_round_gap) {
+    std::vector<uint64_t> slower;
+    for (const Member& m : others)
+        if (m.round + 1 < training && m.round + 1 + max_round_gap >= training)
+            slower.push_back(m.node_id);
+    return slower;
+}
+
+}  // namespace starling

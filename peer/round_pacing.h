@@ -1,0 +1,54 @@
+// Pacing: how long an inner phase is when [swarm].round_seconds leaves it to the swarm
+// (docs/uneven.md), and how many steps a node takes in it. Pure functions of what the members
+// gossip, shared by starlingd (daemon/swarm/swarm_node.h) and the simulator (sim/):
+// rounds of H steps while the members train at about the same speed, which is how the methods were
+// studied and keeps equal shares bit for bit; a time budget once they differ, so that the fast ones
+// need not wait for the slow ones nor leave them out of the averaging.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "peer/membership.h"
+
+namespace starling {
+
+// The time budget for an inner phase, from the step times the pairable members said (self
+// included): 0, for rounds of H steps, when fewer than two said one or the slowest is within
+// `uneven_margin` of the fastest (slowest <= (1 + uneven_margin) x fastest); else H times their
+// median (the mean of the middle two for an even count), so that a member of median speed still
+// takes H steps and each other one what fits the same time. Rounds that have a budget already
+// (`budget_now`) keep one until the spread is within half the margin: step times measured on busy
+// boxes wander, and a swarm near the margin would otherwise switch back and forth every few rounds.
+double automatic_round_seconds(std::vector<double> step_seconds, int inner_steps,
+                               double uneven_margin, bool budget_now);
+
+// The inner steps of a phase: H without a budget (or before the node knows its step time), else
+// what fits the budget at the node's step time, at least 1 and at most 16 H.
+int phase_steps_in(double budget, double step_seconds, int inner_steps);
+
+// Where a node stands against the swarm before each round (starlingd's NodeRunner, and the
+// simulator, decide from these): the median round of the compatible members other than this
+// node (none when there are none)...
+std::optional<uint64_t> median_round(const std::vector<Member>& others);
+
+// ...what a node does when that median is more than max_round_gap ahead, where it can never pair
+// again: nothing when it is not; go on from the median round with its own state when a state copy
+// cost more rounds last time (copy_cost_rounds) than it is behind; else copy the state.
+enum class CatchUp { None, Skip, Copy };
+CatchUp catch_up(std::optional<uint64_t> median, uint64_t round, uint64_t max_round_gap,
+                 std::optional<uint64_t> copy_cost_rounds);
+
+// ...whether it is ahead of every member by more than max_round_gap (it then waits, up to
+// pace_timeout_s, for one to come within reach instead of running on alone)...
+bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t max_round_gap);
+
+// ...and, before it trains round `training`, the members within max_round_gap of training - 1
+// that have not chosen a partner for it yet (they advertise the round they last chose for): with
+// NoLoCo it waits for them, at most kSlowerWaitPhases of its own inner phases.
+inline constexpr double kSlowerWaitPhases = 2.0;
+std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
+                                      uint64_t max_round_gap);
+
+}  // namespace starling

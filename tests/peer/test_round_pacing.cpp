@@ -1,0 +1,96 @@
+// Pacing (peer/round_pacing.h): the automatic round rule and the steps that fit a budget, against
+// figures worked out by hand.
+#include <catch2/catch.hpp>
+
+#include <limits>
+
+#include "peer/round_pacing.h"
+
+using namespace starling;
+
+namespace {
+
+std::vector<Member> at_rounds(std::vector<uint64_t> rounds) {
+    std::vector<Member> members;
+    for (size_t i = 0; i < rounds.size(); i++) {
+        Member m;
+        m.node_id = 100 + i;
+        m.round = rounds[i];
+        members.push_back(m);
+    }
+    return members;
+}
+
+}  // namespace
+
+TEST_CASE("automatic rounds: H steps until two members said step times that differ past the margin",
+          "[pacing]") {
+    CHECK(automatic_round_seconds({}, 12, 0.25, false) == 0.0);
+    CHECK(automatic_round_seconds({0.1}, 12, 0.25, false) == 0.0);
+    CHECK(automatic_round_seconds({0.5, 0.625}, 12, 0.25, false) == 0.0);  // exactly 1.25 times
+    CHECK(automatic_round_seconds({0.5, 0.6, 0.55}, 12, 0.25, false) == 0.0);
+    const double inf = std::numeric_limits<double>::infinity();
+    CHECK(automatic_round_seconds({0.01, 10.0}, 12, inf, false) == 0.0);
+    CHECK(automatic_round_seconds({0.5, 0.5}, 12, 0.0, false) == 0.0);
+}
+
+TEST_CASE("automatic rounds: past the margin, H times the median member's step time", "[pacing]") {
+    // Odd count: the middle one, whatever the order.
+    CHECK(automatic_round_seconds({0.4, 0.1, 0.1}, 12, 0.25, false) == Approx(1.2));
+    CHECK(automatic_round_seconds({0.5, 0.75, 2.0}, 10, 0.25, false) == Approx(7.5));
+    // Even count: the mean of the middle two.
+    CHECK(automatic_round_seconds({0.4, 0.1, 0.2, 0.3}, 12, 0.25, false) == Approx(3.0));
+    CHECK(automatic_round_seconds({0.5, 0.63}, 8, 0.25, false) == Approx(4.52));
+    // Any spread at all once the margin is 0.
+    CHECK(automatic_round_seconds({0.5, 0.51}, 4, 0.0, false) == Approx(2.02));
+}
+
+TEST_CASE(
+    "automatic rounds: a budget, once taken, is kept until the spread is within half the "
+    "margin",
+    "[pacing]") {
+    // 1.2 times: H steps from H steps, and a budget kept from a budget.
+    CHECK(automatic_round_seconds({0.5, 0.6}, 10, 0.25, false) == 0.0);
+    CHECK(automatic_round_seconds({0.5, 0.6}, 10, 0.25, true) == Approx(5.5));
+    // 1.125 times is half the margin: back to H steps.
+    CHECK(automatic_round_seconds({0.5, 0.5625}, 10, 0.25, true) == 0.0);
+    CHECK(automatic_round_seconds({0.6, 0.5}, 10, 0.25, true) == Approx(5.5));
+    CHECK(automatic_round_seconds({0.1}, 10, 0.25, true) == 0.0);
+}
+
+TEST_CASE("a phase's steps: H without a budget, else what fits it, between 1 and 16 H",
+          "[pacing]") {
+    CHECK(phase_steps_in(0.0, 0.5, 10) == 10);
+    CHECK(phase_steps_in(5.0, 0.0, 10) == 10);  // step time not known yet
+    CHECK(phase_steps_in(5.0, 0.5, 10) == 10);
+    CHECK(phase_steps_in(5.0, 0.4, 10) == 13);  // 12.5 rounds up
+    CHECK(phase_steps_in(5.0, 0.6, 10) == 8);   // 8.33
+    CHECK(phase_steps_in(5.0, 60.0, 10) == 1);
+    CHECK(phase_steps_in(500.0, 0.1, 10) == 160);
+}
+
+TEST_CASE("catching up: nothing within the gap, a skip when a copy cost more, else a copy",
+          "[pacing]") {
+    CHECK(median_round({}) == std::nullopt);
+    CHECK(median_round(at_rounds({7, 3, 9})) == 7u);
+    CHECK(median_round(at_rounds({7, 3, 9, 12})) == 9u);  // the upper middle of an even count
+    CHECK(catch_up(std::nullopt, 3, 1, std::nullopt) == CatchUp::None);
+    CHECK(catch_up(11, 10, 1, std::nullopt) == CatchUp::None);  // exactly the gap
+    CHECK(catch_up(12, 10, 1, std::nullopt) == CatchUp::Copy);
+    CHECK(catch_up(12, 10, 1, 2) == CatchUp::Skip);  // 2 behind, a copy cost 2
+    CHECK(catch_up(13, 10, 1, 2) == CatchUp::Copy);
+    CHECK(catch_up(13, 10, 3, 0) == CatchUp::None);
+}
+
+TEST_CASE("pacing: ahead of every member by more than the gap; members still to choose",
+          "[pacing]") {
+    CHECK_FALSE(ahead_of_all({}, 10, 1));  // alone: nobody to wait for
+    CHECK(ahead_of_all(at_rounds({8, 7}), 10, 1));
+    CHECK_FALSE(ahead_of_all(at_rounds({8, 9}), 10, 1));  // 9 is within reach
+    CHECK_FALSE(ahead_of_all(at_rounds({8, 7}), 10, 2));
+    // Training round 10: a member advertising 8 has not chosen for 9 yet and is within the gap
+    // of 9; one at 9 has; one at 7 is out of reach with gap 1, not with gap 2.
+    CHECK(slower_in_reach(at_rounds({8, 9, 7, 10}), 10, 1) == std::vector<uint64_t>{100});
+    CHECK(slower_in_reach(at_rounds({8, 9, 7, 10}), 10, 2) == std::vector<uint64_t>{100, 102});
+    CHECK(slower_in_reach(at_rounds({8}), 1, 1).empty());
+}
