@@ -4,6 +4,7 @@
 #include <random>
 #include <tuple>
 
+#include "common/random.h"
 #include "peer/partners.h"
 
 namespace starling {
@@ -60,12 +61,21 @@ std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uin
     return shuffled_in_turn({&fresh, &again}, rng);
 }
 
+bool adopts(uint64_t self, uint64_t left_out, uint64_t round, size_t members, double adopters) {
+    const double share = adopters / static_cast<double>(std::max<size_t>(members, 1));
+    if (share >= 1.0) return true;
+    const uint64_t draw = hash_index(hash_index(round, left_out), self);
+    return static_cast<double>(draw) < share * 18446744073709551616.0;  // 2^64
+}
+
 std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
-                                       uint64_t round, uint64_t max_round_gap, uint64_t seed) {
+                                       uint64_t round, uint64_t max_round_gap, uint64_t seed,
+                                       double adopters) {
     std::vector<uint64_t> at_round, behind;
     for (const Member& m : pairable) {
         if (m.node_id == self || done_with(m, round) || round - m.round > max_round_gap) continue;
-        if (solo_last(m)) (m.round == round ? at_round : behind).push_back(m.node_id);
+        if (solo_last(m) && adopts(self, m.node_id, round, pairable.size(), adopters))
+            (m.round == round ? at_round : behind).push_back(m.node_id);
     }
     std::mt19937_64 rng(seed);
     return shuffled_in_turn({&at_round, &behind}, rng);

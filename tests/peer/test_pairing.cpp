@@ -263,6 +263,9 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
           4);
 }
 
+// As many adopters as members: every node adopts every left-out member.
+constexpr double kEveryone = 1000;
+
 TEST_CASE("left-out members: solo in their last choice, within the gap, never ahead") {
     // Node 11 chooses for round 10 with a gap of 1.
     // A member advertises the round it last chose for (or chooses for now); `last` is the round
@@ -294,25 +297,51 @@ TEST_CASE("left-out members: solo in their last choice, within the gap, never ah
     }
     std::set<std::vector<uint64_t>> orders;
     for (uint64_t seed = 0; seed < 32; seed++) {
-        const auto order = left_out_members(pairable, 11, 10, 1, seed);
+        const auto order = left_out_members(pairable, 11, 10, 1, seed, kEveryone);
         REQUIRE(order.size() == 3);
         // Those at the round first: they are choosing now or about to.
         CHECK(std::set<uint64_t>(order.begin(), order.begin() + 2) == std::set<uint64_t>{33, 77});
         CHECK(order[2] == 44);
         auto reversed = pairable;
         std::reverse(reversed.begin(), reversed.end());
-        CHECK(left_out_members(reversed, 11, 10, 1, seed) == order);
+        CHECK(left_out_members(reversed, 11, 10, 1, seed, kEveryone) == order);
         orders.insert(order);
     }
     CHECK(orders.size() == 2);
     // With a gap of 0 only those at the round count; with 2, the one two rounds behind too.
-    auto narrow = left_out_members(pairable, 11, 10, 0, 3);
+    auto narrow = left_out_members(pairable, 11, 10, 0, 3, kEveryone);
     std::sort(narrow.begin(), narrow.end());
     CHECK(narrow == std::vector<uint64_t>{33, 77});
-    CHECK(left_out_members(pairable, 11, 10, 2, 3).size() == 4);
+    CHECK(left_out_members(pairable, 11, 10, 2, 3, kEveryone).size() == 4);
     // Everyone paired last round: nobody is left out.
     for (Member& m : pairable) m.paired_through = m.solo_through + 1;
-    CHECK(left_out_members(pairable, 11, 10, 1, 3).empty());
+    CHECK(left_out_members(pairable, 11, 10, 1, 3, kEveryone).empty());
+}
+
+TEST_CASE("left-out members are adopted by about kLeftOutAdopters members each, anew each round") {
+    // 1,000 members, 20 of them left out: count, per left-out member and round, who adopts it.
+    constexpr size_t kMembers = 1000;
+    std::vector<size_t> adopters;
+    for (uint64_t round = 1; round <= 5; round++)
+        for (uint64_t left = 0; left < 20; left++) {
+            size_t count = 0;
+            for (uint64_t self = 100; self < 100 + kMembers; self++)
+                count += adopts(self, left, round, kMembers, kLeftOutAdopters);
+            adopters.push_back(count);
+        }
+    // A binomial(1000, 0.003) per member: mean 3 over the 100 draws within 3.0 +- 0.6 (3.5
+    // standard errors), and never a crowd.
+    double mean = 0;
+    for (size_t c : adopters) mean += static_cast<double>(c) / adopters.size();
+    CHECK(mean == Approx(3.0).margin(0.6));
+    CHECK(*std::max_element(adopters.begin(), adopters.end()) <= 12);
+    // The same draw every time; another round another draw; a small view: everyone adopts.
+    CHECK(adopts(5, 6, 7, kMembers, 3) == adopts(5, 6, 7, kMembers, 3));
+    size_t same = 0;
+    for (uint64_t self = 0; self < 2000; self++)
+        same += adopts(self, 1, 1, 10, 3) == adopts(self, 1, 2, 10, 3);
+    CHECK(same < 2000);
+    for (uint64_t self = 0; self < 100; self++) CHECK(adopts(self, 1, 1, 3, 3));
 }
 
 // ---------------------------------------------------------------------------------------------
