@@ -390,6 +390,15 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
     return ids;
 }
 
+std::vector<Member> MemberTable::pairable_others() const {
+    MutexLock lock(mutex_);
+    std::vector<Member> members;
+    for (const Entry& e : others_)
+        if (e.state == MemberState::Alive && compatible_card(*e.card))
+            members.push_back(member_of(e));
+    return members;
+}
+
 std::vector<double> MemberTable::pairable_step_seconds() const {
     MutexLock lock(mutex_);
     std::vector<double> seconds;

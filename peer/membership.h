@@ -115,6 +115,8 @@ public:
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
+    // Those members but self, whole, in one pass (in table order).
+    std::vector<Member> pairable_others() const;
     // The step times those members said, self included, leaving out those that said none yet.
     std::vector<double> pairable_step_seconds() const;
     bool compatible(const Member& member) const;

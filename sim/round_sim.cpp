@@ -40,21 +40,12 @@ void Simulation::start_rounds(uint32_t n, Time now, uint64_t round, double phi) 
     next_round(n, now);
 }
 
-std::vector<Member> Simulation::pairable_others(uint32_t n) const {
-    const MemberTable& table = nodes_[n].core->table();
-    std::vector<Member> others;
-    for (const uint64_t id : table.pairable_ids())
-        if (id != nodes_[n].id)
-            if (auto member = table.find(id)) others.push_back(std::move(*member));
-    return others;
-}
-
 // NodeRunner::run's loop before each round: catch up when behind, wait when ahead of all, wait
 // for a slower member.
 void Simulation::next_round(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
-    const auto others = pairable_others(n);
+    const auto others = nodes_[n].core->table().pairable_others();
     const auto median = median_round(others);
     switch (catch_up(median, rs.round, gap, rs.copy_cost)) {
         case CatchUp::None: break;
@@ -82,8 +73,9 @@ void Simulation::next_round(uint32_t n, Time now) {
 
 void Simulation::wait_or_train(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    if (slower_in_reach(pairable_others(n), rs.round, config_.rounds.max_round_gap).empty())
-        return start_phase(n, now);
+    rs.slower = slower_in_reach(nodes_[n].core->table().pairable_others(), rs.round,
+                                config_.rounds.max_round_gap);
+    if (rs.slower.empty()) return start_phase(n, now);
     if (now >= warmup_) ++figures_.slower_waits;
     if (rs.stage != Stage::Waiting) rs.wait_start = now;
     rs.stage = Stage::Waiting;
@@ -97,19 +89,24 @@ void Simulation::pace_check(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
     if (rs.wait == Wait::Ahead) {
-        if (now >= rs.wait_until || !ahead_of_all(pairable_others(n), rs.round, gap))
+        if (now >= rs.wait_until ||
+            !ahead_of_all(nodes_[n].core->table().pairable_others(), rs.round, gap))
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
     // NodeRunner asks the slower members directly (refresh): their rounds as they say them now.
+    // Only those slower when the wait began are looked at again (rounds only go up, so no other
+    // member becomes slower meanwhile, but for a rare one copied or skipped into reach).
     MemberTable& table = nodes_[n].core->table();
-    auto slower = slower_in_reach(pairable_others(n), rs.round, gap);
-    for (const uint64_t id : slower) {
+    std::vector<Member> waited;
+    for (const uint64_t id : rs.slower) {
         const Node& member = nodes_[index_of_.at(id)];
         if (member.status == Status::Up) table.note_round(id, member.core->table().self().round);
+        if (auto seen = table.find(id); seen && seen->state == MemberState::Alive)
+            waited.push_back(std::move(*seen));
     }
-    slower = slower_in_reach(pairable_others(n), rs.round, gap);
-    if (slower.empty() || now >= rs.wait_until) return start_phase(n, now);
+    rs.slower = slower_in_reach(waited, rs.round, gap);
+    if (rs.slower.empty() || now >= rs.wait_until) return start_phase(n, now);
     schedule_round(n, now + kPacePoll, EventType::PaceCheck);
 }
 
@@ -147,10 +144,9 @@ void Simulation::choose(uint32_t n, Time now) {
     table.set_round(rs.round);
     const auto view = table.pairable_ids();
     const auto intended = deterministic_partner(rs.round, view, node.id);
-    std::vector<Member> pairable;
-    pairable.reserve(view.size());
-    for (const uint64_t id : view)
-        if (auto member = table.find(id)) pairable.push_back(std::move(*member));
+    // As RoundPeers builds it: the view's members, self included (the order does not matter).
+    std::vector<Member> pairable = table.pairable_others();
+    pairable.push_back(table.self());
     const uint64_t gap = config_.rounds.max_round_gap;
     auto candidates =
         random_candidates(pairable, node.id, rs.round, gap,
@@ -328,7 +324,7 @@ void Simulation::request_state(uint32_t n, Time now) {
 // swarm's median round when the copy landed still too far ahead.
 void Simulation::adopt_state(uint32_t n, uint64_t round, double phi, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    const auto median = median_round(pairable_others(n));
+    const auto median = median_round(nodes_[n].core->table().pairable_others());
     if (median && rs.median_before_copy)
         rs.copy_cost = *median > *rs.median_before_copy ? *median - *rs.median_before_copy : 0;
     rs.median_before_copy.reset();

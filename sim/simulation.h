@@ -153,6 +153,7 @@ struct RoundState {
     double phase_s = 0;  // the last phase's length
     Wait wait = Wait::Ahead;
     Time wait_until{};
+    std::vector<uint64_t> slower;  // the members a Wait::Slower waits for
     // What the last state copy cost in rounds (the swarm's median moved on meanwhile), and the
     // median when the copy in progress began.
     std::optional<uint64_t> copy_cost, median_before_copy;
@@ -263,7 +264,6 @@ private:
     void adopt_state(uint32_t n, uint64_t round, double phi, Time now);
     void wait_or_train(uint32_t n, Time now);
     void pace_check(uint32_t n, Time now);
-    std::vector<Member> pairable_others(uint32_t n) const;
     void answer_state(const Message& message, Time now);
     void round_timer(const Event& event, Time now);
     void schedule_round(uint32_t n, Time at, EventType type);
