@@ -196,11 +196,16 @@ MembershipProtocol::JoinResult MembershipProtocol::join_through(
 }
 
 std::optional<Member> MembershipProtocol::ping(const std::string& address, uint64_t target_id) {
+    return ping(address, target_id, config_.probe_timeout);
+}
+
+std::optional<Member> MembershipProtocol::ping(const std::string& address, uint64_t target_id,
+                                               std::chrono::milliseconds timeout) {
     v1::PingRequest request;
     request.set_target_id(target_id);
     v1::PingResponse response;
     grpc::ClientContext context;
-    set_deadline(context, config_.probe_timeout);
+    set_deadline(context, timeout);
     auth_.attach(context, "Ping");
     if (!v1::Peer::NewStub(channels_.get(address))->Ping(&context, request, &response).ok())
         return std::nullopt;
@@ -242,15 +247,28 @@ std::optional<double> MembershipProtocol::round_trip_ms(uint64_t node_id) const 
 }
 
 bool MembershipProtocol::probe(const Member& target) {
+    const auto timeout = swim_.probe_timeout_for(target.node_id, config_.probe_timeout);
     const auto sent = SteadyClock::now();
-    if (auto answer = ping(target.address, target.node_id)) {
+    // The direct ping stays open through the indirect probes (an ack any time in the protocol
+    // period counts, as in SWIM): a member slower than its timeout still answers, and the round
+    // trip its answer took raises its timeout for the next probe. Indirect probes start once the
+    // timeout passes without an answer.
+    auto direct = std::async(std::launch::async,
+                             [&] { return ping(target.address, target.node_id, timeout * 3); });
+    const auto answered = [&](const Member& answer) {
         const auto now = SteadyClock::now();
         {
             MutexLock lock(rtt_mutex_);
             rtt_ms_[target.node_id] = std::chrono::duration<double, std::milli>(now - sent).count();
         }
-        swim_.merge(*answer, now);
+        swim_.acked(target.node_id, now - sent);
+        swim_.merge(answer, now);
         return true;
+    };
+    std::optional<std::optional<Member>> early;  // the direct answer, if in by the timeout
+    if (direct.wait_for(timeout) == std::future_status::ready) {
+        early = direct.get();
+        if (*early) return answered(**early);
     }
     // Indirect probes through up to k other members, at once, so a congested path between two
     // nodes alone does not make one suspect the other.
@@ -262,7 +280,8 @@ bool MembershipProtocol::probe(const Member& target) {
             request.set_target_address(target.address);
             v1::PingReqResponse response;
             grpc::ClientContext context;
-            set_deadline(context, config_.probe_timeout * 2);
+            // The helper's own ping waits up to its timeout for the target: ours bounds it.
+            set_deadline(context, timeout * 2);
             auth_.attach(context, "PingReq");
             return v1::Peer::NewStub(channels_.get(helper.address))
                        ->PingReq(&context, request, &response)
@@ -272,6 +291,8 @@ bool MembershipProtocol::probe(const Member& target) {
     }
     bool reached = false;
     for (auto& answer : answers) reached = answer.get() || reached;
+    if (!early)
+        if (const auto late = direct.get()) reached = answered(*late);
     return reached;
 }
 
@@ -413,7 +434,8 @@ grpc::Status MembershipProtocol::answer_ping_req(const v1::PingReqRequest& reque
                                                  v1::PingReqResponse* response) {
     if (request.target_address().size() > 262 || !parse_host_port(request.target_address()))
         return {grpc::StatusCode::INVALID_ARGUMENT, "target_address is not host:port"};
-    response->set_reached(ping(request.target_address(), request.target_id()).has_value());
+    const auto timeout = swim_.probe_timeout_for(request.target_id(), config_.probe_timeout);
+    response->set_reached(ping(request.target_address(), request.target_id(), timeout).has_value());
     return grpc::Status::OK;
 }
 

@@ -74,6 +74,8 @@ private:
     JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
                             std::string* why, SteadyClock::time_point by);
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
+    std::optional<Member> ping(const std::string& address, uint64_t target_id,
+                               std::chrono::milliseconds timeout);
     // A direct probe, then indirect ones through the core's helpers: whether any reached it.
     bool probe(const Member& target);
     void gossip_with(const Member& target);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace starling {
 
@@ -12,7 +13,10 @@ SwimCore::Period SwimCore::tick(SteadyClock::time_point now) {
     Period period;
     period.declared_dead = table_.expire(now);
     MutexLock lock(mutex_);
-    for (const uint64_t id : period.declared_dead) spread(id);
+    for (const uint64_t id : period.declared_dead) {
+        spread(id);
+        round_trips_.erase(id);  // a restart comes back over another path, maybe
+    }
     if (probe_next_ >= probe_order_.size()) {
         probe_order_.clear();
         for (const Member& m : table_.reachable_others()) probe_order_.push_back(m.node_id);
@@ -84,6 +88,30 @@ std::vector<Member> SwimCore::gossip_payload() {
         if (!sent) payload.push_back(std::move(m));
     }
     return payload;
+}
+
+void SwimCore::acked(uint64_t member, SteadyClock::duration round_trip) {
+    const double sample = std::chrono::duration<double, std::milli>(round_trip).count();
+    MutexLock lock(mutex_);
+    auto [it, first] = round_trips_.try_emplace(member);
+    RoundTrip& rtt = it->second;
+    if (first) {
+        rtt = {sample, sample / 2};
+        return;
+    }
+    // RFC 6298's gains: 1/4 for the variation, 1/8 for the mean.
+    rtt.variation = 0.75 * rtt.variation + 0.25 * std::abs(rtt.smoothed - sample);
+    rtt.smoothed = 0.875 * rtt.smoothed + 0.125 * sample;
+}
+
+std::chrono::milliseconds SwimCore::probe_timeout_for(uint64_t member,
+                                                      std::chrono::milliseconds base) const {
+    MutexLock lock(mutex_);
+    const auto it = round_trips_.find(member);
+    if (it == round_trips_.end()) return base;
+    const double wanted = it->second.smoothed + 4 * it->second.variation;
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(wanted)));
+    return std::clamp(timeout, base, base * kProbeTimeoutCeiling);
 }
 
 }  // namespace starling

@@ -198,8 +198,12 @@ void Simulation::start_probe(uint32_t n, Time now) {
     node.probe_target = *node.probe_next;
     node.phase = Phase::Direct;
     node.call = next_call_++;
+    node.probe_sent = now;
+    node.direct_open = true;
+    node.probe_timeout =
+        node.core->probe_timeout_for(node.probe_target.node_id, config_.protocol.probe_timeout);
     send({Kind::Ping, n, index_of_.at(node.probe_target.node_id), node.call, 0, false, {}}, now);
-    schedule_at(now + config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+    schedule_at(now + node.probe_timeout, EventType::Timeout, n, node.call);
 }
 
 void Simulation::start_gossip(uint32_t n, Time now) {
@@ -248,20 +252,23 @@ void Simulation::timeout(uint32_t n, uint64_t call, Time now) {
     if (node.status != Status::Up || node.call != call) return;
     switch (node.phase) {
         case Phase::Direct: {
+            // The direct ping stays open (MembershipProtocol::probe) under its own call id.
             const auto helpers = node.core->indirect_helpers(node.probe_target.node_id);
+            node.direct_call = node.call;
             node.phase = Phase::Indirect;
             node.call = next_call_++;
             node.indirect_waiting = helpers.size();
             node.indirect_reached = false;
-            if (helpers.empty()) return conclude_indirect(n, now);
             const uint32_t target = index_of_.at(node.probe_target.node_id);
             for (const Member& helper : helpers)
                 send({Kind::PingReq, n, index_of_.at(helper.node_id), node.call, target, false, {}},
                      now);
-            schedule_at(now + 2 * config_.protocol.probe_timeout, EventType::Timeout, n, node.call);
+            schedule_at(now + 2 * node.probe_timeout, EventType::Timeout, n, node.call);
             return;
         }
-        case Phase::Indirect: return conclude_indirect(n, now);
+        case Phase::Indirect:
+            node.direct_open = false;  // its deadline, three timeouts after it was sent
+            return conclude_indirect(n, now);
         case Phase::Gossip: return finish_period(n, now);
         case Phase::Joining: return start_join(n, now);
         case Phase::Seeding:
@@ -294,8 +301,17 @@ void Simulation::handle(Message& m, Time now) {
             return;
         case Kind::Ack:
             if (node.phase == Phase::Direct && node.call == m.call) {
+                node.core->acked(node.probe_target.node_id, now - node.probe_sent);
                 merge_all();
                 return start_gossip(m.to, now);
+            }
+            if (node.phase == Phase::Indirect && node.direct_open && node.direct_call == m.call) {
+                node.core->acked(node.probe_target.node_id, now - node.probe_sent);
+                merge_all();
+                node.direct_open = false;
+                node.indirect_reached = true;
+                if (node.indirect_waiting == 0) conclude_indirect(m.to, now);
+                return;
             }
             if (const auto relay = relays_.find(m.call); relay != relays_.end()) {
                 send({Kind::PingReqAnswer,
@@ -313,13 +329,16 @@ void Simulation::handle(Message& m, Time now) {
             const uint64_t call = next_call_++;
             relays_[call] = {m.to, m.from, m.call};
             send({Kind::Ping, m.to, m.target, call, 0, false, {}}, now);
-            schedule_at(now + config_.protocol.probe_timeout, EventType::RelayTimeout, m.to, call);
+            schedule_at(now + node.core->probe_timeout_for(nodes_[m.target].id,
+                                                           config_.protocol.probe_timeout),
+                        EventType::RelayTimeout, m.to, call);
             return;
         }
         case Kind::PingReqAnswer:
             if (node.phase != Phase::Indirect || node.call != m.call) return;
             node.indirect_reached = node.indirect_reached || m.reached;
-            if (--node.indirect_waiting == 0) conclude_indirect(m.to, now);
+            // As MembershipProtocol::probe: every helper's answer, then the direct ping's.
+            if (--node.indirect_waiting == 0 && !node.direct_open) conclude_indirect(m.to, now);
             return;
         case Kind::Gossip:
             merge_all();

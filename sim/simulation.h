@@ -191,6 +191,10 @@ struct Node {
     std::string seed;                    // the one being dialled
     std::optional<Member> probe_next;    // this period's probe, once the seeds are done
     Member probe_target;
+    Time probe_sent{};
+    uint64_t direct_call = 0;  // the direct ping, still open during the indirect probes
+    bool direct_open = false;
+    std::chrono::milliseconds probe_timeout{};  // this probe's (SwimCore::probe_timeout_for)
     std::optional<Member> gossip_target;
     size_t indirect_waiting = 0;
     bool indirect_reached = false;

@@ -73,6 +73,32 @@ TEST_CASE("swim: a failed probe makes an alive member suspect, and the timeout m
     }
 }
 
+TEST_CASE("swim: a member's probe timeout follows the round trips of its acks, RFC 6298's way") {
+    auto core = core_with(3);
+    const auto base = 500ms;
+    REQUIRE(core->probe_timeout_for(1, base) == base);  // never answered: the configured one
+    // Near and quick: 100 ms, variation 50: 300 ms, below the floor.
+    core->acked(1, 100ms);
+    REQUIRE(core->probe_timeout_for(1, base) == base);
+    // A slow member: first 600 ms (variation 300): 600 + 4 x 300 = 1800 ms.
+    core->acked(2, 600ms);
+    REQUIRE(core->probe_timeout_for(2, base) == 1800ms);
+    // Again 600: variation 3/4 x 300 = 225, mean 600: 1500 ms.
+    core->acked(2, 600ms);
+    REQUIRE(core->probe_timeout_for(2, base) == 1500ms);
+    // Then 1000: variation 3/4 x 225 + 1/4 x 400 = 268.75, mean 7/8 x 600 + 1/8 x 1000 = 650:
+    // 650 + 1075 = 1725 ms.
+    core->acked(2, 1000ms);
+    REQUIRE(core->probe_timeout_for(2, base) == 1725ms);
+    // Never past the ceiling, however slow.
+    core->acked(3, 5s);
+    REQUIRE(core->probe_timeout_for(3, base) == SwimCore::kProbeTimeoutCeiling * base);
+    // A member declared dead starts over: its restart may come over another path.
+    REQUIRE(core->probe_failed(2, t0));
+    REQUIRE(core->tick(t0 + 1000ms).declared_dead == std::vector<uint64_t>{2});
+    REQUIRE(core->probe_timeout_for(2, base) == base);
+}
+
 TEST_CASE("swim: indirect helpers are k other reachable members, never the target") {
     SwimSettings settings;
     settings.indirect_probes = 3;
