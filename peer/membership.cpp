@@ -380,12 +380,16 @@ bool MemberTable::compatible_with(std::string_view fingerprint, uint32_t protoco
            swarm_id == swarm_id_ && (method.empty() || method_.empty() || method == method_);
 }
 
+bool MemberTable::pairable_locked(const Entry& e) const {
+    return e.state == MemberState::Alive && compatible_card(*e.card);
+}
+
 std::vector<uint64_t> MemberTable::pairable_ids() const {
     MutexLock lock(mutex_);
     std::vector<uint64_t> ids;
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
     for (const Entry& e : others_)
-        if (e.state == MemberState::Alive && compatible_card(*e.card)) ids.push_back(e.node_id());
+        if (pairable_locked(e)) ids.push_back(e.node_id());
     std::sort(ids.begin(), ids.end());
     return ids;
 }
@@ -394,8 +398,7 @@ std::vector<Member> MemberTable::pairable_others() const {
     MutexLock lock(mutex_);
     std::vector<Member> members;
     for (const Entry& e : others_)
-        if (e.state == MemberState::Alive && compatible_card(*e.card))
-            members.push_back(member_of(e));
+        if (pairable_locked(e)) members.push_back(member_of(e));
     return members;
 }
 
@@ -405,8 +408,7 @@ std::vector<double> MemberTable::pairable_step_seconds() const {
     if (self_.state == MemberState::Alive && self_.step_seconds > 0.0)
         seconds.push_back(self_.step_seconds);
     for (const Entry& e : others_)
-        if (e.state == MemberState::Alive && compatible_card(*e.card) && e.step_seconds > 0.0)
-            seconds.push_back(e.step_seconds);
+        if (pairable_locked(e) && e.step_seconds > 0.0) seconds.push_back(e.step_seconds);
     return seconds;
 }
 

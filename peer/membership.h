@@ -146,6 +146,8 @@ private:
     static Entry entry_of(const Member& m, const std::shared_ptr<const Card>& card);
     static std::shared_ptr<const Card> card_for(Card card);
     bool compatible_card(const Card& card) const;
+    // ALIVE and compatible: what every pairable_* list keeps.
+    bool pairable_locked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     bool compatible_with(std::string_view fingerprint, uint32_t protocol_version,
                          std::string_view swarm_id, std::string_view method) const;
 
