@@ -281,6 +281,7 @@ int run_check(const CheckOptions& options) {
     for (const CheckResult& port : check_ports(config)) report(port);
     report(check_announce(config));
     report(check_seeds(config));
+    report(check_reachable(config));
     report(check_credentials(config));
     if (failed > 0) {
         std::printf("%d check(s) failed: starlingd would not start or not work with this config\n",

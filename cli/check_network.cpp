@@ -19,7 +19,9 @@
 #include "peer/address.h"
 #include "model/config.h"
 #include "model/manifest.h"
+#include "peer/connection_gate.h"
 #include "peer/peer_node.h"
+#include "peer/reachability_watch.h"
 
 namespace starling::cli {
 
@@ -275,6 +277,56 @@ CheckResult check_seeds(const NodeConfig& config) {
             "check the addresses and firewalls; the node starts anyway and keeps retrying its seeds"};
     return {CheckLevel::Ok, "seeds",
             fmt::format("{} reachable: {}", seeds.size(), fmt::join(seeds, ", ")), ""};
+}
+
+CheckResult check_reachable(const NodeConfig& config) {
+    const PeerConfig& peer = config.swarm.peer;
+    if (peer.seeds.empty())
+        return {CheckLevel::Ok, "reachable",
+                "no seed to dial this node back: it asks its first members once it runs", ""};
+    std::unique_ptr<ConnectionGate> gate;
+    DialBackInbox inbox;
+    std::string address;
+    try {
+        gate = std::make_unique<ConnectionGate>(peer.listen, ConnectionLimits{});
+        address = choose_announce_address(peer.listen, peer.announce, gate->port(), peer.seeds);
+    } catch (const Error& e) {
+        return {CheckLevel::Warn, "reachable", std::string("not checked: ") + e.what(),
+                "see the ports and announce checks"};
+    }
+    gate->start(nullptr, {}, &inbox);
+    std::vector<std::string> unanswered;
+    for (const std::string& seed : peer.seeds) {
+        DialBackResult result;
+        try {
+            result = ask_seed_to_dial_back(peer, seed, address, inbox);
+        } catch (const Error& e) {
+            result.error = e.what();
+        }
+        if (!result.answered) {
+            unanswered.push_back(fmt::format("{} ({})", seed, result.error));
+            continue;
+        }
+        if (result.arrived)
+            return {CheckLevel::Ok, "reachable",
+                    fmt::format("seed {} dialed {} and reached this machine", seed, address), ""};
+        const std::string seen = result.observed.empty()
+                                     ? ""
+                                     : fmt::format("; it sees this machine as {}", result.observed);
+        const std::string what =
+            result.error.empty()
+                ? fmt::format(
+                      "seed {} connected to {}, but another process or machine answers there{}",
+                      seed, address, seen)
+                : fmt::format("seed {} could not dial {}: {}{}", seed, address, result.error, seen);
+        ReachabilityVerdict verdict;
+        if (!result.observed.empty()) verdict.observed.insert(result.observed);
+        verdict.another_answers = result.error.empty();
+        return {CheckLevel::Warn, "reachable", what, reachability_advice(address, verdict)};
+    }
+    return {CheckLevel::Warn, "reachable",
+            fmt::format("no seed answered a dial-back request: {}", fmt::join(unanswered, ", ")),
+            "see the seeds check; the node asks its members again once it runs"};
 }
 
 }  // namespace starling::cli

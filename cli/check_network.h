@@ -23,6 +23,10 @@ CheckResult check_announce(const NodeConfig& config);
 // and keeps retrying.
 CheckResult check_seeds(const NodeConfig& config);
 
+// A seed dials back the address the node would announce, to a listener on its peer address:
+// whether members will be able to reach the node, or only it them (behind NAT or a firewall).
+CheckResult check_reachable(const NodeConfig& config);
+
 inline constexpr std::chrono::milliseconds kSeedConnectTimeout{2000};
 
 // "" when a TCP connection to host:port opens within the timeout, else why not.

@@ -107,11 +107,19 @@ std::string render_columns(const std::vector<std::vector<std::string>>& rows) {
     return out;
 }
 
+// "public", or "private: why, and what to do"; "-" from a node too old to say.
+std::string reachability_text(const v1::NodeStatus& s) {
+    if (s.reachability().empty()) return kAbsent;
+    if (s.reachability_detail().empty()) return s.reachability();
+    return s.reachability() + ": " + s.reachability_detail();
+}
+
 std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
     std::vector<std::vector<std::string>> rows = {
         {"node", or_absent(s.node_id())},
         {"swarm", or_absent(s.swarm_id())},
         {"address", or_absent(s.address())},
+        {"reachable", reachability_text(s)},
         {"phase", phase_name(s.phase())},
         {"method", or_absent(s.method())},
         {"device", or_absent(s.device())},
@@ -158,7 +166,7 @@ std::string format_status(const v1::NodeStatus& status) {
 
 std::string format_peers(const v1::ListPeersResponse& peers) {
     if (peers.peers().empty()) return "no other members known\n";
-    std::vector<std::vector<std::string>> rows = {{"node", "address", "state", "round",
+    std::vector<std::vector<std::string>> rows = {{"node", "address", "state", "reachable", "round",
                                                    "compatible", "rtt", "last exchange",
                                                    "exchanges", "refused"}};
     for (const v1::PeerInfo& p : peers.peers()) {
@@ -167,7 +175,8 @@ std::string format_peers(const v1::ListPeersResponse& peers) {
                                             std::to_string(p.quarantined_until_round())
                                       : or_absent(p.state());
         rows.push_back({or_absent(p.node_id()), or_absent(p.address()), state,
-                        std::to_string(p.round()), p.compatible() ? "yes" : "no",
+                        or_absent(p.reachability()), std::to_string(p.round()),
+                        p.compatible() ? "yes" : "no",
                         p.has_rtt_ms() ? fixed(p.rtt_ms(), 1) + " ms" : kAbsent,
                         age(p.has_last_exchange_age_seconds(), p.last_exchange_age_seconds()),
                         std::to_string(p.exchanges()), std::to_string(p.refused_messages())});

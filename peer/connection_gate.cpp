@@ -9,8 +9,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "peer/address.h"
 #include "peer/listen_address.h"
@@ -78,6 +80,21 @@ Standing standing(int fd) {
 
 }  // namespace
 
+struct ConnectionGate::Arriving {
+    Arriving(asio::io_context& io, int accepted, int duplicate, std::string connection)
+        : fd(accepted), waiter(io, duplicate), key(std::move(connection)) {}
+    ~Arriving() {
+        if (fd >= 0) ::close(fd);
+    }
+    Arriving(const Arriving&) = delete;
+    Arriving& operator=(const Arriving&) = delete;
+
+    int fd;                                 // -1 once gRPC has it
+    asio::posix::stream_descriptor waiter;  // a duplicate of fd, to wait on
+    std::string key;
+    std::vector<std::uint8_t> preamble;  // bytes of a dial-back preamble read so far
+};
+
 std::optional<std::string> connection_key_of_grpc_peer(std::string_view peer) {
     const size_t colon = peer.find(':');
     if (colon == std::string_view::npos) return std::nullopt;
@@ -101,9 +118,11 @@ ConnectionGate::ConnectionGate(const std::string& listen, ConnectionLimits limit
 ConnectionGate::~ConnectionGate() { stop(); }
 
 void ConnectionGate::start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor,
-                           std::function<bool(const std::string& address)> member_host) {
+                           std::function<bool(const std::string& address)> member_host,
+                           DialBackInbox* inbox) {
     acceptor_ = std::move(acceptor);
     member_host_ = std::move(member_host);
+    inbox_ = inbox;
     wait_for_connections();
     sweep();
     thread_ = std::thread([this] { io_.run(); });
@@ -156,6 +175,7 @@ void ConnectionGate::accept_ready() {
 
 void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
     const std::string source = without_v4_mapping(remote.address()).to_string();
+    std::string key;
     {
         MutexLock lock(mutex_);
         const auto held = [&](auto&& which) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -189,7 +209,7 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
             ::close(fd);
             return;
         }
-        const std::string key = connection_key(remote.address(), remote.port());
+        key = connection_key(remote.address(), remote.port());
         // The same far end again: the earlier connection has gone, or it could not be accepted.
         if (const auto earlier = watched_.find(key); earlier != watched_.end())
             ::close(earlier->second.duplicate);
@@ -200,10 +220,80 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
-    connection.listener_fd = listener_.native_handle();
-    connection.fd = fd;
-    acceptor_->HandleNewConnection(&connection);
+    const int waiter = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (waiter < 0) {
+        // No descriptor to wait with: closed, as one over the caps is (the duplicate is cut).
+        ::close(fd);
+        forget(key);
+        return;
+    }
+    wait_for_first_bytes(std::make_shared<Arriving>(io_, fd, waiter, key));
+}
+
+void ConnectionGate::wait_for_first_bytes(std::shared_ptr<Arriving> arriving) {
+    Arriving& waiting = *arriving;
+    waiting.waiter.async_wait(
+        asio::posix::stream_descriptor::wait_read,
+        [this, arriving = std::move(arriving)](const asio::error_code& error) {
+            if (error) return;  // the gate is stopping
+            read_first_bytes(arriving);
+        });
+}
+
+void ConnectionGate::read_first_bytes(std::shared_ptr<Arriving> arriving) {
+    std::array<std::uint8_t, kDialBackPreambleBytes> first{};
+    Arriving& a = *arriving;
+    // Bytes that may be gRPC's are only peeked at; once they are a dial-back's, they are read.
+    const size_t wanted = kDialBackPreambleBytes - a.preamble.size();
+    const ssize_t got = ::recv(a.fd, first.data(), wanted, a.preamble.empty() ? MSG_PEEK : 0);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        wait_for_first_bytes(std::move(arriving));
+        return;
+    }
+    if (got <= 0) {  // closed before it said anything, or cut by the sweep
+        forget(a.key);
+        return;
+    }
+    if (a.preamble.empty()) {
+        const Preamble kind = classify_preamble({first.data(), static_cast<size_t>(got)});
+        if (kind == Preamble::Other) {
+            if (!acceptor_) {
+                forget(a.key);
+                return;
+            }
+            grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+            connection.listener_fd = listener_.native_handle();
+            connection.fd = std::exchange(a.fd, -1);
+            acceptor_->HandleNewConnection(&connection);
+            return;
+        }
+        // The magic so far: take the bytes out of the socket, so the wait does not spin on them.
+        const ssize_t taken = ::recv(a.fd, first.data(), static_cast<size_t>(got), 0);
+        if (taken <= 0) {
+            forget(a.key);
+            return;
+        }
+        a.preamble.assign(first.begin(), first.begin() + taken);
+    } else {
+        a.preamble.insert(a.preamble.end(), first.begin(), first.begin() + got);
+    }
+    switch (classify_preamble(a.preamble)) {
+        case Preamble::Incomplete: wait_for_first_bytes(std::move(arriving)); return;
+        case Preamble::DialBack:
+            if (inbox_) inbox_->arrived(nonce_of_preamble(a.preamble));
+            break;
+        case Preamble::Other: break;  // the magic, then something else: nobody's
+    }
+    forget(a.key);
+}
+
+void ConnectionGate::forget(const std::string& key) {
+    MutexLock lock(mutex_);
+    const auto it = watched_.find(key);
+    if (it == watched_.end()) return;
+    ::close(it->second.duplicate);
+    watched_.erase(it);
+    watching_ = watched_.size();
 }
 
 void ConnectionGate::sweep() {
@@ -278,14 +368,8 @@ void ConnectionGate::note_ended(const Watched& watched, bool closed_here) {
 
 void ConnectionGate::authenticated(const grpc::ServerContextBase& call) {
     if (watching_.load() == 0) return;
-    const std::optional<std::string> key = connection_key_of_grpc_peer(call.peer());
-    if (!key) return;
-    MutexLock lock(mutex_);
-    const auto it = watched_.find(*key);
-    if (it == watched_.end()) return;
-    ::close(it->second.duplicate);
-    watched_.erase(it);
-    watching_ = watched_.size();
+    if (const std::optional<std::string> key = connection_key_of_grpc_peer(call.peer()))
+        forget(*key);
 }
 
 void ConnectionGate::note_abandoned(const std::string& source) {

@@ -8,6 +8,10 @@
 // unauthenticated connection's descriptor: it is how the gate can cut one (shutdown() on the
 // duplicate) without the risk of hitting a descriptor number gRPC has closed and reused. The
 // duplicate is closed once the connection authenticates, and gRPC alone owns it from then on.
+//
+// A connection goes to gRPC once its first bytes show it is not a dial-back (peer/dial_back.h):
+// a TLS client speaks first, so this costs no round trip. A dial-back's nonce goes to the inbox
+// and its connection is closed.
 #pragma once
 
 #include <asio.hpp>
@@ -27,6 +31,7 @@
 
 #include "common/mutex.h"
 #include "common/throttle.h"
+#include "peer/dial_back.h"
 
 namespace starling {
 
@@ -54,11 +59,14 @@ public:
     ConnectionGate& operator=(const ConnectionGate&) = delete;
 
     uint16_t port() const { return port_; }
-    // Starts accepting; every admitted connection goes to `acceptor` (its server has started).
+    // Starts accepting; every admitted connection that is not a dial-back goes to `acceptor` (its
+    // server has started; none: such connections are closed, as `starling check` wants).
     // `member_host` says whether an IP address is a known member's; asked with the gate's lock
-    // held, only when the strangers' places are full.
+    // held, only when the strangers' places are full. Dial-backs' nonces go to `inbox` (none:
+    // they are dropped).
     void start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor,
-               std::function<bool(const std::string& address)> member_host = {});
+               std::function<bool(const std::string& address)> member_host = {},
+               DialBackInbox* inbox = nullptr);
     // Stops accepting and lets go of the connections it watches (they stay gRPC's).
     void stop();
 
@@ -81,9 +89,17 @@ private:
         bool member_host = false;  // admitted to the members' reserved places
     };
 
+    // An admitted connection whose first bytes have not come yet; owns the descriptor until
+    // gRPC takes it.
+    struct Arriving;
+
     void wait_for_connections();
     void accept_ready();
     void admit(int fd, const asio::ip::tcp::endpoint& remote);
+    void wait_for_first_bytes(std::shared_ptr<Arriving> arriving);
+    void read_first_bytes(std::shared_ptr<Arriving> arriving);
+    // The connection is no gate's business any more: no place counted, no duplicate kept.
+    void forget(const std::string& key);
     void sweep();
     // With every stranger's place taken: whether to admit a connection that is not from a
     // member's host, from an address holding `from_source` places, having made room. Connections
@@ -108,6 +124,7 @@ private:
     uint16_t port_ = 0;
     std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
     std::function<bool(const std::string&)> member_host_;
+    DialBackInbox* inbox_ = nullptr;
     std::thread thread_;
 
     mutable Mutex mutex_;

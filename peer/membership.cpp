@@ -64,6 +64,7 @@ Member MemberTable::member_of(const Entry& entry) {
     m.paired_through = entry.paired_through;
     m.solo_through = entry.solo_through;
     m.step_seconds = entry.step_seconds;
+    m.reachability = entry.reachability;
     m.fingerprint = card.fingerprint;
     m.model = card.model;
     m.method = card.method;
@@ -91,6 +92,7 @@ MemberTable::Entry MemberTable::entry_of(const Member& m, const std::shared_ptr<
     entry.paired_through = m.paired_through;
     entry.solo_through = m.solo_through;
     entry.step_seconds = m.step_seconds;
+    entry.reachability = m.reachability;
     entry.since = m.since;
     entry.state = m.state;
     return entry;
@@ -272,6 +274,13 @@ void MemberTable::set_round(uint64_t round) {
 void MemberTable::set_step_seconds(double seconds) {
     MutexLock lock(mutex_);
     self_.step_seconds = seconds;
+}
+
+void MemberTable::set_reachability(Reachability reachability) {
+    MutexLock lock(mutex_);
+    if (self_.reachability == reachability) return;
+    self_.reachability = reachability;
+    self_.incarnation++;
 }
 
 void MemberTable::set_choice(uint64_t round, bool paired) {

@@ -25,6 +25,7 @@
 
 #include "common/mutex.h"
 #include "peer/identity.h"
+#include "peer/reachability.h"
 
 namespace starling {
 
@@ -54,6 +55,8 @@ struct Member {
     std::string model;  // the model's signature (model/config.h), for saying what differs
     // The outer method and message mode ("noloco fused", "diloco", ...); "": not said.
     std::string method;
+    // Its own verdict on whether members can dial its address (peer/reachability.h).
+    Reachability reachability = Reachability::Unknown;
     uint32_t protocol_version = kProtocolVersion;
     std::string swarm_id;
     PublicKey public_key{};
@@ -101,6 +104,9 @@ public:
     // than gossip, which can be a few intervals old (rounds only go up; unknown ids are ignored).
     void note_round(uint64_t node_id, uint64_t round);
     void set_address(const std::string& address);
+    // A change raises this node's incarnation, so the new verdict supersedes the old one everywhere
+    // (at one incarnation the table keeps what it heard first).
+    void set_reachability(Reachability reachability);
     void leave();  // this node announces LEFT
 
     Member self() const;
@@ -139,6 +145,7 @@ private:
         double step_seconds = 0.0;
         SteadyClock::time_point since{};
         MemberState state = MemberState::Alive;
+        Reachability reachability = Reachability::Unknown;
         uint64_t node_id() const { return card->node_id; }
     };
     static Member member_of(const Entry& entry);

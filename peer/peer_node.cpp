@@ -94,6 +94,14 @@ public:
         return node_.membership_->answer_leave(caller, *request);
     }
 
+    grpc::Status DialBack(grpc::ServerContext* context, const v1::DialBackRequest* request,
+                          v1::DialBackResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = admit(context, "DialBack", *request, &caller); !status.ok())
+            return status;
+        return node_.reachability_->answer_dial_back(caller, context->peer(), *request, response);
+    }
+
     grpc::Status Pair(grpc::ServerContext* context, const v1::PairRequest* request,
                       v1::PairResponse* response) override {
         uint64_t caller = 0;
@@ -204,16 +212,20 @@ void PeerNode::start() {
     membership_ = std::make_unique<MembershipProtocol>(config_, self, auth_, channels_, failures_);
     rounds_ = std::make_unique<RoundPeers>(config_, identity_, membership_->table(), auth_,
                                            channels_, failures_);
+    reachability_ = std::make_unique<ReachabilityWatch>(membership_->table(), channels_, auth_);
     server_ = builder.BuildAndStart();
     if (!server_) throw Error("cannot start the peer server on " + config_.listen);
-    gate_->start(std::move(acceptor), [this](const std::string& address) {
-        const std::vector<Member> members = membership_->table().all();
-        // Not this node's own host: a stranger there is no member.
-        return std::any_of(members.begin() + 1, members.end(), [&](const Member& m) {
-            const std::optional<HostPort> at = parse_host_port(m.address);
-            return at && at->host == address;
-        });
-    });
+    gate_->start(
+        std::move(acceptor),
+        [this](const std::string& address) {
+            const std::vector<Member> members = membership_->table().all();
+            // Not this node's own host: a stranger there is no member.
+            return std::any_of(members.begin() + 1, members.end(), [&](const Member& m) {
+                const std::optional<HostPort> at = parse_host_port(m.address);
+                return at && at->host == address;
+            });
+        },
+        &reachability_->inbox());
     const uint16_t bound_port = gate_->port();
     try {
         address_ =
@@ -227,6 +239,7 @@ void PeerNode::start() {
     spdlog::info("peer: node {} at {} in swarm '{}', {} member(s) known", format_node_id(node_id()),
                  address_, config_.swarm_id, members().size());
     running_ = true;
+    reachability_->start();
     {
         // The protocol thread is not running yet: locked for the analysis, never waited for.
         MutexLock lock(run_mutex_);
@@ -258,6 +271,16 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
     if (auto* why = std::get_if<std::string>(&parsed))
         return {std::nullopt, "its answer is unusable: " + *why};
     return {std::get<Member>(std::move(parsed)), ""};
+}
+
+DialBackResult ask_seed_to_dial_back(const PeerConfig& config, const std::string& seed,
+                                     const std::string& address, DialBackInbox& inbox) {
+    const NodeIdentity stranger = NodeIdentity::generate();
+    const SwarmAuth auth(swarm_key_material(config), stranger);
+    grpc::ClientContext context;
+    return ask_dial_back(
+        grpc::CreateChannel(seed, channel_credentials(config.tls, config.swarm_secret)), auth,
+        address, inbox, context);
 }
 
 void PeerNode::tick() {
@@ -295,6 +318,7 @@ void PeerNode::stop(bool announce) {
     if (!running_.exchange(false)) return;
     // Pairing waits and exchanges end first: nobody should wait on a node that is going.
     rounds_->stop();
+    reachability_->stop();
     {
         MutexLock lock(run_mutex_);
         stopping_ = true;

@@ -29,6 +29,7 @@
 #include "peer/peer_channels.h"
 #include "peer/peer_config.h"
 #include "peer/peer_state_sync.h"
+#include "peer/reachability_watch.h"
 #include "peer/round_peers.h"
 
 namespace starling {
@@ -42,6 +43,10 @@ struct SeedAnswer {
 };
 SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
                     std::chrono::milliseconds timeout);
+// Asks a seed, from a throwaway identity, to dial `address` back; the nonce is awaited at `inbox`
+// (`starling check`, whose own listener feeds it).
+DialBackResult ask_seed_to_dial_back(const PeerConfig& config, const std::string& seed,
+                                     const std::string& address, DialBackInbox& inbox);
 
 class PeerNode {
 public:
@@ -107,6 +112,12 @@ public:
     FetchResult fetch_state(const SnapshotExpectation& expected, std::span<std::byte> destination,
                             const FetchOptions& options = {});
 
+    // Whether members can dial this node's announced address, and what showed it
+    // (peer/reachability_watch.h); Unknown before start() and until members answered.
+    ReachabilityVerdict reachability() const {
+        return reachability_ ? reachability_->verdict() : ReachabilityVerdict{};
+    }
+
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const { return channels_.size(); }
     // Puts the TLS files at `tls`'s paths in use for connections made from now on
@@ -138,6 +149,7 @@ private:
     std::string address_;
     std::unique_ptr<MembershipProtocol> membership_;
     std::unique_ptr<RoundPeers> rounds_;
+    std::unique_ptr<ReachabilityWatch> reachability_;
     std::unique_ptr<Service> service_;
     uint64_t tls_failures_before_ = 0;      // the process's failed TLS handshakes when it started
     std::unique_ptr<ConnectionGate> gate_;  // the peer port's accept loop, in front of server_

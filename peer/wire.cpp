@@ -27,6 +27,7 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_fingerprint(member.fingerprint);
     digest->set_model(member.model);
     digest->set_method(member.method);
+    digest->set_reachability(static_cast<v1::Reachability>(static_cast<int>(member.reachability)));
     digest->set_protocol_version(member.protocol_version);
     digest->set_swarm_id(member.swarm_id);
     digest->set_public_key(member.public_key.data(), member.public_key.size());
@@ -72,6 +73,10 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     member.fingerprint = digest.fingerprint();
     member.model = digest.model();
     member.method = digest.method();
+    // A value this version does not know (a newer member's) says nothing it can use.
+    if (digest.reachability() == v1::REACHABILITY_PUBLIC ||
+        digest.reachability() == v1::REACHABILITY_PRIVATE)
+        member.reachability = static_cast<Reachability>(static_cast<int>(digest.reachability()));
     member.protocol_version = digest.protocol_version();
     member.swarm_id = digest.swarm_id();
     member.instance = digest.instance();

@@ -119,6 +119,15 @@ NodeMetrics::NodeMetrics(const std::string& listen)
     suspect_ = &peers.Add({{"state", "suspect"}});
     dead_ = &peers.Add({{"state", "dead"}});
     left_ = &peers.Add({{"state", "left"}});
+    auto& reachability =
+        prometheus::BuildGauge()
+            .Name("starling_reachability")
+            .Help(
+                "1 for this node's reachability: public (members' dial-backs reached its announced "
+                "address), private (they could not: behind NAT or a firewall) or unknown")
+            .Register(r);
+    for (Reachability state : {Reachability::Unknown, Reachability::Public, Reachability::Private})
+        reachability_[state] = &reachability.Add({{"state", reachability_name(state)}});
     quarantined_ = &prometheus::BuildGauge()
                         .Name("starling_quarantined_peers")
                         .Help(
@@ -221,6 +230,8 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     dead_->Set(counts[static_cast<int>(MemberState::Dead)]);
     left_->Set(counts[static_cast<int>(MemberState::Left)]);
     quarantined_->Set(static_cast<double>(swarm.quarantined));
+    for (const auto& [state, series] : reachability_)
+        series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }
 
 }  // namespace starling

@@ -63,6 +63,7 @@ private:
         *train_seconds_, *control_connections_closed_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_;
+    std::map<Reachability, prometheus::Gauge*> reachability_;
     prometheus::Family<prometheus::Gauge>* build_info_;
     std::map<v1::NodePhase, prometheus::Gauge*> phases_;
     std::vector<prometheus::Counter*> failures_;  // indexed as kFailureReasons

@@ -159,6 +159,8 @@ v1::NodeStatus NodeState::status(const SwarmView& swarm) const {
     }
     s.set_peers_alive(alive);
     s.set_peers_suspect(suspect);
+    s.set_reachability(reachability_name(swarm.reachability.state));
+    s.set_reachability_detail(swarm.reachability.detail);
     return s;
 }
 
@@ -178,6 +180,7 @@ v1::ListPeersResponse NodeState::peers(const SwarmView& swarm) const {
                              m.protocol_version == self.protocol_version &&
                              m.swarm_id == self.swarm_id);
         if (peer.rtt_ms) info->set_rtt_ms(*peer.rtt_ms);
+        info->set_reachability(reachability_name(m.reachability));
         if (peer.score) {
             info->set_refused_messages(peer.score->refused);
             if (peer.score->quarantined_until > self.round)

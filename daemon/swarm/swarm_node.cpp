@@ -237,6 +237,7 @@ SwarmView SwarmNode::view() const {
     }
     view.quarantined = peer_->rounds().quarantined().size();
     view.failures = peer_->failures();
+    view.reachability = peer_->reachability();
     return view;
 }
 

@@ -109,6 +109,8 @@ struct SwarmView {
     std::vector<KnownPeer> others;
     size_t quarantined = 0;  // members this node does not pair with in its current round
     FailureCounts failures;  // the peer layer's (PeerNode::failures)
+    ReachabilityVerdict
+        reachability;  // whether members can dial this node (PeerNode::reachability)
 };
 
 // The state at the start of a round: what a checkpoint holds. The snapshot is the one published

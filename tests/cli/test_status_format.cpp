@@ -19,6 +19,8 @@ v1::NodeStatus full_status() {
     s.set_node_id("00112233aabbccdd");
     s.set_swarm_id("kjv-swarm");
     s.set_address("10.0.0.5:7700");
+    s.set_reachability("private");
+    s.set_reachability_detail("members could not dial this node's announced address 10.0.0.5:7700");
     s.set_phase(v1::NODE_PHASE_EXCHANGING);
     s.set_version("0.1.0");
     s.set_method("noloco");
@@ -109,6 +111,8 @@ TEST_CASE("the status table renders every field of a full status") {
         {"node", "00112233aabbccdd"},
         {"swarm", "kjv-swarm"},
         {"address", "10.0.0.5:7700"},
+        {"reachable",
+         "private: members could not dial this node's announced address 10.0.0.5:7700"},
         {"phase", "exchanging"},
         {"method", "noloco"},
         {"device", "cpu (2 threads)"},
@@ -179,6 +183,7 @@ TEST_CASE("the peers table has a header and one row per peer") {
     first->set_node_id("aaaaaaaaaaaaaaaa");
     first->set_address("10.0.0.7:7700");
     first->set_state("alive");
+    first->set_reachability("public");
     first->set_round(41);
     first->set_compatible(true);
     first->set_rtt_ms(12.34);
@@ -193,6 +198,7 @@ TEST_CASE("the peers table has a header and one row per peer") {
     third->set_node_id("cccccccccccccccc");
     third->set_address("10.0.0.9:7700");
     third->set_state("alive");
+    third->set_reachability("private");
     third->set_round(41);
     third->set_compatible(true);
     third->set_refused_messages(3);
@@ -202,20 +208,20 @@ TEST_CASE("the peers table has a header and one row per peer") {
     REQUIRE(lines.size() == 4);
     CHECK(
         lines[0] ==
-        "node              address        state                           round  compatible  rtt      "
-        "last exchange  exchanges  refused");
+        "node              address        state                           reachable  round  compatible  "
+        "rtt      last exchange  exchanges  refused");
     CHECK(
         lines[1] ==
-        "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive                           41     yes         12.3 ms  "
-        "1m 15s ago     9          0");
+        "aaaaaaaaaaaaaaaa  10.0.0.7:7700  alive                           public     41     yes         "
+        "12.3 ms  1m 15s ago     9          0");
     CHECK(
         lines[2] ==
-        "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect                         40     no          -        "
-        "-              0          0");
+        "bbbbbbbbbbbbbbbb  10.0.0.8:7700  suspect                         -          40     no          "
+        "-        -              0          0");
     CHECK(
         lines[3] ==
-        "cccccccccccccccc  10.0.0.9:7700  alive, quarantined to round 58  41     yes         -        "
-        "-              0          3");
+        "cccccccccccccccc  10.0.0.9:7700  alive, quarantined to round 58  private    41     yes         "
+        "-        -              0          3");
 
     CHECK(format_peers(v1::ListPeersResponse()) == "no other members known\n");
 }

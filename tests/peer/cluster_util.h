@@ -1,6 +1,11 @@
 // Helpers for the cluster tests: real nodes converge in real time, so conditions are polled.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <grpcpp/create_channel.h>
 #include <chrono>
@@ -12,6 +17,20 @@
 #include "peer/tls.h"
 
 namespace starling::test {
+
+// A port on 127.0.0.1 free at the time of asking, for a node that must start later at a known
+// address (or an address where nothing listens).
+inline uint16_t free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    socklen_t length = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
 
 // A channel to a cluster node's peer port that gets through TLS (a holder of the secret), for
 // tests that make calls a node never would.

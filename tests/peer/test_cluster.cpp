@@ -20,23 +20,6 @@ using namespace starling;
 using namespace starling::test;
 using namespace std::chrono_literals;
 
-namespace {
-
-// A port free at the time of asking, for a node that must start later at a known address.
-uint16_t free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    socklen_t length = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-    close(fd);
-    return ntohs(addr.sin_port);
-}
-
-}  // namespace
-
 TEST_CASE("eight nodes converge to one membership view") {
     LocalCluster cluster(8);
     const auto nodes = nodes_of(cluster);

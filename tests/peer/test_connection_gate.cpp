@@ -206,6 +206,12 @@ TEST_CASE("members' addresses have places of their own that strangers cannot tak
     second.seeds = {node.address()};
     PeerNode& member = cluster.add(second);
     wait_for("the member is seen", 20000ms, [&] { return all_see_all_alive({&node, &member}); });
+    // Each has had the other dial it back (peer/reachability_watch.h): no dial-back connection
+    // of theirs takes a place below, which the counts assume.
+    wait_for("both reachability verdicts", 20000ms, [&] {
+        return node.reachability().state == Reachability::Public &&
+               member.reachability().state == Reachability::Public;
+    });
 
     const RawConnection stranger_a(port, "127.0.0.2"), stranger_b(port, "127.0.0.2");
     CHECK_FALSE(stranger_b.closed_within(50ms));

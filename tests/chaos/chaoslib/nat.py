@@ -1,0 +1,174 @@
+"""Nodes without an open port, behind real NAT and firewalls built from network namespaces.
+
+A namespace of its own plays the internet (not the root namespace, whose default route may lead
+to a gateway that accepts any connection): a bridge with a public /24 where reachable nodes
+listen. Each hidden node has a namespace of its own behind a router namespace:
+
+    internet:   bridge BR, PUB.1/24                   <- reachable nodes listen on PUB.1
+    router k:   veth on BR, PUB.(10+k)/24; veth PRIV_k.1/24; nftables (below)
+    node k:     veth PRIV_k.2/24, default route via PRIV_k.1
+
+Kinds of router:
+  "nat"       masquerade: the node's connections leave from PUB.(10+k), and nothing from outside
+              reaches it (Linux conntrack keeps the port where it can and lets in only replies to
+              a connection the node opened: endpoint-dependent filtering, a port-restricted NAT)
+  "firewall"  no translation: the node keeps its own routable address (the internet routes
+              PRIV_k through the router), but inbound connections (SYNs) are dropped
+"""
+
+import ipaddress
+import os
+import shutil
+import subprocess
+
+from chaoslib.netlink import run, taken_networks
+
+KINDS = ("nat", "firewall")
+
+RULES = {
+    "nat": """
+table ip starling_nat {{
+  chain postrouting {{
+    type nat hook postrouting priority 100;
+    oifname "{pub}" masquerade
+  }}
+}}
+""",
+    "firewall": "",
+}
+
+# Both kinds let the node out and only replies back in.
+FORWARD = """
+table ip starling_filter {{
+  chain forwarding {{
+    type filter hook forward priority 0; policy drop;
+    iifname "{priv}" accept
+    ct state established,related accept
+  }}
+}}
+"""
+
+
+def why_unavailable():
+    if os.geteuid() != 0:
+        return "not root (network namespaces and nftables need root)"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found (scripts/setup installs iproute2 and nftables)"
+    return None
+
+
+class Hidden:
+    def __init__(self, index, kind, tag):
+        self.index = index
+        self.kind = kind
+        self.router_ns = f"stn{tag}r{index}"
+        self.ns = f"stn{tag}n{index}"
+        self.pub_dev = f"stn{tag}p{index}"  # the router's public end; its peer joins the bridge
+        self.bridge_dev = f"stn{tag}b{index}"
+        self.priv_dev = f"stn{tag}i{index}"  # the router's private end
+        self.node_dev = f"stn{tag}v{index}"
+        self.router_public_ip = None
+        self.net = None
+        self.ip = None  # the node's own address
+
+    def describe(self):
+        seen = self.router_public_ip if self.kind == "nat" else self.ip
+        return f"{self.ns}: {self.ip} behind {self.kind} router {self.router_ns} (seen outside as {seen})"
+
+
+class NatTopology:
+    def __init__(self, kinds):
+        for k in kinds:
+            if k not in KINDS:
+                raise ValueError(f"unknown router kind {k!r}: one of {', '.join(KINDS)}")
+        tag = os.getpid() % 10000
+        self.public_ns = f"stn{tag}w"
+        self.bridge = f"stn{tag}br"
+        self.public_ip = None
+        self.public_net = None
+        self.hidden = [Hidden(i, k, tag) for i, k in enumerate(kinds)]
+        self.created = False
+
+    def _free_nets(self, count):
+        taken = taken_networks()
+        found = []
+        for third in range(16 + os.getpid() % 128, 256):
+            net = ipaddress.ip_network(f"10.252.{third}.0/24")
+            if not any(net.overlaps(t) for t in taken + found):
+                found.append(net)
+                if len(found) == count:
+                    return found
+        raise RuntimeError(f"no {count} free 10.252.x.0/24 subnets")
+
+    def setup(self):
+        nets = self._free_nets(1 + len(self.hidden))
+        self.public_net = nets[0]
+        self.public_ip = str(self.public_net.network_address + 1)
+        self.created = True
+        run("ip", "netns", "add", self.public_ns)
+        w = ["ip", "-n", self.public_ns]
+        run(*w, "link", "set", "lo", "up")
+        run(*w, "link", "add", self.bridge, "type", "bridge")
+        run(*w, "addr", "add", f"{self.public_ip}/24", "dev", self.bridge)
+        run(*w, "link", "set", self.bridge, "up")
+        for h, net in zip(self.hidden, nets[1:]):
+            self._add(h, net)
+        # Every router knows the way to a firewalled node's network too, over the bridge.
+        for h in self.hidden:
+            if h.kind != "firewall":
+                continue
+            for g in self.hidden:
+                if g is not h:
+                    run("ip", "-n", g.router_ns, "route", "add", str(h.net), "via", h.router_public_ip)
+        return self
+
+    def _add(self, h, net):
+        h.net = net
+        h.router_public_ip = str(self.public_net.network_address + 10 + h.index)
+        router_private_ip = str(net.network_address + 1)
+        h.ip = str(net.network_address + 2)
+        run("ip", "netns", "add", h.router_ns)
+        run("ip", "netns", "add", h.ns)
+        run("ip", "link", "add", h.pub_dev, "type", "veth", "peer", "name", h.bridge_dev)
+        run("ip", "link", "set", h.bridge_dev, "netns", self.public_ns)
+        run("ip", "-n", self.public_ns, "link", "set", h.bridge_dev, "master", self.bridge)
+        run("ip", "-n", self.public_ns, "link", "set", h.bridge_dev, "up")
+        run("ip", "link", "set", h.pub_dev, "netns", h.router_ns)
+        run("ip", "link", "add", h.priv_dev, "type", "veth", "peer", "name", h.node_dev)
+        run("ip", "link", "set", h.priv_dev, "netns", h.router_ns)
+        run("ip", "link", "set", h.node_dev, "netns", h.ns)
+        r = ["ip", "-n", h.router_ns]
+        run(*r, "addr", "add", f"{h.router_public_ip}/24", "dev", h.pub_dev)
+        run(*r, "addr", "add", f"{router_private_ip}/24", "dev", h.priv_dev)
+        for dev in (h.pub_dev, h.priv_dev, "lo"):
+            run(*r, "link", "set", dev, "up")
+        n = ["ip", "-n", h.ns]
+        run(*n, "addr", "add", f"{h.ip}/24", "dev", h.node_dev)
+        for dev in (h.node_dev, "lo"):
+            run(*n, "link", "set", dev, "up")
+        run(*n, "route", "add", "default", "via", router_private_ip)
+        run("ip", "netns", "exec", h.router_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        rules = RULES[h.kind].format(pub=h.pub_dev) + FORWARD.format(priv=h.priv_dev)
+        p = subprocess.run(["ip", "netns", "exec", h.router_ns, "nft", "-f", "-"], input=rules,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"nft in {h.router_ns} failed: {p.stderr.strip()}")
+        if h.kind == "firewall":
+            # Routable: the internet knows the way to the node's own address.
+            run("ip", "-n", self.public_ns, "route", "add", str(net), "via", h.router_public_ip)
+
+    def describe(self):
+        lines = [f"{self.public_ns} (the internet): bridge {self.bridge} {self.public_ip}/{self.public_net.prefixlen}"]
+        lines += [h.describe() for h in self.hidden]
+        return "\n".join(lines)
+
+    def cleanup(self):
+        """Removes the namespaces, which takes their interfaces with them."""
+        if not self.created:
+            return
+        for h in self.hidden:
+            subprocess.run(["ip", "netns", "del", h.ns], capture_output=True)
+            subprocess.run(["ip", "netns", "del", h.router_ns], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.public_ns], capture_output=True)
+        self.created = False

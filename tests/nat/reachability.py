@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Reachability behind real NAT: starlingd processes in network namespaces (tests/chaos/chaoslib/nat.py).
+
+Two public nodes in the internet's namespace (a node can only ask members it can call, so a public one
+needs another public one to learn it is public), one node behind a masquerading router and one
+behind a firewall that drops inbound connections, each announcing the address it listens on, as an operator
+who knows no better would. Each node must learn within a round whether members can dial it, say so
+in `starling status` and its log (a hidden one at warn, with what to do), and the seed's
+`starling peers` must show the hidden ones as private. Then `starling check` from behind the NAT
+(the node stopped) warns, and from a public address says ok.
+
+Exit 0 on success, 1 on a failed check, 77 (ctest's skip) without root, `ip` or `nft`.
+"""
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "chaos"))
+
+from chaoslib import config as cfgmod  # noqa: E402
+from chaoslib import nat  # noqa: E402
+
+SKIP = 77
+VERDICT_WITHIN_S = 60
+
+
+class Failure(Exception):
+    pass
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+class Daemon:
+    def __init__(self, name, work, listen, netns=None):
+        self.name = name
+        self.listen = listen
+        self.netns = netns
+        self.data_dir = work / name
+        self.control = f"unix:{work / (name + '.sock')}"
+        self.log = work / f"{name}.log"
+        self.proc = None
+
+    def wrap(self, argv):
+        return ["ip", "netns", "exec", self.netns, *argv] if self.netns else argv
+
+    def start(self, starlingd, config, seeds, env):
+        argv = [str(starlingd), "--config", str(config), "--data-dir", str(self.data_dir), "--listen",
+                self.listen, "--announce", self.listen, "--control", self.control, "--metrics", ""]
+        for s in seeds:
+            argv += ["--seed", s]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(self.wrap(argv), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cli(self, starling, *args, env):
+        p = subprocess.run([str(starling), "--control", self.control, *args], capture_output=True,
+                           text=True, timeout=15, env=env, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stdout + p.stderr
+
+    def status(self, starling, env):
+        rc, out = self.cli(starling, "status", "--json", env=env)
+        return json.loads(out) if rc == 0 else None
+
+
+def wait_for(what, limit_s, probe):
+    deadline = time.monotonic() + limit_s
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise Failure(f"{what}: not within {limit_s} s")
+
+
+def check_line(output, name):
+    """The line `starling check` printed for one check ("warn  reachable: ..."), with its fix line."""
+    lines = output.splitlines()
+    for i, ln in enumerate(lines):
+        words = ln.split()
+        if len(words) > 1 and words[1] == name + ":":
+            return "\n".join(lines[i:i + 2])
+    return ""
+
+
+def check(condition, what):
+    if not condition:
+        raise Failure(what)
+    say(f"ok: {what}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True, help="directory of starlingd and starling")
+    args = ap.parse_args()
+    why = nat.why_unavailable()
+    if why:
+        say(f"skipped: {why}")
+        return SKIP
+    bin_dir = Path(args.bin).resolve()
+    starlingd, starling = bin_dir / "starlingd", bin_dir / "starling"
+    work = Path(tempfile.mkdtemp(prefix="starling-nat-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
+    env["STARLING_PEER_SECRET"] = "nat-" + secrets.token_hex(16)
+    data = work / "kjv"
+    subprocess.run([str(starling), "data", "prepare", "--out", str(data)], check=True,
+                   capture_output=True, env=env)
+    overrides = cfgmod.chaos_overrides(data, 10_000_000)
+    overrides["peer"]["swarm_id"] = "nat"
+    config = work / "node.toml"
+    config.write_text(cfgmod.derive((REPO / "configs" / "pico.toml").read_text(), overrides))
+
+    topo = nat.NatTopology(["nat", "firewall"])
+    daemons = []
+    try:
+        topo.setup()
+        say(topo.describe())
+        behind_nat, behind_firewall = topo.hidden
+        seed = Daemon("seed", work, f"{topo.public_ip}:7700", topo.public_ns)
+        public = Daemon("public", work, f"{topo.public_ip}:7701", topo.public_ns)
+        natted = Daemon("natted", work, f"{behind_nat.ip}:7700", behind_nat.ns)
+        walled = Daemon("walled", work, f"{behind_firewall.ip}:7700", behind_firewall.ns)
+        daemons = [seed, public, natted, walled]
+        seed.start(starlingd, config, [], env)
+        for d in (public, natted, walled):
+            d.start(starlingd, config, [seed.listen], env)
+
+        seen = {}
+
+        def verdicts():
+            for d in daemons:
+                s = d.status(starling, env)
+                seen[d.name] = "no status" if s is None else s.get("reachability", "unknown")
+                if s is None or seen[d.name] == "unknown":
+                    return None
+                got[d.name] = s
+            return got
+
+        got = {}
+        start = time.monotonic()
+        try:
+            wait_for("every node's reachability verdict", VERDICT_WITHIN_S, verdicts)
+        except Failure as e:
+            raise Failure(f"{e} (last seen: {seen})")
+        say(f"verdicts after {time.monotonic() - start:.1f} s: " +
+            ", ".join(f"{n}: {s['reachability']}" for n, s in got.items()))
+        check(got["seed"]["reachability"] == "public", "the public seed is public")
+        check(got["public"]["reachability"] == "public", "the other public node is public")
+        check(got["natted"]["reachability"] == "private", "the node behind NAT is private")
+        check(got["walled"]["reachability"] == "private", "the node behind the firewall is private")
+        detail = got["natted"].get("reachability_detail", "")
+        check(behind_nat.router_public_ip in detail and "behind NAT" in detail,
+              f"the NATed node's detail names the address members see it from: {detail}")
+        detail = got["walled"].get("reachability_detail", "")
+        check(walled.listen in detail and "Open TCP port 7700" in detail,
+              f"the firewalled node's detail says to open its port: {detail}")
+        for d in (natted, walled):
+            warned = [ln for ln in d.log.read_text().splitlines()
+                      if " warning " in ln and "peer: unreachable:" in ln]
+            check(len(warned) >= 1, f"{d.name} warns that it is unreachable in its log: {warned[:1]}")
+
+        def seed_sees_private():
+            rc, out = seed.cli(starling, "peers", "--json", env=env)
+            if rc != 0:
+                return None
+            peers = {p.get("address"): p.get("reachability") for p in json.loads(out).get("peers", [])}
+            return peers if all(peers.get(d.listen) == "private" for d in (natted, walled)) else None
+
+        wait_for("the seed's peers showing both hidden nodes private", 30, seed_sees_private)
+        say("ok: the seed's `starling peers` shows both hidden nodes private")
+
+        natted.stop()
+        p = subprocess.run(natted.wrap([str(starling), "check", "--config", str(config), "--data-dir",
+                                        str(natted.data_dir), "--listen", natted.listen, "--announce",
+                                        natted.listen, "--seed", seed.listen]),
+                           capture_output=True, text=True, env=env, timeout=60)
+        line = check_line(p.stdout, "reachable")
+        check(line.startswith("warn") and behind_nat.router_public_ip in line and "fix:" in line,
+              f"`starling check` behind the NAT warns, naming the address the seed sees: {line}")
+        fresh = f"{topo.public_ip}:7711"
+        p = subprocess.run(seed.wrap([str(starling), "check", "--config", str(config), "--data-dir",
+                                      str(work / "fresh"), "--listen", fresh, "--announce", fresh,
+                                      "--seed", seed.listen]),
+                           capture_output=True, text=True, env=env, timeout=60)
+        line = check_line(p.stdout, "reachable")
+        check(line.startswith("ok"), f"`starling check` at a public address says ok: {line}")
+        return 0
+    except (Failure, RuntimeError, subprocess.CalledProcessError) as e:
+        say(f"FAIL: {e}")
+        for d in daemons:
+            if d.log.exists():
+                say(f"--- {d.name}'s log, last lines:")
+                say("\n".join(d.log.read_text().splitlines()[-15:]))
+        return 1
+    finally:
+        for d in daemons:
+            d.stop()
+        topo.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
