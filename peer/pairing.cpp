@@ -47,6 +47,13 @@ bool done_with(const Member& m, uint64_t round) {
     return m.round > round || std::max(m.paired_through, m.solo_through) > round;
 }
 
+bool callable(const Member& m) { return m.reachability != Reachability::Private; }
+
+bool opens_exchange(const Member& self, const Member& partner) {
+    if (callable(self) != callable(partner)) return !callable(self);
+    return self.node_id < partner.node_id;
+}
+
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed) {

@@ -75,6 +75,16 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 // too (the simulator found such a node solo round after round on a wide-area network).
 bool done_with(const Member& m, uint64_t round);
 
+// Whether a call to the member can reach it: not when it says members cannot dial it
+// (peer/reachability.h). Such a member proposes itself and opens its exchanges; it is never
+// proposed to.
+bool callable(const Member& m);
+
+// Whether `self` opens the exchange stream with `partner` rather than wait for the partner's: a
+// node members cannot dial opens it to one they can (connection reversal, so the exchange still
+// runs direct); otherwise the lower id opens it.
+bool opens_exchange(const Member& self, const Member& partner);
+
 // Members a random request may go to, in the order to ask them: pairable (the caller filters),
 // not self, advertising a round within max_round_gap of ours and not done with ours (done_with);
 // shuffled by `seed`, the `recent`

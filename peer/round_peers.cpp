@@ -67,7 +67,8 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     const auto intended = deterministic_partner(round, view, node_id_);
     std::vector<Member> pairable;
     for (uint64_t id : view)
-        if (auto member = table_.find(id); member && !scores_.quarantined(id, round))
+        if (auto member = table_.find(id);
+            member && callable(*member) && !scores_.quarantined(id, round))
             pairable.push_back(std::move(*member));
     const auto candidates =
         random_candidates(pairable, node_id_, round, config_.max_round_gap,
@@ -84,7 +85,8 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     // One budget for the whole choice (its deadline), so a round never waits on pairing longer
     // than pair_timeout however many proposals it takes.
     const auto intended_member = intended ? table_.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && !scores_.quarantined(*intended, round) &&
+    const bool ask_intended = intended_member && callable(*intended_member) &&
+                              !scores_.quarantined(*intended, round) &&
                               !done_with(*intended_member, round);
     PartnerChoice choice({ask_intended ? intended : std::nullopt, candidates, left_out,
                           SteadyClock::now(), config_.pair_timeout});
@@ -285,10 +287,13 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         if (!partner) return exchange_failed("not a member this node knows");
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
-        if (node_id_ > slot.partner) {
-            // The partner's stream is awaited only once the partner says it holds the pairing too.
+        if (!opens_exchange(table_.self(), *partner)) {
+            // The partner's stream is awaited only once the partner says it holds the pairing too,
+            // where it can be asked: a partner members cannot dial is waited for, up to the
+            // deadline.
             std::string why;
-            if (!confirm_pairing(slot.round, *partner, deadline, &why)) return exchange_failed(why);
+            if (callable(*partner) && !confirm_pairing(slot.round, *partner, deadline, &why))
+                return exchange_failed(why);
             return exchanges_.serve(slot, deadline, [&] {
                 const auto now = table_.find(slot.partner);
                 return !now || now->state == MemberState::Dead || now->state == MemberState::Left;

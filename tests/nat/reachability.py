@@ -189,6 +189,16 @@ def main():
         wait_for("the seed's peers showing both hidden nodes private", 30, seed_sees_private)
         say("ok: the seed's `starling peers` shows both hidden nodes private")
 
+        # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs
+        # with a public partner although nobody can dial it.
+        def natted_paired():
+            s = natted.status(starling, env)
+            return s if s and int(s.get("rounds_paired", 0)) > 0 and int(s.get("bytes_received", 0)) > 0 else None
+
+        s = wait_for("a paired round with an exchange on the node behind NAT", 90, natted_paired)
+        say(f"ok: the node behind NAT paired and exchanged: {s['rounds_paired']} paired, {s['rounds_solo']} solo, "
+            f"{s['bytes_received']} bytes received")
+
         natted.stop()
         p = subprocess.run(natted.wrap([str(starling), "check", "--config", str(config), "--data-dir",
                                         str(natted.data_dir), "--listen", natted.listen, "--announce",

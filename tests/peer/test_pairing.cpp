@@ -636,3 +636,28 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     // The refused caller took nothing: the two members still pair with each other.
     CHECK(require_mutual(nodes, choose_partners(nodes, 1)) == 0);
 }
+
+TEST_CASE("a node members cannot dial opens its exchanges and is never proposed to") {
+    Member low, high;
+    low.node_id = 1;
+    high.node_id = 2;
+    // Both reachable, or neither known yet: the lower id opens, as before reachability was known.
+    CHECK(opens_exchange(low, high));
+    CHECK_FALSE(opens_exchange(high, low));
+    high.reachability = Reachability::Public;
+    CHECK(opens_exchange(low, high));
+    CHECK_FALSE(opens_exchange(high, low));
+    // The private side dials whichever its id.
+    low.reachability = Reachability::Public;
+    high.reachability = Reachability::Private;
+    CHECK(opens_exchange(high, low));
+    CHECK_FALSE(opens_exchange(low, high));
+    CHECK_FALSE(callable(high));
+    CHECK(callable(low));
+    // Both private: neither can reach the other; the rule stays symmetric (the lower id opens).
+    low.reachability = Reachability::Private;
+    CHECK(opens_exchange(low, high));
+    CHECK_FALSE(opens_exchange(high, low));
+    Member unknown;
+    CHECK(callable(unknown));
+}
