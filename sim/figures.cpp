@@ -37,7 +37,18 @@ std::string format_round_figures(const Figures& f) {
         "joiner's rounds to its first pair", f.first_pair_rounds.count, f.first_pair_rounds.median,
         f.first_pair_rounds.p90, f.first_pair_rounds.max, f.joiners_unpaired);
     std::string out = line("choosing a partner", f.choice_seconds) +
-                      line("waiting before a phase", f.wait_seconds) + text;
+                      line("waiting before a phase", f.wait_seconds);
+    if (f.private_choices) {
+        char private_text[160];
+        std::snprintf(
+            private_text, sizeof(private_text),
+            "private nodes: choices %llu, paired %.4f of them; proposals lost to them %llu\n",
+            static_cast<unsigned long long>(f.private_choices),
+            static_cast<double>(f.private_paired_choices) / static_cast<double>(f.private_choices),
+            static_cast<unsigned long long>(f.pair_calls_lost));
+        out += private_text;
+    }
+    out += text;
     for (const auto& [round, spread] : f.phi_spread) {
         std::snprintf(text, sizeof(text), " r=%llu %.3g", static_cast<unsigned long long>(round),
                       spread);

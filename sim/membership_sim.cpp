@@ -32,6 +32,11 @@ uint32_t Simulation::add_node(Time now) {
     node.core = std::make_unique<SwimCore>(self, config_.protocol.limits, config_.protocol.swim,
                                            mix64(self.node_id ^ config_.seed));
     node.slow = std::uniform_real_distribution<double>(0, 1)(rng_) < config_.churn.slow_share;
+    // Drawn only when asked for, so swarms without private nodes keep their traces.
+    node.unreachable =
+        config_.network.private_share > 0 && index >= static_cast<uint32_t>(config_.seeds) &&
+        std::uniform_real_distribution<double>(0, 1)(rng_) < config_.network.private_share;
+    if (node.unreachable) node.core->table().set_reachability(Reachability::Private);
     if (config_.rounds.enabled) {
         const RoundsConfig& rc = config_.rounds;
         node.rounds.book = std::make_unique<PairingBook>(self.node_id, rc.max_round_gap);
@@ -121,6 +126,15 @@ size_t Simulation::message_bytes(const Message& message) {
     }
 }
 
+bool Simulation::reaches(const Message& message) const {
+    const Node& to = nodes_[message.to];
+    if (!to.unreachable || !is_call(message.kind)) return true;  // answers ride the caller's call
+    // An exchange runs on the stream its opener dialed: it reaches a private node that opened it.
+    if (message.kind != Kind::Exchange) return false;
+    const Node& from = nodes_[message.from];
+    return !from.unreachable && opens_exchange(to.core->table().self(), from.core->table().self());
+}
+
 void Simulation::send(Message message, Time now) {
     Node& from = nodes_[message.from];
     const size_t bytes = message_bytes(message);
@@ -132,6 +146,10 @@ void Simulation::send(Message message, Time now) {
             std::max(figures_.largest_message_bytes, static_cast<double>(bytes));
     }
     if (network_.cut(message.from, message.to, now)) return;
+    if (!reaches(message)) {
+        figures_.pair_calls_lost += message.kind == Kind::Pair;
+        return;
+    }
     Event event;
     event.at = bulk
                    ? network_.bulk_arrival(message.from, message.to, bytes, now, from.upload_free)

@@ -147,6 +147,7 @@ void Simulation::choose(uint32_t n, Time now) {
     // As RoundPeers builds it: the view's members, self included (the order does not matter).
     std::vector<Member> pairable = table.pairable_others();
     pairable.push_back(table.self());
+    std::erase_if(pairable, [](const Member& m) { return !callable(m); });
     const uint64_t gap = config_.rounds.max_round_gap;
     auto candidates =
         random_candidates(pairable, node.id, rs.round, gap,
@@ -155,7 +156,8 @@ void Simulation::choose(uint32_t n, Time now) {
     rs.nonce = rng_();
     rs.view_digest = membership_digest(view);
     const auto intended_member = intended ? table.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && !done_with(*intended_member, rs.round);
+    const bool ask_intended =
+        intended_member && callable(*intended_member) && !done_with(*intended_member, rs.round);
     rs.choice.emplace(PartnerChoice::Start{ask_intended ? intended : std::nullopt,
                                            std::move(candidates), std::move(left_out),
                                            clock_at(now), config_.rounds.pair_timeout});
@@ -209,6 +211,10 @@ void Simulation::finish_choice(uint32_t n, Time now) {
     if (now >= warmup_) {
         ++figures_.choices;
         figures_.paired_choices += partner.has_value();
+        if (node.unreachable) {
+            ++figures_.private_choices;
+            figures_.private_paired_choices += partner.has_value();
+        }
         if (rs.last_choice >= Time{0}) round_seconds_.push_back(seconds(now - rs.last_choice));
         choice_seconds_.push_back(seconds(now - rs.choice_start));
     }

@@ -26,6 +26,9 @@ void visit_sim_config(V& v, SimConfig& c) {
     v("partition_s", n.partition_s, "how long it lasts", at_least(0));
     v("partition_share", n.partition_share, "the share of nodes cut off from the rest",
       in_range_open_min(0, 1));
+    v("private_share", n.private_share,
+      "share of nodes members cannot dial (behind NAT): calls to them are lost, their own go through",
+      in_range(0, 1));
     ChurnConfig& ch = c.churn;
     v.section("churn");
     v("joins_per_hour", ch.joins_per_hour, "new nodes joining, swarm-wide", at_least(0));

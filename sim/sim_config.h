@@ -26,6 +26,11 @@ struct NetworkConfig {
     double partition_at_s = -1.0;  // below 0: none
     double partition_s = 0.0;
     double partition_share = 0.5;
+    // This share of the nodes cannot be dialed (behind NAT or a firewall, and knowing it: their
+    // digests say private). A call to one is lost; its own calls and the answers to them go
+    // through, and so does an exchange it opens (peer/pairing.h, opens_exchange). The seeds are
+    // never private.
+    double private_share = 0.0;
 };
 
 // Poisson processes: each up node leaves, crashes or freezes at these rates, and new nodes join

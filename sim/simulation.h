@@ -180,7 +180,8 @@ struct Node {
     std::unique_ptr<SeedRetries> seeds;
     Status status = Status::Up;
     bool slow = false;
-    bool joined = true;  // a joiner's first Join answered
+    bool unreachable = false;  // nobody can dial it (NetworkConfig::private_share)
+    bool joined = true;        // a joiner's first Join answered
     Phase phase = Phase::Idle;
     uint64_t call = 0;
     // Raised by a freeze, so the ticks scheduled before it are dropped: one chain of periods.
@@ -236,6 +237,9 @@ private:
     void schedule_at(Time at, EventType type, uint32_t node, uint64_t call = 0);
     void schedule_churn(ChurnKind kind, Time now);
     double churn_rate(ChurnKind kind) const;
+    // Whether the network lets the message reach its node: not a call to a private node, unless
+    // it is an exchange that node opened.
+    bool reaches(const Message& message) const;
     void send(Message message, Time now);
     void record(const Event& event);
 

@@ -54,6 +54,9 @@ struct Figures {
     // Rounds ([rounds] enabled), counted from the warm-up on. Choices of a partner made, and
     // those that found one.
     uint64_t choices = 0, paired_choices = 0;
+    // The same for the private nodes alone (NetworkConfig::private_share).
+    uint64_t private_choices = 0, private_paired_choices = 0;
+    uint64_t pair_calls_lost = 0;  // proposals sent to a private node, which never reach it
     // A joiner's choices from its state copy to its first pairing (1: paired in its first round),
     // and the joiners not paired by the end.
     Spread first_pair_rounds;

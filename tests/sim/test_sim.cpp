@@ -231,3 +231,19 @@ TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
     // H = 20 steps of 0.2-0.3 s: phases of about 4.9 s (H times the median step time).
     REQUIRE(f.round_seconds.median < 1.5 * 4.9);
 }
+
+TEST_CASE(
+    "sim: nodes nobody can dial pair through their own proposals and the exchanges they open") {
+    SimConfig c = small_rounds(30, 300);
+    c.network.private_share = 0.5;
+    const Figures f = simulate_swarm(c);
+    REQUIRE(f.private_choices > 0);
+    // Nobody proposes to a private node (peer/pairing.h, callable): every proposal could reach
+    // its node.
+    REQUIRE(f.pair_calls_lost == 0);
+    // A private node's partner is public, and the exchange it opens carries both messages.
+    REQUIRE(f.private_paired_choices > 0);
+    REQUIRE(f.exchange_timeouts == 0);
+    // Replayable like every other run.
+    REQUIRE(simulate_swarm(c).trace_hash == f.trace_hash);
+}
