@@ -248,20 +248,32 @@ void PeerNode::start() {
     thread_ = std::thread([this] { run(); });
 }
 
+namespace {
+
+// `starling check`'s calls to a seed: from a throwaway identity, over a channel of their own.
+struct StrangerCall {
+    StrangerCall(const PeerConfig& config, const std::string& seed)
+        : identity(NodeIdentity::generate()),
+          auth(swarm_key_material(config), identity),
+          channel(grpc::CreateChannel(seed, channel_credentials(config.tls, config.swarm_secret))) {
+    }
+    const NodeIdentity identity;
+    const SwarmAuth auth;
+    const std::shared_ptr<grpc::Channel> channel;
+};
+
+}  // namespace
+
 SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
                     std::chrono::milliseconds timeout) {
-    const NodeIdentity stranger = NodeIdentity::generate();
-    const SwarmAuth auth(swarm_key_material(config), stranger);
+    const StrangerCall call(config, seed);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + timeout);
-    auth.attach(context, "Ping");
+    call.auth.attach(context, "Ping");
     v1::PingRequest request;
     request.set_target_id(0);  // whoever answers
     v1::PingResponse response;
-    const auto status =
-        v1::Peer::NewStub(
-            grpc::CreateChannel(seed, channel_credentials(config.tls, config.swarm_secret)))
-            ->Ping(&context, request, &response);
+    const auto status = v1::Peer::NewStub(call.channel)->Ping(&context, request, &response);
     if (refused_in_tls_handshake(status)) return {std::nullopt, kTlsRefusal};
     if (!status.ok())
         return {std::nullopt, status.error_message().empty()
@@ -275,12 +287,9 @@ SeedAnswer ask_seed(const PeerConfig& config, const std::string& seed,
 
 DialBackResult ask_seed_to_dial_back(const PeerConfig& config, const std::string& seed,
                                      const std::string& address, DialBackInbox& inbox) {
-    const NodeIdentity stranger = NodeIdentity::generate();
-    const SwarmAuth auth(swarm_key_material(config), stranger);
+    const StrangerCall call(config, seed);
     grpc::ClientContext context;
-    return ask_dial_back(
-        grpc::CreateChannel(seed, channel_credentials(config.tls, config.swarm_secret)), auth,
-        address, inbox, context);
+    return ask_dial_back(call.channel, call.auth, address, inbox, context);
 }
 
 void PeerNode::tick() {
