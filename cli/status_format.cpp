@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -114,12 +115,22 @@ std::string reachability_text(const v1::NodeStatus& s) {
     return s.reachability() + ": " + s.reachability_detail();
 }
 
+// A private node's anchors, or how many private members this one anchors.
+std::string anchors_text(const v1::NodeStatus& s) {
+    if (!s.anchors().empty()) return fmt::format("{}", fmt::join(s.anchors(), ", "));
+    if (s.anchored_members() > 0)
+        return fmt::format("anchor of {} private member{}", s.anchored_members(),
+                           s.anchored_members() == 1 ? "" : "s");
+    return kAbsent;
+}
+
 std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {
     std::vector<std::vector<std::string>> rows = {
         {"node", or_absent(s.node_id())},
         {"swarm", or_absent(s.swarm_id())},
         {"address", or_absent(s.address())},
         {"reachable", reachability_text(s)},
+        {"anchors", anchors_text(s)},
         {"phase", phase_name(s.phase())},
         {"method", or_absent(s.method())},
         {"device", or_absent(s.device())},

@@ -126,9 +126,11 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
         outcome.exchange_seconds = seconds_since(exchange_start);
     }
     const bool split = config_.exchange.mode == MessageMode::Split;
-    MemberValues own{replica.node_id(), split ? replica.displacement() : theta,
-                     split ? std::span<const float>(replica.phi()) : std::span<const float>()};
-    own.sent = sent_;
+    MemberValues own{
+        .node_id = replica.node_id(),
+        .values = split ? replica.displacement() : theta,
+        .phi = split ? std::span<const float>(replica.phi()) : std::span<const float>(),
+        .sent = sent_};
     // Each member counts as the tokens it trained on, when every one said them; exchange() left
     // each partner's claim in its weight.
     const bool weighted = tokens > 0 && !arrived.empty() &&

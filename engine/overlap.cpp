@@ -18,8 +18,9 @@ void solo_outer_start(const EngineConfig& config, Replica& replica, std::span<co
     }
     const bool split = config.exchange.mode == MessageMode::Split;
     const MemberValues own{
-        replica.node_id(), split ? replica.displacement() : theta,
-        split ? std::span<const float>(replica.phi()) : std::span<const float>()};
+        .node_id = replica.node_id(),
+        .values = split ? replica.displacement() : theta,
+        .phi = split ? std::span<const float>(replica.phi()) : std::span<const float>()};
     PartnerChecks unused;  // consulted for partners' messages only
     noloco_outer_step(config.outer, config.exchange.mode, own, {}, unused, start, momentum,
                       scratch_a, scratch_b);

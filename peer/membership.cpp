@@ -19,6 +19,8 @@ const char* member_state_name(MemberState state) {
     return "unknown";
 }
 
+bool callable(const Member& m) { return m.reachability != Reachability::Private; }
+
 namespace {
 
 auto precedence(const Member& m) {
@@ -65,6 +67,7 @@ Member MemberTable::member_of(const Entry& entry) {
     m.solo_through = entry.solo_through;
     m.step_seconds = entry.step_seconds;
     m.reachability = entry.reachability;
+    m.anchors = entry.anchors;
     m.fingerprint = card.fingerprint;
     m.model = card.model;
     m.method = card.method;
@@ -93,6 +96,7 @@ MemberTable::Entry MemberTable::entry_of(const Member& m, const std::shared_ptr<
     entry.solo_through = m.solo_through;
     entry.step_seconds = m.step_seconds;
     entry.reachability = m.reachability;
+    entry.anchors = m.anchors;
     entry.since = m.since;
     entry.state = m.state;
     return entry;
@@ -283,6 +287,13 @@ void MemberTable::set_reachability(Reachability reachability) {
     self_.incarnation++;
 }
 
+void MemberTable::set_anchors(std::vector<uint64_t> anchors) {
+    MutexLock lock(mutex_);
+    if (self_.anchors == anchors) return;
+    self_.anchors = std::move(anchors);
+    self_.incarnation++;
+}
+
 void MemberTable::set_choice(uint64_t round, bool paired) {
     MutexLock lock(mutex_);
     uint64_t& through = paired ? self_.paired_through : self_.solo_through;
@@ -399,6 +410,17 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
     for (const Entry& e : others_)
         if (pairable_locked(e)) ids.push_back(e.node_id());
+    std::sort(ids.begin(), ids.end());
+    return ids;
+}
+
+std::vector<uint64_t> MemberTable::private_pairable_ids() const {
+    MutexLock lock(mutex_);
+    std::vector<uint64_t> ids;
+    if (self_.state == MemberState::Alive && !callable(self_)) ids.push_back(self_.node_id);
+    for (const Entry& e : others_)
+        if (pairable_locked(e) && e.reachability == Reachability::Private)
+            ids.push_back(e.node_id());
     std::sort(ids.begin(), ids.end());
     return ids;
 }

@@ -57,12 +57,22 @@ struct Member {
     std::string method;
     // Its own verdict on whether members can dial its address (peer/reachability.h).
     Reachability reachability = Reachability::Unknown;
+    // A private member's anchors: the members it holds a stream to, through which calls reach it
+    // (peer/anchors.h); at most kMaxAnchors, none for others.
+    std::vector<uint64_t> anchors;
     uint32_t protocol_version = kProtocolVersion;
     std::string swarm_id;
     PublicKey public_key{};
     uint64_t instance = 0;
     SteadyClock::time_point since{};  // local: when this node learned the current state
 };
+
+inline constexpr size_t kMaxAnchors = 3;
+
+// Whether a call to the member can reach it: not when it says members cannot dial it
+// (peer/reachability.h). Such a member proposes itself and opens its exchanges; it is never
+// proposed to, and its probes go through its anchors.
+bool callable(const Member& m);
 
 // Whether the member's newest choice of partner found none (a fresh member has made none).
 inline bool solo_last(const Member& m) { return m.solo_through > m.paired_through; }
@@ -107,6 +117,9 @@ public:
     // A change raises this node's incarnation, so the new verdict supersedes the old one everywhere
     // (at one incarnation the table keeps what it heard first).
     void set_reachability(Reachability reachability);
+    // This node's anchors (Member::anchors); a change raises its incarnation, as a probe of it
+    // must go through the new ones at once.
+    void set_anchors(std::vector<uint64_t> anchors);
     void leave();  // this node announces LEFT
 
     Member self() const;
@@ -121,6 +134,8 @@ public:
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
+    // Those of them, self included, that say members cannot dial them (not callable).
+    std::vector<uint64_t> private_pairable_ids() const;
     // Those members but self, whole, in one pass (in table order).
     std::vector<Member> pairable_others() const;
     // The step times those members said, self included, leaving out those that said none yet.
@@ -146,6 +161,7 @@ private:
         SteadyClock::time_point since{};
         MemberState state = MemberState::Alive;
         Reachability reachability = Reachability::Unknown;
+        std::vector<uint64_t> anchors;
         uint64_t node_id() const { return card->node_id; }
     };
     static Member member_of(const Entry& entry);

@@ -62,11 +62,13 @@ void fill_members(const std::vector<Member>& members, Message* message) {
 }  // namespace
 
 MembershipProtocol::MembershipProtocol(const PeerConfig& config, Member self, SwarmAuth& auth,
-                                       PeerChannels& channels, FailureTally& failures)
+                                       PeerChannels& channels, FailureTally& failures,
+                                       AnchorHub& anchors)
     : config_(config),
       auth_(auth),
       channels_(channels),
       failures_(failures),
+      anchors_(anchors),
       swim_(std::move(self), config.membership, config.swim, random_u64()),
       seeds_(config.gossip_interval, config.join_backoff_max) {}
 
@@ -201,14 +203,20 @@ std::optional<Member> MembershipProtocol::ping(const std::string& address, uint6
 
 std::optional<Member> MembershipProtocol::ping(const std::string& address, uint64_t target_id,
                                                std::chrono::milliseconds timeout) {
-    v1::PingRequest request;
-    request.set_target_id(target_id);
     v1::PingResponse response;
-    grpc::ClientContext context;
-    set_deadline(context, timeout);
-    auth_.attach(context, "Ping");
-    if (!v1::Peer::NewStub(channels_.get(address))->Ping(&context, request, &response).ok())
-        return std::nullopt;
+    if (anchors_.holds(target_id)) {
+        auto answer = anchors_.ping(target_id, timeout);
+        if (!answer) return std::nullopt;
+        response = std::move(*answer);
+    } else {
+        v1::PingRequest request;
+        request.set_target_id(target_id);
+        grpc::ClientContext context;
+        set_deadline(context, timeout);
+        auth_.attach(context, "Ping");
+        if (!v1::Peer::NewStub(channels_.get(address))->Ping(&context, request, &response).ok())
+            return std::nullopt;
+    }
     auto parsed = from_digest(response.self());
     auto* member = std::get_if<Member>(&parsed);
     if (!member || member->node_id != target_id) return std::nullopt;
@@ -252,9 +260,12 @@ bool MembershipProtocol::probe(const Member& target) {
     // The direct ping stays open through the indirect probes (an ack any time in the protocol
     // period counts, as in SWIM): a member slower than its timeout still answers, and the round
     // trip its answer took raises its timeout for the next probe. Indirect probes start once the
-    // timeout passes without an answer.
-    auto direct = std::async(std::launch::async,
-                             [&] { return ping(target.address, target.node_id, timeout * 3); });
+    // timeout passes without an answer, or at once for a private member that this node does not
+    // anchor: only its anchors can reach it.
+    std::optional<std::future<std::optional<Member>>> direct;
+    if (swim_.direct_probe(target))
+        direct = std::async(std::launch::async,
+                            [&] { return ping(target.address, target.node_id, timeout * 3); });
     const auto answered = [&](const Member& answer) {
         const auto now = SteadyClock::now();
         {
@@ -266,8 +277,8 @@ bool MembershipProtocol::probe(const Member& target) {
         return true;
     };
     std::optional<std::optional<Member>> early;  // the direct answer, if in by the timeout
-    if (direct.wait_for(timeout) == std::future_status::ready) {
-        early = direct.get();
+    if (direct && direct->wait_for(timeout) == std::future_status::ready) {
+        early = direct->get();
         if (*early) return answered(**early);
     }
     // Indirect probes through up to k other members, at once, so a congested path between two
@@ -291,8 +302,8 @@ bool MembershipProtocol::probe(const Member& target) {
     }
     bool reached = false;
     for (auto& answer : answers) reached = answer.get() || reached;
-    if (!early)
-        if (const auto late = direct.get()) reached = answered(*late);
+    if (direct && !early)
+        if (const auto late = direct->get()) reached = answered(*late);
     return reached;
 }
 
@@ -336,7 +347,7 @@ void MembershipProtocol::tick() {
         swim_.probe_failed(period.probe->node_id, SteadyClock::now())) {
         spdlog::info("peer: node {} at {} does not answer; suspect",
                      format_node_id(period.probe->node_id), period.probe->address);
-        gossip = period.probe;
+        if (callable(*period.probe)) gossip = period.probe;
     }
     if (gossip) gossip_with(*gossip);
     save_peer_cache();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "peer/anchor_hub.h"
 #include "peer/auth.h"
 #include "peer/failure_tally.h"
 #include "peer/membership.h"
@@ -32,8 +33,9 @@ namespace starling {
 class MembershipProtocol {
 public:
     // self: this node's digest; its address is set once the port is known (set_address).
+    // anchors: the streams private members hold to this node, over which pings of them go.
     MembershipProtocol(const PeerConfig& config, Member self, SwarmAuth& auth,
-                       PeerChannels& channels, FailureTally& failures);
+                       PeerChannels& channels, FailureTally& failures, AnchorHub& anchors);
 
     MemberTable& table() { return swim_.table(); }
     const MemberTable& table() const { return swim_.table(); }
@@ -73,6 +75,7 @@ private:
                         SteadyClock::time_point by = SteadyClock::time_point::max());
     JoinResult join_through(const std::string& seed, const std::shared_ptr<grpc::Channel>& channel,
                             std::string* why, SteadyClock::time_point by);
+    // At `address`, or over the target's Anchor stream when it holds one to this node.
     std::optional<Member> ping(const std::string& address, uint64_t target_id);
     std::optional<Member> ping(const std::string& address, uint64_t target_id,
                                std::chrono::milliseconds timeout);
@@ -89,6 +92,7 @@ private:
     SwarmAuth& auth_;
     PeerChannels& channels_;
     FailureTally& failures_;
+    AnchorHub& anchors_;
     SwimCore swim_;        // the member table and every decision of the protocol
     std::string address_;  // set before the server answers and the protocol thread starts
 

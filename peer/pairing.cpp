@@ -33,12 +33,32 @@ std::vector<uint64_t> shuffled_in_turn(std::initializer_list<std::vector<uint64_
 }  // namespace
 
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
-                                              uint64_t self) {
+                                              uint64_t self,
+                                              std::span<const uint64_t> unreachable) {
     if (std::find(view.begin(), view.end(), self) == view.end()) return std::nullopt;
-    for (const auto& group : deterministic_groups(round, view, 2)) {
-        if (std::find(group.begin(), group.end(), self) == group.end()) continue;
-        if (group.size() < 2) return std::nullopt;
-        return group[0] == self ? group[1] : group[0];
+    const auto groups = deterministic_groups(round, view, 2);
+    const auto is_private = [&](uint64_t id) {
+        return std::find(unreachable.begin(), unreachable.end(), id) != unreachable.end();
+    };
+    if (std::none_of(view.begin(), view.end(), is_private)) {
+        for (const auto& group : groups) {
+            if (std::find(group.begin(), group.end(), self) == group.end()) continue;
+            if (group.size() < 2) return std::nullopt;
+            return group[0] == self ? group[1] : group[0];
+        }
+        return std::nullopt;
+    }
+    std::vector<uint64_t> hidden, open;  // in the groups' order
+    for (const auto& group : groups)
+        for (const uint64_t id : group) (is_private(id) ? hidden : open).push_back(id);
+    const size_t crossed = std::min(hidden.size(), open.size());
+    for (size_t i = 0; i < crossed; i++) {
+        if (hidden[i] == self) return open[i];
+        if (open[i] == self) return hidden[i];
+    }
+    for (size_t i = crossed; i + 1 < open.size(); i += 2) {
+        if (open[i] == self) return open[i + 1];
+        if (open[i + 1] == self) return open[i];
     }
     return std::nullopt;
 }
@@ -47,7 +67,9 @@ bool done_with(const Member& m, uint64_t round) {
     return m.round > round || std::max(m.paired_through, m.solo_through) > round;
 }
 
-bool callable(const Member& m) { return m.reachability != Reachability::Private; }
+bool can_propose_to(const Member& self, const Member& m) {
+    return callable(m) || (callable(self) && !m.anchors.empty());
+}
 
 bool opens_exchange(const Member& self, const Member& partner) {
     if (callable(self) != callable(partner)) return !callable(self);

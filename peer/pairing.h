@@ -64,9 +64,14 @@ struct PairAnswer {
 };
 
 // The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
-// its group or not in the view.
+// its group or not in the view. With members that cannot dial each other (`unreachable`, the
+// private ones in the view) the pairs are drawn so that they can connect: in the order
+// deterministic_groups gives the view, each private member with the next public one, the public
+// ones left over among themselves, the private ones left over alone. Without any, the same pairs
+// as deterministic_groups.
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
-                                              uint64_t self);
+                                              uint64_t self,
+                                              std::span<const uint64_t> unreachable = {});
 
 // Whether the member's digest says it has chosen its partner for `round` already, or is past it
 // (rounds only go up): a proposal for that round is declined for good, so it is not worth a call.
@@ -75,10 +80,10 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 // too (the simulator found such a node solo round after round on a wide-area network).
 bool done_with(const Member& m, uint64_t round);
 
-// Whether a call to the member can reach it: not when it says members cannot dial it
-// (peer/reachability.h). Such a member proposes itself and opens its exchanges; it is never
-// proposed to.
-bool callable(const Member& m);
+// Whether `self` can propose to `m`: at its address when it is callable, else through its anchors
+// (peer/anchors.h) when `self` is callable, as the private member then opens the exchange to it.
+// Two private members cannot reach each other.
+bool can_propose_to(const Member& self, const Member& m);
 
 // Whether `self` opens the exchange stream with `partner` rather than wait for the partner's: a
 // node members cannot dial opens it to one they can (connection reversal, so the exchange still

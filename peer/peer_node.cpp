@@ -109,6 +109,26 @@ public:
         return node_.rounds_->answer_pair(caller, *request, response);
     }
 
+    grpc::Status RelayPair(grpc::ServerContext* context, const v1::RelayPairRequest* request,
+                           v1::PairResponse* response) override {
+        uint64_t caller = 0;
+        if (auto status = admit(context, "RelayPair", *request, &caller); !status.ok())
+            return status;
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            context->deadline() - std::chrono::system_clock::now());
+        auto answer = node_.anchor_hub_.pair(request->target_id(), caller, request->pair(),
+                                             std::min(left, node_.config_.pair_timeout));
+        if (!answer) {
+            if (!node_.anchor_hub_.holds(request->target_id()))
+                return {grpc::StatusCode::NOT_FOUND, "this node holds no stream of node " +
+                                                         format_node_id(request->target_id())};
+            return {grpc::StatusCode::DEADLINE_EXCEEDED,
+                    "node " + format_node_id(request->target_id()) + " did not answer in time"};
+        }
+        *response = std::move(*answer);
+        return grpc::Status::OK;
+    }
+
     grpc::Status FetchRoundMessage(grpc::ServerContext* context,
                                    const v1::FetchRoundMessageRequest* request,
                                    grpc::ServerWriter<v1::RoundMessageFrame>* writer) override {
@@ -116,6 +136,13 @@ public:
         if (auto status = admit(context, "FetchRoundMessage", *request, &caller); !status.ok())
             return status;
         return node_.rounds_->answer_round_message(caller, *request, *writer);
+    }
+
+    grpc::Status Anchor(grpc::ServerContext* context, AnchorServerStream* stream) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "Anchor", &caller); !status.ok())
+            return status;
+        return node_.anchor_hub_.serve(caller, *context, *stream);
     }
 
     grpc::Status exchange(grpc::ServerContext* context, ExchangeServerStream* stream) {
@@ -209,10 +236,22 @@ void PeerNode::start() {
     self.swarm_id = config_.swarm_id;
     self.public_key = identity_.public_key();
     self.instance = random_u64();
-    membership_ = std::make_unique<MembershipProtocol>(config_, self, auth_, channels_, failures_);
+    membership_ = std::make_unique<MembershipProtocol>(config_, self, auth_, channels_, failures_,
+                                                       anchor_hub_);
     rounds_ = std::make_unique<RoundPeers>(config_, identity_, membership_->table(), auth_,
-                                           channels_, failures_);
+                                           channels_, failures_, anchor_hub_);
     reachability_ = std::make_unique<ReachabilityWatch>(membership_->table(), channels_, auth_);
+    anchor_links_ = std::make_unique<AnchorLinks>(
+        membership_->table(), channels_, auth_,
+        [this](uint64_t id) { return membership_->round_trip_ms(id); },
+        [this](const v1::PingRequest& request, v1::PingResponse* response) {
+            membership_->answer_ping(request, response);
+        },
+        [this](uint64_t proposer, const v1::PairRequest& request, v1::PairResponse* response) {
+            // A refusal is an answer too: its reason, not accepted.
+            if (const auto status = rounds_->answer_pair(proposer, request, response); !status.ok())
+                response->set_reason(status.error_message());
+        });
     server_ = builder.BuildAndStart();
     if (!server_) throw Error("cannot start the peer server on " + config_.listen);
     gate_->start(
@@ -294,6 +333,7 @@ DialBackResult ask_seed_to_dial_back(const PeerConfig& config, const std::string
 
 void PeerNode::tick() {
     membership_->tick();
+    anchor_links_->maintain(reachability_->verdict().state == Reachability::Private);
     std::set<uint64_t> members;
     for (const Member& m : membership_->table().all()) members.insert(m.node_id);
     rounds_->forget_departed(members);
@@ -334,6 +374,7 @@ void PeerNode::stop(bool announce) {
     }
     wake_.notify_all();
     thread_.join();
+    anchor_links_->stop();
     if (announce) membership_->announce_leave();
     gate_->stop();
     server_->Shutdown(std::chrono::system_clock::now());

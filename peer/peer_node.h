@@ -1,6 +1,7 @@
 // One swarm member's peer layer: the peer port (a gRPC server for the Peer and StateSync
 // services behind a ConnectionGate) and the objects that play each role, which it owns:
-// MembershipProtocol (joining, SWIM probes and gossip, leaving; the member table), RoundPeers
+// MembershipProtocol (joining, SWIM probes and gossip, leaving; the member table), AnchorHub and
+// AnchorLinks (the streams through which a private member is probed, peer/anchors.h), RoundPeers
 // (pairing, exchanges, DiLoCo's round messages, the advertised round), PeerStateSync (snapshots
 // served and copied) and PeerChannels (connections to others, TLS). One thread runs the
 // membership protocol, one tick every gossip interval; the gRPC server answers on its own
@@ -21,6 +22,8 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "peer/anchor_hub.h"
+#include "peer/anchor_links.h"
 #include "peer/auth.h"
 #include "peer/connection_gate.h"
 #include "peer/failure_tally.h"
@@ -118,6 +121,14 @@ public:
         return reachability_ ? reachability_->verdict() : ReachabilityVerdict{};
     }
 
+    // The anchors this node holds a stream to while private (peer/anchors.h), as its digest
+    // names them; the private members that hold one to this node; and the pings of them and
+    // proposals to them sent down those streams that were answered.
+    std::vector<uint64_t> anchors() const { return membership_->table().self().anchors; }
+    size_t anchored_members() const { return anchor_hub_.streams(); }
+    uint64_t anchor_pings() const { return anchor_hub_.pings_answered(); }
+    uint64_t relayed_proposals() const { return anchor_hub_.proposals_relayed(); }
+
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const { return channels_.size(); }
     // Puts the TLS files at `tls`'s paths in use for connections made from now on
@@ -147,9 +158,11 @@ private:
     PeerStateSync state_sync_;
     FailureTally failures_;  // all but the refusals auth_ counts itself
     std::string address_;
+    AnchorHub anchor_hub_;  // streams private members hold to this node (peer/anchors.h)
     std::unique_ptr<MembershipProtocol> membership_;
     std::unique_ptr<RoundPeers> rounds_;
     std::unique_ptr<ReachabilityWatch> reachability_;
+    std::unique_ptr<AnchorLinks> anchor_links_;  // this node's own, while it is private
     std::unique_ptr<Service> service_;
     uint64_t tls_failures_before_ = 0;      // the process's failed TLS handshakes when it started
     std::unique_ptr<ConnectionGate> gate_;  // the peer port's accept loop, in front of server_

@@ -16,7 +16,8 @@
 namespace starling {
 
 RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
-                       SwarmAuth& auth, PeerChannels& channels, FailureTally& failures)
+                       SwarmAuth& auth, PeerChannels& channels, FailureTally& failures,
+                       AnchorHub& anchors)
     : config_(config),
       identity_(identity),
       node_id_(table.self().node_id),
@@ -24,6 +25,7 @@ RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, M
       auth_(auth),
       channels_(channels),
       failures_(failures),
+      anchors_(anchors),
       pairing_(node_id_, config.max_round_gap) {}
 
 void RoundPeers::advertise(uint64_t round) { table_.set_round(round); }
@@ -64,11 +66,13 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     // The deterministic matching is over the whole view, which every member shares; a member this
     // node has quarantined is then neither proposed to nor asked.
     const auto view = table_.pairable_ids();
-    const auto intended = deterministic_partner(round, view, node_id_);
+    const auto intended =
+        deterministic_partner(round, view, node_id_, table_.private_pairable_ids());
+    const Member self = table_.self();
     std::vector<Member> pairable;
     for (uint64_t id : view)
         if (auto member = table_.find(id);
-            member && callable(*member) && !scores_.quarantined(id, round))
+            member && can_propose_to(self, *member) && !scores_.quarantined(id, round))
             pairable.push_back(std::move(*member));
     const auto candidates =
         random_candidates(pairable, node_id_, round, config_.max_round_gap,
@@ -85,7 +89,7 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     // One budget for the whole choice (its deadline), so a round never waits on pairing longer
     // than pair_timeout however many proposals it takes.
     const auto intended_member = intended ? table_.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && callable(*intended_member) &&
+    const bool ask_intended = intended_member && can_propose_to(self, *intended_member) &&
                               !scores_.quarantined(*intended, round) &&
                               !done_with(*intended_member, round);
     PartnerChoice choice({ask_intended ? intended : std::nullopt, candidates, left_out,
@@ -129,12 +133,9 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
                                                      : v1::PAIR_MODE_RANDOM);
     v1::PairResponse response;
-    grpc::ClientContext context;
     const auto allowed = deadline - SteadyClock::now();
-    context.set_deadline(std::chrono::system_clock::now() + allowed);
-    auth_.attach(context, "Pair");
-    const auto status =
-        v1::Peer::NewStub(channels_.get(target->address))->Pair(&context, request, &response);
+    const auto status = callable(*target) ? call_pair(target->address, request, allowed, &response)
+                                          : relay_pair(*target, request, allowed, &response);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
     if (status.ok() && response.crossed()) {
@@ -145,6 +146,46 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
                       status.ok() ? response.reason() : status.error_message());
     }
     return {pairing_.end_proposal(round, accepted), status.ok() && response.ask_again()};
+}
+
+grpc::Status RoundPeers::call_pair(const std::string& address, const v1::PairRequest& request,
+                                   SteadyClock::duration allowed, v1::PairResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + allowed);
+    auth_.attach(context, "Pair");
+    return v1::Peer::NewStub(channels_.get(address))->Pair(&context, request, response);
+}
+
+grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest& request,
+                                    SteadyClock::duration allowed, v1::PairResponse* response) {
+    const auto deadline = SteadyClock::now() + allowed;
+    v1::RelayPairRequest relayed;
+    relayed.set_target_id(target.node_id);
+    *relayed.mutable_pair() = request;
+    grpc::Status status{grpc::StatusCode::UNAVAILABLE,
+                        "node " + format_node_id(target.node_id) + " names no anchor"};
+    // Its anchors in turn, while time is left: one that lost its stream says so at once.
+    for (const uint64_t id : target.anchors) {
+        const auto left = deadline - SteadyClock::now();
+        if (left <= SteadyClock::duration::zero()) break;
+        if (id == node_id_) {  // this node holds the stream: no call to make
+            auto answer =
+                anchors_.pair(target.node_id, node_id_, request,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(left));
+            if (!answer) continue;
+            *response = std::move(*answer);
+            return grpc::Status::OK;
+        }
+        const auto anchor = table_.find(id);
+        if (!anchor || anchor->state != MemberState::Alive) continue;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + left);
+        auth_.attach(context, "RelayPair");
+        status = v1::Peer::NewStub(channels_.get(anchor->address))
+                     ->RelayPair(&context, relayed, response);
+        if (status.ok() || status.error_code() != grpc::StatusCode::NOT_FOUND) break;
+    }
+    return status;
 }
 
 grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& request,
@@ -183,7 +224,8 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
         const auto view = table_.pairable_ids();
         PairingView ours{table_.self().round, membership_digest(view), std::nullopt};
         if (mode == PairMode::Deterministic)
-            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id_);
+            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id_,
+                                                               table_.private_pairable_ids());
         answer = pairing_.consider(
             {caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
     }

@@ -22,6 +22,7 @@
 
 #include "codec/message.h"
 #include "common/mutex.h"
+#include "peer/anchor_hub.h"
 #include "peer/auth.h"
 #include "peer/exchange.h"
 #include "peer/failure_tally.h"
@@ -38,9 +39,10 @@ namespace starling {
 
 class RoundPeers {
 public:
-    // identity signs this node's messages and must outlive it.
+    // identity signs this node's messages and must outlive it; anchors: the streams private
+    // members hold to this node, down which this node's own proposals to them go.
     RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
-               SwarmAuth& auth, PeerChannels& channels, FailureTally& failures);
+               SwarmAuth& auth, PeerChannels& channels, FailureTally& failures, AnchorHub& anchors);
 
     // This node is at `round` from now on, in the digests it gives (a state copy adopted, rounds
     // skipped, a local round ended). Choosing a partner and publishing a round message say so
@@ -113,6 +115,12 @@ private:
     // least: one that began as the round's pairing budget ran out met the budget's end, not a
     // peer too slow to answer.
     void count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed);
+    // A proposal to a member at its address, or to a private one through its anchors
+    // (RelayPair, peer/anchors.h).
+    grpc::Status call_pair(const std::string& address, const v1::PairRequest& request,
+                           SteadyClock::duration allowed, v1::PairResponse* response);
+    grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
+                            SteadyClock::duration allowed, v1::PairResponse* response);
 
     const PeerConfig& config_;
     const NodeIdentity& identity_;
@@ -121,6 +129,7 @@ private:
     SwarmAuth& auth_;
     PeerChannels& channels_;
     FailureTally& failures_;
+    AnchorHub& anchors_;
     PairingBook pairing_;
     ExchangeBoard exchanges_;
     RoundMessageBoard messages_;

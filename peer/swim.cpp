@@ -27,15 +27,57 @@ SwimCore::Period SwimCore::tick(SteadyClock::time_point now) {
     if (auto target = table_.find(probe_order_[probe_next_++]);
         target && (target->state == MemberState::Alive || target->state == MemberState::Suspect))
         period.probe = std::move(target);
-    auto partner = table_.sample_reachable(1, table_.self().node_id, rng_);
+    auto partner = sample_callable(1, table_.self().node_id);
     if (!partner.empty()) period.gossip = std::move(partner.front());
     return period;
 }
 
+bool SwimCore::direct_probe(const Member& target) const {
+    if (callable(target)) return true;
+    const uint64_t self = table_.self().node_id;
+    return std::find(target.anchors.begin(), target.anchors.end(), self) != target.anchors.end();
+}
+
 std::vector<Member> SwimCore::indirect_helpers(uint64_t target) {
+    const size_t k = static_cast<size_t>(std::max(settings_.indirect_probes, 0));
+    const auto known = table_.find(target);
+    if (known && !callable(*known)) {
+        std::vector<Member> anchors;
+        const uint64_t self = table_.self().node_id;
+        for (const uint64_t id : known->anchors) {
+            const auto anchor = id == self ? std::nullopt : table_.find(id);
+            if (anchor &&
+                (anchor->state == MemberState::Alive || anchor->state == MemberState::Suspect))
+                anchors.push_back(*anchor);
+        }
+        return anchors;
+    }
     MutexLock lock(mutex_);
-    return table_.sample_reachable(static_cast<size_t>(std::max(settings_.indirect_probes, 0)),
-                                   target, rng_);
+    return sample_callable(k, target);
+}
+
+std::vector<Member> SwimCore::sample_callable(size_t k, uint64_t excluded) {
+    std::vector<Member> chosen = table_.sample_reachable(k, excluded, rng_);
+    std::erase_if(chosen, [](const Member& m) { return !callable(m); });
+    const auto taken = [&](const Member& m) {
+        return std::any_of(chosen.begin(), chosen.end(),
+                           [&](const Member& c) { return c.node_id == m.node_id; });
+    };
+    // A few more draws fill the places private members took; when those miss too (callable
+    // members are few), a pass over the whole table.
+    for (int draw = 0; draw < 3 && chosen.size() < k; draw++)
+        for (Member& m : table_.sample_reachable(k, excluded, rng_))
+            if (chosen.size() < k && callable(m) && !taken(m)) chosen.push_back(std::move(m));
+    if (chosen.size() < k) {
+        std::vector<Member> rest = table_.reachable_others();
+        std::erase_if(rest, [&](const Member& m) {
+            return m.node_id == excluded || !callable(m) || taken(m);
+        });
+        std::shuffle(rest.begin(), rest.end(), rng_);
+        for (Member& m : rest)
+            if (chosen.size() < k) chosen.push_back(std::move(m));
+    }
+    return chosen;
 }
 
 bool SwimCore::probe_failed(uint64_t target, SteadyClock::time_point now) {
@@ -112,6 +154,13 @@ std::chrono::milliseconds SwimCore::probe_timeout_for(uint64_t member,
     const double wanted = it->second.smoothed + 4 * it->second.variation;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(wanted)));
     return std::clamp(timeout, base, base * kProbeTimeoutCeiling);
+}
+
+std::optional<double> SwimCore::round_trip_ms(uint64_t member) const {
+    MutexLock lock(mutex_);
+    const auto it = round_trips_.find(member);
+    if (it == round_trips_.end()) return std::nullopt;
+    return it->second.smoothed;
 }
 
 }  // namespace starling

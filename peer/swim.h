@@ -48,12 +48,18 @@ public:
         std::optional<Member> gossip;  // push-pull with this one, drawn at random
     };
     Period tick(SteadyClock::time_point now);
-    // Up to k reachable members other than the target, at random, to probe it indirectly.
+    // Whether a probe of `target` pings it at all: not a private member (callable) unless this
+    // node is one of its anchors, which reaches it over the stream the member keeps open.
+    bool direct_probe(const Member& target) const;
+    // Members to probe `target` indirectly: a private member's anchors that this table holds
+    // alive or suspect, as only they can reach it; for any other target up to k callable
+    // members other than it, at random.
     std::vector<Member> indirect_helpers(uint64_t target);
     // The direct and indirect probes of `target` failed. True when that made it SUSPECT: the
-    // caller then gossips with it in place of the period's partner, so a member that lives (a
-    // slow path, a short freeze) hears the suspicion first hand and its answer carries the
-    // refutation back at once, not a dissemination later, when others may have declared it dead.
+    // caller then gossips with it in place of the period's partner (when it is callable), so a
+    // member that lives (a slow path, a short freeze) hears the suspicion first hand and its answer
+    // carries the refutation back at once, not a dissemination later, when others may have
+    // declared it dead.
     bool probe_failed(uint64_t target, SteadyClock::time_point now);
     // Merges a digest that arrived; a change of state or incarnation is passed on in later gossip.
     MemberTable::Merge merge(const Member& incoming, SteadyClock::time_point now);
@@ -72,9 +78,16 @@ public:
     static constexpr int kProbeTimeoutCeiling = 4;
     std::chrono::milliseconds probe_timeout_for(uint64_t member,
                                                 std::chrono::milliseconds base) const;
+    // The smoothed round trip of this node's answered probes of `member`; nullopt before one.
+    std::optional<double> round_trip_ms(uint64_t member) const;
 
 private:
     void spread(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    // Up to k reachable members other than `excluded` that a call can reach, at random. Draws as
+    // sample_reachable does, then again for the places private members took: a swarm with none
+    // draws exactly what it always did.
+    std::vector<Member> sample_callable(size_t k, uint64_t excluded)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
     const SwimSettings settings_;
     MemberTable table_;

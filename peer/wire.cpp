@@ -28,6 +28,7 @@ void to_digest(const Member& member, v1::MemberDigest* digest) {
     digest->set_model(member.model);
     digest->set_method(member.method);
     digest->set_reachability(static_cast<v1::Reachability>(static_cast<int>(member.reachability)));
+    for (const uint64_t anchor : member.anchors) digest->add_anchors(anchor);
     digest->set_protocol_version(member.protocol_version);
     digest->set_swarm_id(member.swarm_id);
     digest->set_public_key(member.public_key.data(), member.public_key.size());
@@ -59,6 +60,9 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (!(digest.step_seconds() >= 0.0 && digest.step_seconds() <= kMaxStepSeconds))
         return fmt::format("node {}: step time {} s is not between 0 and {} s",
                            format_node_id(member.node_id), digest.step_seconds(), kMaxStepSeconds);
+    if (static_cast<size_t>(digest.anchors_size()) > kMaxAnchors)
+        return fmt::format("node {}: {} anchors, at most {}", format_node_id(member.node_id),
+                           digest.anchors_size(), kMaxAnchors);
     const int state = digest.state();
     if (state < static_cast<int>(MemberState::Alive) || state > static_cast<int>(MemberState::Left))
         return fmt::format("node {}: unknown member state {}", format_node_id(member.node_id),
@@ -77,6 +81,7 @@ std::variant<Member, std::string> from_digest(const v1::MemberDigest& digest) {
     if (digest.reachability() == v1::REACHABILITY_PUBLIC ||
         digest.reachability() == v1::REACHABILITY_PRIVATE)
         member.reachability = static_cast<Reachability>(static_cast<int>(digest.reachability()));
+    member.anchors.assign(digest.anchors().begin(), digest.anchors().end());
     member.protocol_version = digest.protocol_version();
     member.swarm_id = digest.swarm_id();
     member.instance = digest.instance();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "peer/anchors.h"
 #include "peer/wire.h"
 #include "sim/simulation.h"
 
@@ -129,10 +130,25 @@ size_t Simulation::message_bytes(const Message& message) {
 bool Simulation::reaches(const Message& message) const {
     const Node& to = nodes_[message.to];
     if (!to.unreachable || !is_call(message.kind)) return true;  // answers ride the caller's call
+    const Node& from = nodes_[message.from];
+    // A ping from one of its anchors rides the stream the private node holds to it.
+    if (message.kind == Kind::Ping) {
+        const std::vector<uint64_t>& anchors = to.core->table().self().anchors;
+        return std::find(anchors.begin(), anchors.end(), from.id) != anchors.end();
+    }
     // An exchange runs on the stream its opener dialed: it reaches a private node that opened it.
     if (message.kind != Kind::Exchange) return false;
-    const Node& from = nodes_[message.from];
     return !from.unreachable && opens_exchange(to.core->table().self(), from.core->table().self());
+}
+
+std::optional<uint32_t> Simulation::relay_anchor(const Message& message) const {
+    const Node& to = nodes_[message.to];
+    if (message.kind != Kind::Pair || !to.unreachable || nodes_[message.from].unreachable)
+        return std::nullopt;
+    for (const uint64_t id : to.core->table().self().anchors)
+        if (const uint32_t anchor = index_of_.at(id); nodes_[anchor].status == Status::Up)
+            return anchor;
+    return std::nullopt;
 }
 
 void Simulation::send(Message message, Time now) {
@@ -144,6 +160,22 @@ void Simulation::send(Message message, Time now) {
         calls_ += is_call(message.kind) ? 1 : 0;
         figures_.largest_message_bytes =
             std::max(figures_.largest_message_bytes, static_cast<double>(bytes));
+    }
+    if (const auto anchor = relay_anchor(message)) {
+        // Two hops: to the anchor, then down the stream the private node holds to it. (The
+        // answer comes back direct here, a hop shorter than through the anchor.)
+        if (network_.cut(message.from, *anchor, now) || network_.cut(*anchor, message.to, now))
+            return;
+        const Time at_anchor =
+            network_.arrival(message.from, *anchor, bytes, now, from.upload_free, rng_);
+        Event event;
+        event.at = network_.arrival(*anchor, message.to, bytes, at_anchor,
+                                    nodes_[*anchor].upload_free, rng_);
+        if (nodes_[message.to].slow) event.at += from_ms(config_.churn.slow_delay_ms);
+        event.type = EventType::Deliver;
+        event.node = message.to;
+        event.message = std::move(message);
+        return schedule(std::move(event));
     }
     if (network_.cut(message.from, message.to, now)) return;
     if (!reaches(message)) {
@@ -183,6 +215,7 @@ void Simulation::tick(uint32_t n, Time now) {
     }
     node.gossip_target = std::move(period.gossip);
     node.probe_next = std::move(period.probe);
+    if (node.unreachable) hold_anchors(n);
     // As MembershipProtocol::maintain_seeds: a seed that is no reachable member is dialled.
     node.seeds_due = node.seeds->due(clock_at(now), [&](const std::string& address) {
         const auto state = node.core->table().state_of(nodes_[index_of_address_.at(address)].id);
@@ -190,6 +223,19 @@ void Simulation::tick(uint32_t n, Time now) {
     });
     std::reverse(node.seeds_due.begin(), node.seeds_due.end());
     next_seed(n, now);
+}
+
+void Simulation::hold_anchors(uint32_t n) {
+    SwimCore& core = *nodes_[n].core;
+    const std::vector<uint64_t> current = core.table().self().anchors;
+    const bool all_alive = current.size() == kAnchorsWanted &&
+                           std::all_of(current.begin(), current.end(), [&](uint64_t id) {
+                               return core.table().state_of(id) == MemberState::Alive;
+                           });
+    if (all_alive) return;
+    core.table().set_anchors(choose_anchors(core.table().reachable_others(), current,
+                                            [&](uint64_t id) { return core.round_trip_ms(id); },
+                                            {}));
 }
 
 void Simulation::next_seed(uint32_t n, Time now) {
@@ -220,8 +266,28 @@ void Simulation::start_probe(uint32_t n, Time now) {
     node.direct_open = true;
     node.probe_timeout =
         node.core->probe_timeout_for(node.probe_target.node_id, config_.protocol.probe_timeout);
+    if (!node.core->direct_probe(node.probe_target)) {
+        node.direct_open = false;
+        return start_indirect(n, now);
+    }
     send({Kind::Ping, n, index_of_.at(node.probe_target.node_id), node.call, 0, false, {}}, now);
     schedule_at(now + node.probe_timeout, EventType::Timeout, n, node.call);
+}
+
+void Simulation::start_indirect(uint32_t n, Time now) {
+    Node& node = nodes_[n];
+    // The direct ping stays open (MembershipProtocol::probe) under its own call id.
+    const auto helpers = node.core->indirect_helpers(node.probe_target.node_id);
+    node.direct_call = node.call;
+    node.phase = Phase::Indirect;
+    node.call = next_call_++;
+    node.indirect_waiting = helpers.size();
+    node.indirect_reached = false;
+    const uint32_t target = index_of_.at(node.probe_target.node_id);
+    for (const Member& helper : helpers)
+        send({Kind::PingReq, n, index_of_.at(helper.node_id), node.call, target, false, {}}, now);
+    if (helpers.empty() && !node.direct_open) return conclude_indirect(n, now);
+    schedule_at(now + 2 * node.probe_timeout, EventType::Timeout, n, node.call);
 }
 
 void Simulation::start_gossip(uint32_t n, Time now) {
@@ -260,7 +326,8 @@ void Simulation::conclude_indirect(uint32_t n, Time now) {
         if (now >= warmup_ && frozen) ++figures_.frozen_suspicions;
         if (now >= warmup_ && !frozen && suspected.status == Status::Up)
             ++(suspected.slow ? figures_.slow_suspicions : figures_.false_suspicions);
-        node.gossip_target = node.probe_target;  // SwimCore::probe_failed: tell it first hand
+        // SwimCore::probe_failed: tell it first hand, when a call can reach it.
+        if (callable(node.probe_target)) node.gossip_target = node.probe_target;
     }
     start_gossip(n, now);
 }
@@ -269,21 +336,7 @@ void Simulation::timeout(uint32_t n, uint64_t call, Time now) {
     Node& node = nodes_[n];
     if (node.status != Status::Up || node.call != call) return;
     switch (node.phase) {
-        case Phase::Direct: {
-            // The direct ping stays open (MembershipProtocol::probe) under its own call id.
-            const auto helpers = node.core->indirect_helpers(node.probe_target.node_id);
-            node.direct_call = node.call;
-            node.phase = Phase::Indirect;
-            node.call = next_call_++;
-            node.indirect_waiting = helpers.size();
-            node.indirect_reached = false;
-            const uint32_t target = index_of_.at(node.probe_target.node_id);
-            for (const Member& helper : helpers)
-                send({Kind::PingReq, n, index_of_.at(helper.node_id), node.call, target, false, {}},
-                     now);
-            schedule_at(now + 2 * node.probe_timeout, EventType::Timeout, n, node.call);
-            return;
-        }
+        case Phase::Direct: return start_indirect(n, now);
         case Phase::Indirect:
             node.direct_open = false;  // its deadline, three timeouts after it was sent
             return conclude_indirect(n, now);

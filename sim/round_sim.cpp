@@ -143,11 +143,13 @@ void Simulation::choose(uint32_t n, Time now) {
     rs.choice_start = now;
     table.set_round(rs.round);
     const auto view = table.pairable_ids();
-    const auto intended = deterministic_partner(rs.round, view, node.id);
+    const auto intended =
+        deterministic_partner(rs.round, view, node.id, table.private_pairable_ids());
     // As RoundPeers builds it: the view's members, self included (the order does not matter).
     std::vector<Member> pairable = table.pairable_others();
     pairable.push_back(table.self());
-    std::erase_if(pairable, [](const Member& m) { return !callable(m); });
+    const Member self = table.self();
+    std::erase_if(pairable, [&](const Member& m) { return !can_propose_to(self, m); });
     const uint64_t gap = config_.rounds.max_round_gap;
     auto candidates =
         random_candidates(pairable, node.id, rs.round, gap,
@@ -156,8 +158,8 @@ void Simulation::choose(uint32_t n, Time now) {
     rs.nonce = rng_();
     rs.view_digest = membership_digest(view);
     const auto intended_member = intended ? table.find(*intended) : std::nullopt;
-    const bool ask_intended =
-        intended_member && callable(*intended_member) && !done_with(*intended_member, rs.round);
+    const bool ask_intended = intended_member && can_propose_to(self, *intended_member) &&
+                              !done_with(*intended_member, rs.round);
     rs.choice.emplace(PartnerChoice::Start{ask_intended ? intended : std::nullopt,
                                            std::move(candidates), std::move(left_out),
                                            clock_at(now), config_.rounds.pair_timeout});
@@ -285,7 +287,8 @@ void Simulation::answer_pair(const Message& m, Time now) {
             const auto view = table.pairable_ids();
             PairingView ours{table.self().round, membership_digest(view), std::nullopt};
             if (asked.mode == PairMode::Deterministic)
-                ours.deterministic_partner = deterministic_partner(asked.round, view, node.id);
+                ours.deterministic_partner =
+                    deterministic_partner(asked.round, view, node.id, table.private_pairable_ids());
             answer = rs.book->consider({caller, asked.round, asked.nonce, asked.mode, asked.digest},
                                        ours);
         }

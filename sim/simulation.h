@@ -240,12 +240,19 @@ private:
     // Whether the network lets the message reach its node: not a call to a private node, unless
     // it is an exchange that node opened.
     bool reaches(const Message& message) const;
+    // The anchor a proposal to a private node goes through (RoundPeers::relay_pair): the first
+    // of its anchors that is up, when the proposer is callable.
+    std::optional<uint32_t> relay_anchor(const Message& message) const;
     void send(Message message, Time now);
     void record(const Event& event);
 
     void tick(uint32_t n, Time now);
     void next_seed(uint32_t n, Time now);
     void start_probe(uint32_t n, Time now);
+    // Indirect probes of the period's target, the direct ping still open or never sent.
+    void start_indirect(uint32_t n, Time now);
+    // A private node's anchors (peer/anchors.h), chosen again when one of them is no longer alive.
+    void hold_anchors(uint32_t n);
     void start_gossip(uint32_t n, Time now);
     void finish_period(uint32_t n, Time now);
     void conclude_indirect(uint32_t n, Time now);

@@ -128,6 +128,18 @@ NodeMetrics::NodeMetrics(const std::string& listen)
             .Register(r);
     for (Reachability state : {Reachability::Unknown, Reachability::Public, Reachability::Private})
         reachability_[state] = &reachability.Add({{"state", reachability_name(state)}});
+    anchors_ = &prometheus::BuildGauge()
+                    .Name("starling_anchors")
+                    .Help(
+                        "Members this private node holds a stream to, through which others probe "
+                        "it (0 for a public node)")
+                    .Register(r)
+                    .Add({});
+    anchored_members_ = &prometheus::BuildGauge()
+                             .Name("starling_anchored_members")
+                             .Help("Private members that hold a stream to this node, their anchor")
+                             .Register(r)
+                             .Add({});
     quarantined_ = &prometheus::BuildGauge()
                         .Name("starling_quarantined_peers")
                         .Help(
@@ -230,6 +242,8 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     dead_->Set(counts[static_cast<int>(MemberState::Dead)]);
     left_->Set(counts[static_cast<int>(MemberState::Left)]);
     quarantined_->Set(static_cast<double>(swarm.quarantined));
+    anchors_->Set(static_cast<double>(swarm.self.anchors.size()));
+    anchored_members_->Set(static_cast<double>(swarm.anchored_members));
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }

@@ -62,7 +62,8 @@ private:
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,
         *train_seconds_, *control_connections_closed_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
-    prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_;
+    prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_, *anchors_,
+        *anchored_members_;
     std::map<Reachability, prometheus::Gauge*> reachability_;
     prometheus::Family<prometheus::Gauge>* build_info_;
     std::map<v1::NodePhase, prometheus::Gauge*> phases_;

@@ -161,6 +161,8 @@ v1::NodeStatus NodeState::status(const SwarmView& swarm) const {
     s.set_peers_suspect(suspect);
     s.set_reachability(reachability_name(swarm.reachability.state));
     s.set_reachability_detail(swarm.reachability.detail);
+    for (const uint64_t anchor : swarm.self.anchors) s.add_anchors(format_node_id(anchor));
+    s.set_anchored_members(static_cast<uint32_t>(swarm.anchored_members));
     return s;
 }
 
@@ -181,6 +183,7 @@ v1::ListPeersResponse NodeState::peers(const SwarmView& swarm) const {
                              m.swarm_id == self.swarm_id);
         if (peer.rtt_ms) info->set_rtt_ms(*peer.rtt_ms);
         info->set_reachability(reachability_name(m.reachability));
+        for (const uint64_t anchor : m.anchors) info->add_anchors(format_node_id(anchor));
         if (peer.score) {
             info->set_refused_messages(peer.score->refused);
             if (peer.score->quarantined_until > self.round)

@@ -238,6 +238,7 @@ SwarmView SwarmNode::view() const {
     view.quarantined = peer_->rounds().quarantined().size();
     view.failures = peer_->failures();
     view.reachability = peer_->reachability();
+    view.anchored_members = peer_->anchored_members();
     return view;
 }
 

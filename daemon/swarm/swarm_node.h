@@ -110,7 +110,8 @@ struct SwarmView {
     size_t quarantined = 0;  // members this node does not pair with in its current round
     FailureCounts failures;  // the peer layer's (PeerNode::failures)
     ReachabilityVerdict
-        reachability;  // whether members can dial this node (PeerNode::reachability)
+        reachability;             // whether members can dial this node (PeerNode::reachability)
+    size_t anchored_members = 0;  // private members holding a stream to this node
 };
 
 // The state at the start of a round: what a checkpoint holds. The snapshot is the one published

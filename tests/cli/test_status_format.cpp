@@ -21,6 +21,8 @@ v1::NodeStatus full_status() {
     s.set_address("10.0.0.5:7700");
     s.set_reachability("private");
     s.set_reachability_detail("members could not dial this node's announced address 10.0.0.5:7700");
+    s.add_anchors("1111222233334444");
+    s.add_anchors("5555666677778888");
     s.set_phase(v1::NODE_PHASE_EXCHANGING);
     s.set_version("0.1.0");
     s.set_method("noloco");
@@ -113,6 +115,7 @@ TEST_CASE("the status table renders every field of a full status") {
         {"address", "10.0.0.5:7700"},
         {"reachable",
          "private: members could not dial this node's announced address 10.0.0.5:7700"},
+        {"anchors", "1111222233334444, 5555666677778888"},
         {"phase", "exchanging"},
         {"method", "noloco"},
         {"device", "cpu (2 threads)"},
@@ -167,14 +170,17 @@ TEST_CASE("absent optional fields show as a dash and no failure row appears") {
     s.clear_eta_seconds();
     s.clear_recent_train_losses();
     s.add_recent_train_losses(2.0);  // one round is no trend yet
+    s.clear_anchors();
     const auto rows = rows_by_label(s);
     for (const char* label :
-         {"train loss", "val loss", "partner distance", "checkpoint", "last partner", "compression",
-          "last exchange", "device", "eta", "loss trend"}) {
+         {"anchors", "train loss", "val loss", "partner distance", "checkpoint", "last partner",
+          "compression", "last exchange", "device", "eta", "loss trend"}) {
         INFO(label);
         CHECK(rows.at(label) == "-");
     }
     CHECK(rows.count("last failure") == 0);
+    s.set_anchored_members(3);
+    CHECK(rows_by_label(s).at("anchors") == "anchor of 3 private members");
 }
 
 TEST_CASE("the peers table has a header and one row per peer") {

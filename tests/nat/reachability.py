@@ -189,6 +189,44 @@ def main():
         wait_for("the seed's peers showing both hidden nodes private", 30, seed_sees_private)
         say("ok: the seed's `starling peers` shows both hidden nodes private")
 
+        # Anchors: each hidden node holds a stream to both public nodes, names them in its digest,
+        # and is probed through them rather than suspected at every probe.
+        ids = {d.name: got[d.name]["node_id"] for d in daemons}
+        public_ids = sorted([ids["seed"], ids["public"]])
+
+        def anchored():
+            for d in (natted, walled):
+                s = d.status(starling, env)
+                if s is None or sorted(s.get("anchors", [])) != public_ids:
+                    return None
+            held = [int((d.status(starling, env) or {}).get("anchored_members", 0)) for d in (seed, public)]
+            return held if held == [2, 2] else None
+
+        wait_for("both hidden nodes anchored at both public nodes", 30, anchored)
+        say("ok: both hidden nodes hold streams to both public nodes, which anchor two members each")
+        def seed_names_anchors():
+            rc, out = seed.cli(starling, "peers", "--json", env=env)
+            if rc != 0:
+                return None
+            listed = {p.get("node_id"): sorted(p.get("anchors", [])) for p in json.loads(out).get("peers", [])}
+            return listed if all(listed.get(ids[d.name]) == public_ids for d in (natted, walled)) else None
+
+        wait_for("the seed's peers naming each hidden node's anchors", 30, seed_names_anchors)
+        say("ok: the seed's `starling peers` names each hidden node's anchors")
+
+        def suspicions():
+            # "peer: node ID at ADDRESS does not answer; suspect", in the public nodes' logs
+            counts = {d.name: 0 for d in daemons}
+            for observer in (seed, public):
+                for ln in observer.log.read_text().splitlines():
+                    if "does not answer; suspect" in ln:
+                        for d in daemons:
+                            if ids[d.name] in ln:
+                                counts[d.name] += 1
+            return counts
+
+        suspected_before = suspicions()
+
         # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs
         # with a public partner although nobody can dial it.
         def natted_paired():
@@ -198,6 +236,12 @@ def main():
         s = wait_for("a paired round with an exchange on the node behind NAT", 90, natted_paired)
         say(f"ok: the node behind NAT paired and exchanged: {s['rounds_paired']} paired, {s['rounds_solo']} solo, "
             f"{s['bytes_received']} bytes received")
+        after = suspicions()
+        raised = {n: after[n] - suspected_before[n] for n in after}
+        say(f"suspicions by the public nodes since the anchors were held: {raised}")
+        # A busy machine may delay any probe; a hidden node is no more suspect than a public one.
+        check(max(raised["natted"], raised["walled"]) <= raised["public"] + raised["seed"] + 1,
+              "the hidden nodes are suspected no more often than the public ones")
 
         natted.stop()
         p = subprocess.run(natted.wrap([str(starling), "check", "--config", str(config), "--data-dir",

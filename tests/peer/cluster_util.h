@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/create_channel.h>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -73,6 +74,25 @@ inline bool same_pairable_view(const std::vector<PeerNode*>& nodes) {
     for (const PeerNode* node : nodes)
         if (node->pairable_ids() != nodes.front()->pairable_ids()) return false;
     return nodes.front()->pairable_ids().size() == nodes.size();
+}
+
+// Each node's partner names it back, and no one is its own partner; returns how many are solo.
+inline size_t require_mutual(const std::vector<PeerNode*>& nodes,
+                             const std::vector<std::optional<uint64_t>>& partners) {
+    std::map<uint64_t, std::optional<uint64_t>> by_id;
+    for (size_t i = 0; i < nodes.size(); ++i) by_id[nodes[i]->node_id()] = partners[i];
+    size_t solo = 0;
+    for (const auto& [id, partner] : by_id) {
+        if (!partner) {
+            ++solo;
+            continue;
+        }
+        INFO("node " << format_node_id(id) << " chose " << format_node_id(*partner));
+        REQUIRE(*partner != id);
+        REQUIRE(by_id.count(*partner) == 1);
+        REQUIRE(by_id[*partner] == id);
+    }
+    return solo;
 }
 
 // choose_partner(round) on every node at once, one thread each, as nodes of a swarm do; the

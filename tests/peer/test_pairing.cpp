@@ -34,25 +34,6 @@ PairProposal random_proposal(uint64_t from, uint64_t round, uint64_t nonce = 1) 
 
 PairingView view_at(uint64_t round) { return {round, 0, std::nullopt}; }
 
-// Each node's partner names it back, and no one is its own partner; returns how many are solo.
-size_t require_mutual(const std::vector<PeerNode*>& nodes,
-                      const std::vector<std::optional<uint64_t>>& partners) {
-    std::map<uint64_t, std::optional<uint64_t>> by_id;
-    for (size_t i = 0; i < nodes.size(); ++i) by_id[nodes[i]->node_id()] = partners[i];
-    size_t solo = 0;
-    for (const auto& [id, partner] : by_id) {
-        if (!partner) {
-            ++solo;
-            continue;
-        }
-        INFO("node " << format_node_id(id) << " chose " << format_node_id(*partner));
-        REQUIRE(*partner != id);
-        REQUIRE(by_id.count(*partner) == 1);
-        REQUIRE(by_id[*partner] == id);
-    }
-    return solo;
-}
-
 std::vector<PeerNode*> wait_for_one_view(LocalCluster& cluster) {
     const auto nodes = nodes_of(cluster);
     wait_for("one view", 20000ms,
@@ -77,6 +58,47 @@ TEST_CASE("deterministic_partner is the other member of the node's group in dete
     const auto groups = deterministic_groups(3, five, 2);
     CHECK(deterministic_partner(3, five, groups.back().front()) == std::nullopt);
     CHECK(deterministic_partner(3, five, 99) == std::nullopt);
+}
+
+TEST_CASE("with private members, deterministic pairs join each private member to a public one") {
+    const std::vector<uint64_t> view{11, 22, 33, 44, 55, 66, 77, 88, 99, 111};
+    for (const std::vector<uint64_t>& hidden :
+         {std::vector<uint64_t>{22, 55, 88, 111},
+          std::vector<uint64_t>{11, 22, 33, 44, 55, 66, 77}}) {
+        const auto is_private = [&](uint64_t id) {
+            return std::find(hidden.begin(), hidden.end(), id) != hidden.end();
+        };
+        const size_t publics = view.size() - hidden.size();
+        std::set<std::set<std::vector<uint64_t>>> matchings;
+        for (uint64_t round = 0; round < 20; ++round) {
+            size_t crossed = 0, open = 0, alone = 0;
+            std::set<std::vector<uint64_t>> pairs;
+            for (const uint64_t id : view) {
+                const auto partner = deterministic_partner(round, view, id, hidden);
+                if (!partner) {
+                    // Only a private member is left alone, and only when public ones ran out.
+                    CHECK(is_private(id));
+                    ++alone;
+                    continue;
+                }
+                REQUIRE(deterministic_partner(round, view, *partner, hidden) == id);
+                CHECK_FALSE((is_private(id) && is_private(*partner)));
+                pairs.insert({std::min(id, *partner), std::max(id, *partner)});
+                (is_private(id) != is_private(*partner) ? crossed : open)++;
+            }
+            CHECK(crossed == 2 * std::min(hidden.size(), publics));
+            CHECK(alone == hidden.size() - std::min(hidden.size(), publics));
+            CHECK(open == 2 * ((publics - std::min(hidden.size(), publics)) / 2));
+            matchings.insert(pairs);
+        }
+        // The draw changes with the round, as deterministic_groups' does.
+        CHECK(matchings.size() >= 15);
+    }
+    // None private: deterministic_groups' pairs, as before.
+    for (uint64_t round = 0; round < 6; ++round)
+        for (const auto& group : deterministic_groups(round, kEight, 2))
+            CHECK(deterministic_partner(round, kEight, group[0], std::vector<uint64_t>{5}) ==
+                  group[1]);
 }
 
 TEST_CASE("a deterministic proposal is accepted only when the callee's view names the proposer") {
@@ -637,7 +659,7 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     CHECK(require_mutual(nodes, choose_partners(nodes, 1)) == 0);
 }
 
-TEST_CASE("a node members cannot dial opens its exchanges and is never proposed to") {
+TEST_CASE("a node members cannot dial opens its exchanges, proposed to only through its anchors") {
     Member low, high;
     low.node_id = 1;
     high.node_id = 2;
@@ -654,10 +676,17 @@ TEST_CASE("a node members cannot dial opens its exchanges and is never proposed 
     CHECK_FALSE(opens_exchange(low, high));
     CHECK_FALSE(callable(high));
     CHECK(callable(low));
+    CHECK(can_propose_to(high, low));
+    CHECK_FALSE(can_propose_to(low, high));  // no anchors named yet
+    high.anchors = {7};
+    CHECK(can_propose_to(low, high));
     // Both private: neither can reach the other; the rule stays symmetric (the lower id opens).
     low.reachability = Reachability::Private;
     CHECK(opens_exchange(low, high));
     CHECK_FALSE(opens_exchange(high, low));
+    low.anchors = {8};
+    CHECK_FALSE(can_propose_to(low, high));
+    CHECK_FALSE(can_propose_to(high, low));
     Member unknown;
     CHECK(callable(unknown));
 }

@@ -1,0 +1,38 @@
+#include "peer/anchors.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+namespace starling {
+
+std::vector<uint64_t> choose_anchors(
+    const std::vector<Member>& members, const std::vector<uint64_t>& current,
+    const std::function<std::optional<double>(uint64_t)>& round_trip_ms,
+    const std::set<uint64_t>& refused, size_t want) {
+    const auto usable = [&](const Member& m) {
+        return m.state == MemberState::Alive && callable(m) && !refused.contains(m.node_id);
+    };
+    std::vector<uint64_t> chosen;
+    for (const uint64_t id : current) {
+        const auto it = std::find_if(members.begin(), members.end(),
+                                     [&](const Member& m) { return m.node_id == id; });
+        if (chosen.size() < want && it != members.end() && usable(*it)) chosen.push_back(id);
+    }
+    std::vector<std::tuple<bool, double, uint64_t>> ranked;  // not public, round trip, id
+    for (const Member& m : members) {
+        if (!usable(m) || std::find(chosen.begin(), chosen.end(), m.node_id) != chosen.end())
+            continue;
+        const double rtt =
+            round_trip_ms(m.node_id).value_or(std::numeric_limits<double>::infinity());
+        ranked.emplace_back(m.reachability != Reachability::Public, rtt, m.node_id);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    for (const auto& [not_public, rtt, id] : ranked) {
+        if (chosen.size() >= want) break;
+        chosen.push_back(id);
+    }
+    return chosen;
+}
+
+}  // namespace starling
