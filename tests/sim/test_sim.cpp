@@ -232,17 +232,24 @@ TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
     REQUIRE(f.round_seconds.median < 1.5 * 4.9);
 }
 
-TEST_CASE(
-    "sim: nodes nobody can dial pair through their own proposals and the exchanges they open") {
+TEST_CASE("sim: nodes nobody can dial are probed and proposed to through their anchors") {
     SimConfig c = small_rounds(30, 300);
     c.network.private_share = 0.5;
     const Figures f = simulate_swarm(c);
     REQUIRE(f.private_choices > 0);
-    // Nobody proposes to a private node (peer/pairing.h, callable): every proposal could reach
-    // its node.
+    // Proposals to a private node go through an anchor that is up (peer/pairing.h,
+    // can_propose_to): every one reached its node.
     REQUIRE(f.pair_calls_lost == 0);
-    // A private node's partner is public, and the exchange it opens carries both messages.
-    REQUIRE(f.private_paired_choices > 0);
+    // Probed through its anchors, a private node is never suspected on a quiet network (without
+    // them every probe of it failed).
+    CHECK(f.false_suspicions == 0);
+    // A private node's partner is public, and the exchange it opens carries both messages; the
+    // matching pairs each private node with a public one, so it pairs about as often as all do.
+    const double share = static_cast<double>(f.private_paired_choices) / f.private_choices;
+    const double all = static_cast<double>(f.paired_choices) / f.choices;
+    INFO("paired: private nodes " << share << ", all " << all);
+    CHECK(share > 0.8);
+    CHECK(share > all - 0.1);
     REQUIRE(f.exchange_timeouts == 0);
     // Replayable like every other run.
     REQUIRE(simulate_swarm(c).trace_hash == f.trace_hash);
