@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace starling {
@@ -19,10 +21,23 @@ FetchResult PeerStateSync::fetch(const MemberTable& table,
                                  std::span<std::byte> destination, const FetchOptions& options) {
     const uint64_t self = table.self().node_id;
     std::vector<std::string> donors;
+    size_t private_members = 0;
     for (uint64_t id : table.pairable_ids()) {
         if (id == self) continue;
-        if (const auto member = table.find(id)) donors.push_back(member->address);
+        const auto member = table.find(id);
+        if (!member) continue;
+        // Nobody can dial a private member (docs/nat.md): its snapshot cannot be fetched.
+        if (!callable(*member)) {
+            ++private_members;
+            continue;
+        }
+        donors.push_back(member->address);
     }
+    if (donors.empty() && private_members > 0)
+        throw Error(fmt::format(
+            "state sync: every live member that runs this model ({}) is private: nobody can "
+            "dial them, so there is no donor to fetch from",
+            private_members));
     if (donors.empty())
         throw Error(
             "state sync: no live member runs this model, so there is no donor to fetch from");

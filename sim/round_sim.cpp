@@ -309,11 +309,15 @@ void Simulation::answer_pair(const Message& m, Time now) {
 void Simulation::request_state(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     std::vector<uint32_t> donors;
-    for (uint32_t i = 0; i < nodes_.size(); i++)
-        if (i != n && nodes_[i].status == Status::Up && nodes_[i].rounds.stage != Stage::Off &&
-            nodes_[i].rounds.stage != Stage::Syncing &&
-            nodes_[n].core->table().state_of(nodes_[i].id) == MemberState::Alive)
-            donors.push_back(i);
+    const MemberTable& table = nodes_[n].core->table();
+    for (uint32_t i = 0; i < nodes_.size(); i++) {
+        if (i == n || nodes_[i].status != Status::Up || nodes_[i].rounds.stage == Stage::Off ||
+            nodes_[i].rounds.stage == Stage::Syncing)
+            continue;
+        // As PeerStateSync::fetch: live members that can be dialed.
+        const auto member = table.find(nodes_[i].id);
+        if (member && member->state == MemberState::Alive && callable(*member)) donors.push_back(i);
+    }
     rs.stage = Stage::Syncing;
     rs.pair_call = next_call_++;
     if (!donors.empty())

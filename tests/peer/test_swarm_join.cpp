@@ -132,3 +132,22 @@ TEST_CASE("a joiner with no live member of its model is told there is no donor")
     REQUIRE_THROWS_WITH(cluster.node(0).fetch_state({"local", kTotal}, state),
                         Catch::Contains("no live member runs this model"));
 }
+
+TEST_CASE("a joiner never asks a private member for its state, and says so when only they are") {
+    LocalCluster cluster(1);
+    PeerConfig wrong = cluster.base();
+    wrong.seeds = {cluster.node(0).address()};
+    wrong.announce = "127.0.0.1:" + std::to_string(free_port());  // nothing listens there
+    PeerNode& hidden = cluster.add(wrong);
+    // Probed through its anchor (this node) from then on, so it stays pairable.
+    wait_for("the member seen private, anchored here and pairable", 30000ms, [&] {
+        for (const Member& m : cluster.node(0).members())
+            if (m.node_id == hidden.node_id())
+                return m.reachability == Reachability::Private && !m.anchors.empty() &&
+                       cluster.node(0).pairable_ids().size() == 2;
+        return false;
+    });
+    std::vector<std::byte> state(kTotal);
+    REQUIRE_THROWS_WITH(cluster.node(0).fetch_state({"local", kTotal}, state),
+                        Catch::Contains("every live member that runs this model (1) is private"));
+}
