@@ -119,6 +119,15 @@ inline PeerNode& add_foreign_model_node(LocalCluster& cluster) {
     return cluster.add(config);
 }
 
+// One more node in `cluster`, joined through node 0, announcing an address where nothing listens:
+// members cannot dial it, so it learns it is private and holds anchors (peer/anchors.h).
+inline PeerNode& add_private_node(LocalCluster& cluster) {
+    PeerConfig config = cluster.base();
+    config.seeds = {cluster.node(0).address()};
+    config.announce = "127.0.0.1:" + std::to_string(free_port());
+    return cluster.add(config);
+}
+
 inline std::vector<PeerNode*> nodes_of(LocalCluster& cluster) {
     std::vector<PeerNode*> nodes;
     for (size_t i = 0; i < cluster.size(); ++i) nodes.push_back(&cluster.node(i));

@@ -148,10 +148,7 @@ TEST_CASE("wire: a digest carries its anchors, and more than three are refused")
 TEST_CASE(
     "a private node is probed through its anchors, and is no more suspect than a public one") {
     LocalCluster cluster(3);
-    PeerConfig wrong = cluster.base();
-    wrong.seeds = {cluster.node(0).address()};
-    wrong.announce = "127.0.0.1:" + std::to_string(free_port());  // nothing listens there
-    PeerNode& hidden = cluster.add(wrong);
+    PeerNode& hidden = add_private_node(cluster);
     const auto named_everywhere = [&] {
         const std::vector<uint64_t> anchors = hidden.anchors();
         if (anchors.size() != kAnchorsWanted) return false;
@@ -194,10 +191,7 @@ TEST_CASE(
 
 TEST_CASE("a private node is paired with a public one, proposed to through its anchors") {
     LocalCluster cluster(3);
-    PeerConfig wrong = cluster.base();
-    wrong.seeds = {cluster.node(0).address()};
-    wrong.announce = "127.0.0.1:" + std::to_string(free_port());
-    PeerNode& hidden = cluster.add(wrong);
+    PeerNode& hidden = add_private_node(cluster);
     const auto nodes = nodes_of(cluster);
     wait_for("one view, the private node's anchors in it", 30000ms, [&] {
         if (hidden.anchors().size() != kAnchorsWanted || !all_see_all_alive(nodes) ||
@@ -258,10 +252,7 @@ TEST_CASE("a private node is paired with a public one, proposed to through its a
 
 TEST_CASE("a private node replaces an anchor that goes") {
     LocalCluster cluster(4);
-    PeerConfig wrong = cluster.base();
-    wrong.seeds = {cluster.node(0).address()};
-    wrong.announce = "127.0.0.1:" + std::to_string(free_port());
-    PeerNode& hidden = cluster.add(wrong);
+    PeerNode& hidden = add_private_node(cluster);
     wait_for("two anchors", 30000ms, [&] { return hidden.anchors().size() == kAnchorsWanted; });
     const uint64_t gone = hidden.anchors().front();
     size_t index = 0;

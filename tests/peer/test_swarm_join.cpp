@@ -135,10 +135,7 @@ TEST_CASE("a joiner with no live member of its model is told there is no donor")
 
 TEST_CASE("a joiner never asks a private member for its state, and says so when only they are") {
     LocalCluster cluster(1);
-    PeerConfig wrong = cluster.base();
-    wrong.seeds = {cluster.node(0).address()};
-    wrong.announce = "127.0.0.1:" + std::to_string(free_port());  // nothing listens there
-    PeerNode& hidden = cluster.add(wrong);
+    PeerNode& hidden = add_private_node(cluster);
     // Probed through its anchor (this node) from then on, so it stays pairable.
     wait_for("the member seen private, anchored here and pairable", 30000ms, [&] {
         for (const Member& m : cluster.node(0).members())
