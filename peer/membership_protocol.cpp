@@ -239,7 +239,8 @@ std::optional<std::string> MembershipProtocol::duplicate_of(const Member& joiner
 void MembershipProtocol::refresh(const std::vector<uint64_t>& node_ids) {
     std::vector<std::future<std::optional<Member>>> answers;
     for (const uint64_t id : node_ids)
-        if (const auto known = table().find(id))
+        // A private member is reached only down its anchor stream, when this node holds it.
+        if (const auto known = table().find(id); known && swim_.direct_probe(*known))
             answers.push_back(std::async(std::launch::async, [this, address = known->address, id] {
                 return ping(address, id);
             }));

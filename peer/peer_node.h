@@ -84,7 +84,8 @@ public:
         return membership_->table().pairable_step_seconds();
     }
     // Pings each of these members at once and merges the digests they answer with: their round
-    // as of now, where gossip takes some intervals to carry it. Returns within the probe timeout.
+    // as of now, where gossip takes some intervals to carry it (a private member only when this
+    // node is its anchor: nobody else can reach it). Returns within the probe timeout.
     void refresh(const std::vector<uint64_t>& node_ids) { membership_->refresh(node_ids); }
     // Milliseconds the last answered direct probe of a member took; nullopt before one.
     std::optional<double> round_trip_ms(uint64_t node_id) const {
