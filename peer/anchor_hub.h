@@ -17,13 +17,10 @@
 #include <optional>
 
 #include "common/mutex.h"
+#include "peer/anchors.h"
 #include "starling/v1/peer.grpc.pb.h"
 
 namespace starling {
-
-// Each stream holds one of the peer server's threads for its life: the cap leaves most of them
-// to other calls (PeerConfig::max_server_threads is 32 by default).
-inline constexpr size_t kAnchorStreamsMax = 8;
 
 using AnchorServerStream = grpc::ServerReaderWriter<v1::AnchorDown, v1::AnchorUp>;
 

@@ -86,8 +86,8 @@ void AnchorLinks::maintain(bool is_private) {
     if (!all_alive) {
         std::set<uint64_t> refused;
         for (const auto& [id, until] : refused_until_) refused.insert(id);
-        const std::vector<uint64_t> wanted =
-            choose_anchors(table_.reachable_others(), current, round_trip_ms_, refused);
+        const std::vector<uint64_t> wanted = choose_anchors(
+            table_.self().node_id, table_.reachable_others(), current, round_trip_ms_, refused);
         for (const uint64_t id : current)
             if (std::find(wanted.begin(), wanted.end(), id) == wanted.end()) drop(id);
         for (const uint64_t id : wanted) {

@@ -4,10 +4,12 @@
 #include <limits>
 #include <tuple>
 
+#include "common/random.h"
+
 namespace starling {
 
 std::vector<uint64_t> choose_anchors(
-    const std::vector<Member>& members, const std::vector<uint64_t>& current,
+    uint64_t self, const std::vector<Member>& members, const std::vector<uint64_t>& current,
     const std::function<std::optional<double>(uint64_t)>& round_trip_ms,
     const std::set<uint64_t>& refused, size_t want) {
     const auto usable = [&](const Member& m) {
@@ -19,16 +21,18 @@ std::vector<uint64_t> choose_anchors(
                                      [&](const Member& m) { return m.node_id == id; });
         if (chosen.size() < want && it != members.end() && usable(*it)) chosen.push_back(id);
     }
-    std::vector<std::tuple<bool, double, uint64_t>> ranked;  // not public, round trip, id
+    // Not public, round trip, the tie-break, id.
+    std::vector<std::tuple<bool, double, uint64_t, uint64_t>> ranked;
     for (const Member& m : members) {
         if (!usable(m) || std::find(chosen.begin(), chosen.end(), m.node_id) != chosen.end())
             continue;
         const double rtt =
             round_trip_ms(m.node_id).value_or(std::numeric_limits<double>::infinity());
-        ranked.emplace_back(m.reachability != Reachability::Public, rtt, m.node_id);
+        ranked.emplace_back(m.reachability != Reachability::Public, rtt,
+                            hash_index(self, m.node_id), m.node_id);
     }
     std::sort(ranked.begin(), ranked.end());
-    for (const auto& [not_public, rtt, id] : ranked) {
+    for (const auto& [not_public, rtt, tie, id] : ranked) {
         if (chosen.size() >= want) break;
         chosen.push_back(id);
     }

@@ -19,14 +19,19 @@ namespace starling {
 
 // Two: one anchor's departure leaves the member reachable while it finds another.
 inline constexpr size_t kAnchorsWanted = 2;
+// The streams one anchor holds at most (AnchorHub): each takes one of the peer server's threads
+// (PeerConfig::max_server_threads is 32 by default), and the cap spreads private members over the
+// public ones rather than all onto the first they met.
+inline constexpr size_t kAnchorStreamsMax = 8;
 
 // The anchors to hold, at most `want`: the current ones still alive and callable (a stream is not
 // dropped for a shift in latency), then members that said they are public, then those that said
 // nothing yet, each group by the round trip this node measured to them (`round_trip_ms`; never
-// measured last), then by id. `members` are the other members; `refused` are left out (an anchor
-// that turned this node away lately, as it held all the streams it takes).
+// measured last), then by a hash of `self` and their id, so private members that measured nothing
+// yet spread over the public ones. `members` are the other members; `refused` are left out (an
+// anchor that turned this node away lately, as it held all the streams it takes).
 std::vector<uint64_t> choose_anchors(
-    const std::vector<Member>& members, const std::vector<uint64_t>& current,
+    uint64_t self, const std::vector<Member>& members, const std::vector<uint64_t>& current,
     const std::function<std::optional<double>(uint64_t)>& round_trip_ms,
     const std::set<uint64_t>& refused, size_t want = kAnchorsWanted);
 

@@ -233,9 +233,23 @@ void Simulation::hold_anchors(uint32_t n) {
                                return core.table().state_of(id) == MemberState::Alive;
                            });
     if (all_alive) return;
-    core.table().set_anchors(choose_anchors(core.table().reachable_others(), current,
-                                            [&](uint64_t id) { return core.round_trip_ms(id); },
-                                            {}));
+    std::set<uint64_t> full;
+    for (const auto& [anchor, held] : anchored_)
+        if (held >= kAnchorStreamsMax &&
+            std::find(current.begin(), current.end(), anchor) == current.end())
+            full.insert(anchor);
+    release_anchors(n);
+    const std::vector<uint64_t> chosen = choose_anchors(
+        nodes_[n].id, core.table().reachable_others(), current,
+        [&](uint64_t id) { return core.round_trip_ms(id); }, full);
+    for (const uint64_t anchor : chosen) ++anchored_[anchor];
+    core.table().set_anchors(chosen);
+}
+
+void Simulation::release_anchors(uint32_t n) {
+    for (const uint64_t anchor : nodes_[n].core->table().self().anchors)
+        if (auto it = anchored_.find(anchor); it != anchored_.end() && --it->second == 0)
+            anchored_.erase(it);
 }
 
 void Simulation::next_seed(uint32_t n, Time now) {
@@ -476,6 +490,7 @@ void Simulation::churn(ChurnKind kind, Time now) {
         if (kind == ChurnKind::Leave) {
             node.core->table().leave();
             node.status = Status::Left;
+            release_anchors(*chosen);
             for (const Member& m : node.core->table().reachable_others())
                 send({Kind::Leave,
                       *chosen,
@@ -487,6 +502,7 @@ void Simulation::churn(ChurnKind kind, Time now) {
                      now);
         } else if (kind == ChurnKind::Crash) {
             node.status = Status::Crashed;
+            release_anchors(*chosen);
             crashes_.push_back({*chosen, now});
         } else {
             node.status = Status::Frozen;

@@ -233,6 +233,7 @@ public:
 
 private:
     uint32_t add_node(Time now);
+    std::map<uint64_t, size_t> anchored_;  // per anchor, the private nodes holding a stream to it
     void schedule(Event event);
     void schedule_at(Time at, EventType type, uint32_t node, uint64_t call = 0);
     void schedule_churn(ChurnKind kind, Time now);
@@ -251,8 +252,11 @@ private:
     void start_probe(uint32_t n, Time now);
     // Indirect probes of the period's target, the direct ping still open or never sent.
     void start_indirect(uint32_t n, Time now);
-    // A private node's anchors (peer/anchors.h), chosen again when one of them is no longer alive.
+    // A private node's anchors (peer/anchors.h), chosen again when one of them is no longer alive;
+    // a node that holds kAnchorStreamsMax streams turns more away, as AnchorHub does.
     void hold_anchors(uint32_t n);
+    // A private node that went lets go of its anchors' streams.
+    void release_anchors(uint32_t n);
     void start_gossip(uint32_t n, Time now);
     void finish_period(uint32_t n, Time now);
     void conclude_indirect(uint32_t n, Time now);

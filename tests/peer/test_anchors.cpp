@@ -72,22 +72,32 @@ TEST_CASE("anchors: public members by round trip, then the undecided, never priv
                                       member(6, Reachability::Public)};
     const auto rtt = round_trips({{1, 40.0}, {2, 12.0}, {3, 1.0}, {4, 0.5}, {5, 0.5}});
     // 6 was never measured: after 1 and 2, before the undecided 3.
-    CHECK(choose_anchors(members, {}, rtt, {}) == std::vector<uint64_t>{2, 1});
-    CHECK(choose_anchors(members, {}, rtt, {}, 4) == std::vector<uint64_t>{2, 1, 6, 3});
-    CHECK(choose_anchors(members, {}, rtt, {2}) == std::vector<uint64_t>{1, 6});
-    // Among the unmeasured, the lower id.
-    CHECK(choose_anchors(members, {}, round_trips({}), {}) == std::vector<uint64_t>{1, 2});
+    CHECK(choose_anchors(100, members, {}, rtt, {}) == std::vector<uint64_t>{2, 1});
+    CHECK(choose_anchors(100, members, {}, rtt, {}, 4) == std::vector<uint64_t>{2, 1, 6, 3});
+    CHECK(choose_anchors(100, members, {}, rtt, {2}) == std::vector<uint64_t>{1, 6});
+    // Among the unmeasured, an order of its own per node, so that private nodes spread over the
+    // public ones: each of them is somebody's first anchor, and every choice is two of them.
+    std::map<uint64_t, int> first;
+    for (uint64_t self = 1000; self < 1100; self++) {
+        const auto chosen = choose_anchors(self, members, {}, round_trips({}), {});
+        REQUIRE(chosen.size() == 2);
+        REQUIRE(chosen[0] != chosen[1]);
+        for (const uint64_t id : chosen) REQUIRE((id == 1 || id == 2 || id == 6));
+        ++first[chosen[0]];
+    }
+    CHECK(first.size() == 3);
+    for (const auto& [id, times] : first) CHECK(times >= 15);
 }
 
 TEST_CASE("anchors: a current anchor is kept while alive, whatever a newer round trip says") {
     const std::vector<Member> members{member(1), member(2), member(3),
                                       member(4, Reachability::Public, MemberState::Dead)};
     const auto rtt = round_trips({{1, 90.0}, {2, 5.0}, {3, 6.0}, {4, 1.0}});
-    CHECK(choose_anchors(members, {1, 3}, rtt, {}) == std::vector<uint64_t>{1, 3});
+    CHECK(choose_anchors(100, members, {1, 3}, rtt, {}) == std::vector<uint64_t>{1, 3});
     // 4 died and 9 left the table: their places go to the fastest others.
-    CHECK(choose_anchors(members, {4, 1}, rtt, {}) == std::vector<uint64_t>{1, 2});
-    CHECK(choose_anchors(members, {9, 4}, rtt, {}) == std::vector<uint64_t>{2, 3});
-    CHECK(choose_anchors({}, {1, 2}, rtt, {}).empty());
+    CHECK(choose_anchors(100, members, {4, 1}, rtt, {}) == std::vector<uint64_t>{1, 2});
+    CHECK(choose_anchors(100, members, {9, 4}, rtt, {}) == std::vector<uint64_t>{2, 3});
+    CHECK(choose_anchors(100, {}, {1, 2}, rtt, {}).empty());
 }
 
 TEST_CASE("swim: a private member is pinged only by its anchors and probed through them") {
