@@ -79,11 +79,7 @@ void AnchorLinks::maintain(bool is_private) {
     }
     std::vector<uint64_t> current;
     for (const auto& [id, link] : links_) current.push_back(id);
-    const bool all_alive = current.size() == kAnchorsWanted &&
-                           std::all_of(current.begin(), current.end(), [&](auto id) {
-                               return table_.state_of(id) == MemberState::Alive;
-                           });
-    if (!all_alive) {
+    if (!anchors_hold(table_, current)) {
         std::set<uint64_t> refused;
         for (const auto& [id, until] : refused_until_) refused.insert(id);
         const std::vector<uint64_t> wanted = choose_anchors(

@@ -39,4 +39,10 @@ std::vector<uint64_t> choose_anchors(
     return chosen;
 }
 
+bool anchors_hold(const MemberTable& table, const std::vector<uint64_t>& current) {
+    return current.size() == kAnchorsWanted &&
+           std::all_of(current.begin(), current.end(),
+                       [&](uint64_t id) { return table.state_of(id) == MemberState::Alive; });
+}
+
 }  // namespace starling

@@ -35,4 +35,8 @@ std::vector<uint64_t> choose_anchors(
     const std::function<std::optional<double>(uint64_t)>& round_trip_ms,
     const std::set<uint64_t>& refused, size_t want = kAnchorsWanted);
 
+// Whether `current` is a whole set of anchors that `table` still lists alive: then no choice is
+// made (choose_anchors would keep them all).
+bool anchors_hold(const MemberTable& table, const std::vector<uint64_t>& current);
+
 }  // namespace starling

@@ -228,11 +228,7 @@ void Simulation::tick(uint32_t n, Time now) {
 void Simulation::hold_anchors(uint32_t n) {
     SwimCore& core = *nodes_[n].core;
     const std::vector<uint64_t> current = core.table().self().anchors;
-    const bool all_alive = current.size() == kAnchorsWanted &&
-                           std::all_of(current.begin(), current.end(), [&](uint64_t id) {
-                               return core.table().state_of(id) == MemberState::Alive;
-                           });
-    if (all_alive) return;
+    if (anchors_hold(core.table(), current)) return;
     std::set<uint64_t> full;
     for (const auto& [anchor, held] : anchored_)
         if (held >= kAnchorStreamsMax &&
