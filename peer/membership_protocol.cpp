@@ -36,7 +36,13 @@ void merge_all(SwimCore& swim, const Digests& digests, size_t limit, const char*
             continue;
         }
         const Member& member = std::get<Member>(parsed);
+        const std::optional<MemberState> before = table.state_of(member.node_id);
         const auto result = swim.merge(member, now);
+        // Once here or once through expire(): each node logs each death it learns of, so when
+        // a crash is known to all can be read from the logs (bench/swarm_scale).
+        if (result == MemberTable::Merge::Updated && member.state == MemberState::Dead &&
+            (before == MemberState::Alive || before == MemberState::Suspect))
+            spdlog::info("peer: node {} reported dead", format_node_id(member.node_id));
         if (result == MemberTable::Merge::Added) {
             spdlog::info("peer: member {} at {} ({})", format_node_id(member.node_id),
                          member.address, member_state_name(member.state));
@@ -168,6 +174,7 @@ MembershipProtocol::JoinResult MembershipProtocol::join_through(
     grpc::ClientContext context;
     set_deadline(context, std::min(config_.probe_timeout * 4, left));
     auth_.attach(context, "Join");
+    count_sent(request);
     const auto status = v1::Peer::NewStub(channel)->Join(&context, request, &response);
     if (status.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
         *why = "seed " + seed + " says " + status.error_message();
@@ -214,6 +221,7 @@ std::optional<Member> MembershipProtocol::ping(const std::string& address, uint6
         grpc::ClientContext context;
         set_deadline(context, timeout);
         auth_.attach(context, "Ping");
+        count_sent(request);
         if (!v1::Peer::NewStub(channels_.get(address))->Ping(&context, request, &response).ok())
             return std::nullopt;
     }
@@ -295,6 +303,7 @@ bool MembershipProtocol::probe(const Member& target) {
             // The helper's own ping waits up to its timeout for the target: ours bounds it.
             set_deadline(context, timeout * 2);
             auth_.attach(context, "PingReq");
+            count_sent(request);
             return v1::Peer::NewStub(channels_.get(helper.address))
                        ->PingReq(&context, request, &response)
                        .ok() &&
@@ -315,6 +324,7 @@ void MembershipProtocol::gossip_with(const Member& target) {
     grpc::ClientContext context;
     set_deadline(context, config_.probe_timeout * 2);
     auth_.attach(context, "Gossip");
+    count_sent(request);
     if (v1::Peer::NewStub(channels_.get(target.address))->Gossip(&context, request, &response).ok())
         merge_all(swim_, response.members(), config_.membership.max_members,
                   target.address.c_str());
@@ -397,11 +407,16 @@ void MembershipProtocol::announce_leave() {
             grpc::ClientContext context;
             set_deadline(context, config_.probe_timeout);
             auth_.attach(context, "Leave");
+            count_sent(request);
             v1::Peer::NewStub(channels_.get(address))->Leave(&context, request, &response);
         }));
     }
     for (auto& s : sent) s.get();
     spdlog::info("peer: node {} left the swarm", format_node_id(table().self().node_id));
+}
+
+void MembershipProtocol::count_sent(const google::protobuf::MessageLite& message) {
+    sent_bytes_.fetch_add(message.ByteSizeLong(), std::memory_order_relaxed);
 }
 
 grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequest& request,
@@ -421,6 +436,7 @@ grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequ
                 "node id " + format_node_id(joiner.node_id) + " is already live at " + *holder};
     merge_all(swim_, std::array{request.joiner()}, 1, "a joiner");
     fill_members(table().all(), response);
+    count_sent(*response);
     return grpc::Status::OK;
 }
 
@@ -428,6 +444,7 @@ grpc::Status MembershipProtocol::answer_gossip(const v1::GossipRequest& request,
                                                v1::GossipResponse* response) {
     merge_all(swim_, request.members(), config_.membership.max_members, "gossip");
     fill_members(swim_.gossip_payload(), response);
+    count_sent(*response);
     return grpc::Status::OK;
 }
 
@@ -439,6 +456,7 @@ grpc::Status MembershipProtocol::answer_ping(const v1::PingRequest& request,
         return {grpc::StatusCode::NOT_FOUND,
                 "this address now belongs to node " + format_node_id(self)};
     to_digest(table().self(), response->mutable_self());
+    count_sent(*response);
     return grpc::Status::OK;
 }
 
@@ -448,6 +466,7 @@ grpc::Status MembershipProtocol::answer_ping_req(const v1::PingReqRequest& reque
         return {grpc::StatusCode::INVALID_ARGUMENT, "target_address is not host:port"};
     const auto timeout = swim_.probe_timeout_for(request.target_id(), config_.probe_timeout);
     response->set_reached(ping(request.target_address(), request.target_id(), timeout).has_value());
+    count_sent(*response);
     return grpc::Status::OK;
 }
 

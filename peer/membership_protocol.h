@@ -9,6 +9,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/support/status.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -57,6 +58,10 @@ public:
     std::optional<double> round_trip_ms(uint64_t node_id) const;
     // Members' and seeds' addresses: the connections worth keeping.
     std::set<std::string> addresses_in_use() const;
+    // Payload bytes of the membership calls this node made and the answers it gave (Join, Ping,
+    // PingReq, Gossip, Leave: the protobuf messages, without gRPC's framing), since it started:
+    // what the simulator counts as membership payload.
+    uint64_t sent_bytes() const { return sent_bytes_.load(std::memory_order_relaxed); }
 
     // The server's side of the membership calls, for a caller whose proof was checked.
     grpc::Status answer_join(uint64_t caller, const v1::JoinRequest& request,
@@ -87,6 +92,7 @@ private:
     void save_peer_cache();
     // Forgets the round-trip times of former members.
     void forget_departed();
+    void count_sent(const google::protobuf::MessageLite& message);
 
     const PeerConfig& config_;
     SwarmAuth& auth_;
@@ -101,6 +107,7 @@ private:
     SeedRetries seeds_;
 
     std::vector<std::string> cached_addresses_;  // the protocol thread's
+    std::atomic<uint64_t> sent_bytes_{0};
 };
 
 }  // namespace starling

@@ -127,6 +127,8 @@ public:
     // proposals to them sent down those streams that were answered.
     std::vector<uint64_t> anchors() const { return membership_->table().self().anchors; }
     size_t anchored_members() const { return anchor_hub_.streams(); }
+    // MembershipProtocol::sent_bytes, from start() on.
+    uint64_t membership_sent_bytes() const { return membership_->sent_bytes(); }
     uint64_t anchor_pings() const { return anchor_hub_.pings_answered(); }
     uint64_t relayed_proposals() const { return anchor_hub_.proposals_relayed(); }
 

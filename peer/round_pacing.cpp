@@ -44,6 +44,10 @@ bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t ma
     });
 }
 
+double slower_refresh_seconds(double phase_seconds) {
+    return std::clamp(phase_seconds / 100.0, 0.01, 0.25);
+}
+
 std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
                                       uint64_t max_round_gap) {
     std::vector<uint64_t> slower;

@@ -127,6 +127,13 @@ size_t Simulation::message_bytes(const Message& message) {
     }
 }
 
+void Simulation::count_refresh(const Node& member, Time now) {
+    if (now < warmup_) return;
+    const size_t digest = digest_bytes(member.core->table().self());
+    payload_bytes_ += static_cast<double>(9 + 1 + varint_bytes(digest) + digest);
+    ++calls_;
+}
+
 bool Simulation::reaches(const Message& message) const {
     const Node& to = nodes_[message.to];
     if (!to.unreachable || !is_call(message.kind)) return true;  // answers ride the caller's call

@@ -94,14 +94,20 @@ void Simulation::pace_check(uint32_t n, Time now) {
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
-    // NodeRunner asks the slower members directly (refresh): their rounds as they say them now.
-    // Only those slower when the wait began are looked at again (rounds only go up, so no other
-    // member becomes slower meanwhile, but for a rare one copied or skipped into reach).
+    // NodeRunner asks the slower members directly (refresh): their rounds as they say them now,
+    // a Ping and its answer each, counted as membership traffic (not sent as events: the answer
+    // is taken as of now; asked every kPacePoll, where starlingd asks a hundredth of its phase
+    // apart, slower_refresh_seconds). Only those slower when the wait began are looked at again
+    // (rounds only go up, so no other member becomes slower meanwhile, but for a rare one copied or
+    // skipped into reach).
     MemberTable& table = nodes_[n].core->table();
     std::vector<Member> waited;
     for (const uint64_t id : rs.slower) {
         const Node& member = nodes_[index_of_.at(id)];
-        if (member.status == Status::Up) table.note_round(id, member.core->table().self().round);
+        if (member.status == Status::Up) {
+            table.note_round(id, member.core->table().self().round);
+            count_refresh(member, now);
+        }
         if (auto seen = table.find(id); seen && seen->state == MemberState::Alive)
             waited.push_back(std::move(*seen));
     }

@@ -293,6 +293,8 @@ private:
 
     size_t digest_bytes(const Member& member);
     size_t message_bytes(const Message& message);
+    // A pacing refresh of `member`: a Ping and its answer, the member's digest.
+    void count_refresh(const Node& member, Time now);
 
     const SimConfig& config_;
     Network network_;

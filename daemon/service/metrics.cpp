@@ -107,6 +107,10 @@ NodeMetrics::NodeMetrics(const std::string& listen)
         r, "starling_control_connections_closed_total",
         "Connections the Control port's gate closed: streams reset past its budget, broken HTTP/2, "
         "over its connection cap");
+    membership_sent_bytes_ = counter(
+        r, "starling_membership_sent_bytes_total",
+        "Payload bytes of the membership calls made and answers given (Join, Ping, PingReq, Gossip, "
+        "Leave), without gRPC's framing");
     exchange_seconds_ =
         seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ =
@@ -244,6 +248,7 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     quarantined_->Set(static_cast<double>(swarm.quarantined));
     anchors_->Set(static_cast<double>(swarm.self.anchors.size()));
     anchored_members_->Set(static_cast<double>(swarm.anchored_members));
+    follow(*membership_sent_bytes_, swarm.membership_sent_bytes);
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }

@@ -1,6 +1,12 @@
 #include "daemon/service/node_runner.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -102,6 +108,19 @@ void NodeRunner::set_phase(v1::NodePhase phase) {
     // A drain is what the node is doing from the moment it is asked for.
     const v1::NodePhase now = drain_.load() ? v1::NODE_PHASE_DRAINING : phase;
     state_->set_phase(now);
+}
+
+void NodeRunner::lower_this_thread_priority(int by) {
+    if (by == 0) return;
+    // On Linux a nice value is a thread's own; threads started from here inherit it.
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int now = ::getpriority(PRIO_PROCESS, tid);
+    if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, std::min(now + by, 19)) != 0)
+        spdlog::warn("[node].training_nice {}: cannot lower the round loop's priority: {}", by,
+                     std::strerror(errno));
+    else
+        spdlog::info("the round loop runs at nice {}", std::min(now + by, 19));
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
@@ -222,10 +241,13 @@ void NodeRunner::wait_for_slower() {
         training - 1, bound);
     // Asked directly: gossip would carry their new rounds an interval or more late, and every
     // round would lose that much training time.
+    const double every = slower_refresh_seconds(node_->phase_seconds());
     while (!slower.empty() && Clock::now() < deadline) {
+        const auto asked = Clock::now();
         node_->refresh(slower);
         slower = slower_now();
-        if (!slower.empty() && !sleep_unless_draining(0.01)) return;
+        const double left = every - std::chrono::duration<double>(Clock::now() - asked).count();
+        if (!slower.empty() && !sleep_unless_draining(std::max(left, 0.0))) return;
     }
 }
 
@@ -282,6 +304,7 @@ void NodeRunner::after_round(const SwarmRound& round) {
 }
 
 void NodeRunner::run() {
+    lower_this_thread_priority(config_.training_nice);
     join_at_start();
     // Where start-up ends: what follows is training, exchanges and waits (bench/swarm_wan's
     // utilization counts from this line).

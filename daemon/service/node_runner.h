@@ -61,6 +61,9 @@ public:
     // Settings SIGHUP may change: checkpoint cadence, log level, new seeds, and the TLS files (read
     // again and put in use once checked; throws starling::Error naming the problem otherwise).
     void reload(const NodeConfig& config);
+    // [node].training_nice: the calling thread, and those it starts, `by` nicer (at most 19);
+    // a warning when the system refuses.
+    static void lower_this_thread_priority(int by);
     void add_seeds(const std::vector<std::string>& seeds) { node_->add_seeds(seeds); }
 
     NodeState& state() { return *state_; }

@@ -83,6 +83,12 @@ void visit_node_config(V& v, NodeConfig& c) {
     v("data_dir", c.data_dir, "node.key, peers.txt, checkpoints/ and LOCK", non_empty());
     v("log_level", c.log_level, "trace, debug, info, warn, error, critical or off");
     v("log_format", c.log_format, "text, or json: one object per line");
+    v("training_nice", c.training_nice,
+      "> 0: the round loop (inner steps, coding, the held-out check) and the threads it starts run "
+      "this much nicer than the rest of the daemon, so that on a box with more work than cores the "
+      "peer protocol's probes, gossip and answers are scheduled ahead of training and members do "
+      "not suspect this node; 0: as the daemon runs",
+      in_range(0, 19));
     v.section("swarm");
     visit_round_keys(v, c.swarm);
     v("overlap", c.swarm.overlap,

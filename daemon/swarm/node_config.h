@@ -30,6 +30,7 @@ struct NodeConfig {
     std::string log_level = "info";
     std::string log_format =
         "text";                 // or "json": one object per line (daemon/service/log_format.h)
+    int training_nice = 0;      // the round loop's thread this much nicer than the daemon
     int checkpoint_every = 10;  // rounds; 0: only when draining
     int keep_checkpoints = 3;
     double join_timeout_s =

@@ -239,6 +239,7 @@ SwarmView SwarmNode::view() const {
     view.failures = peer_->failures();
     view.reachability = peer_->reachability();
     view.anchored_members = peer_->anchored_members();
+    view.membership_sent_bytes = peer_->membership_sent_bytes();
     return view;
 }
 

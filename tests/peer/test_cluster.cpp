@@ -13,6 +13,7 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "peer/local_cluster.h"
+#include "peer/wire.h"
 #include "tests/peer/cluster_util.h"
 #include "tests/support/files.h"
 
@@ -51,6 +52,29 @@ TEST_CASE(
     CHECK(seen().round == 7);
     CHECK(seen().step_seconds == 0.25);
     CHECK(asking.pairable_step_seconds() == std::vector<double>{0.25});
+}
+
+TEST_CASE("membership_sent_bytes counts the payload of a call made and of the answer given") {
+    PeerConfig slow_gossip = local_cluster_config();
+    slow_gossip.gossip_interval = 60s;  // few calls besides the join and the one below
+    LocalCluster cluster(2, slow_gossip);
+    PeerNode& asking = cluster.node(0);
+    PeerNode& member = cluster.node(1);
+    wait_for("each knows the other from the join", 20000ms, [&] {
+        return asking.pairable_ids().size() == 2 && member.pairable_ids().size() == 2;
+    });
+    REQUIRE(asking.membership_sent_bytes() > 0);  // the join's request or answer
+    const uint64_t asked_before = asking.membership_sent_bytes();
+    const uint64_t answered_before = member.membership_sent_bytes();
+    asking.refresh({member.node_id()});  // one Ping, one answer carrying the member's digest
+    v1::PingRequest ping;
+    ping.set_target_id(member.node_id());
+    v1::PingResponse answer;
+    for (const Member& m : member.members())
+        if (m.node_id == member.node_id()) to_digest(m, answer.mutable_self());
+    // At least these: the protocol thread's first period may fall in between too.
+    CHECK(asking.membership_sent_bytes() - asked_before >= ping.ByteSizeLong());
+    CHECK(member.membership_sent_bytes() - answered_before >= answer.ByteSizeLong());
 }
 
 TEST_CASE("a killed node is declared dead within its timeout and never paired afterwards") {

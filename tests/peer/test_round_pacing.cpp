@@ -94,3 +94,11 @@ TEST_CASE("pacing: ahead of every member by more than the gap; members still to 
     CHECK(slower_in_reach(at_rounds({8, 9, 7, 10}), 10, 2) == std::vector<uint64_t>{100, 102});
     CHECK(slower_in_reach(at_rounds({8}), 1, 1).empty());
 }
+
+TEST_CASE("pacing: a waiting node asks the slower members a hundredth of its phase apart",
+          "[pacing]") {
+    CHECK(slower_refresh_seconds(5.0) == Approx(0.05));
+    CHECK(slower_refresh_seconds(0.5) == 0.01);    // short phases: every 10 ms at most
+    CHECK(slower_refresh_seconds(0.0) == 0.01);    // before the first phase is timed
+    CHECK(slower_refresh_seconds(100.0) == 0.25);  // long phases: at least 4 times a second
+}
