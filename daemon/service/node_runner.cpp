@@ -115,12 +115,12 @@ void NodeRunner::lower_this_thread_priority(int by) {
     // On Linux a nice value is a thread's own; threads started from here inherit it.
     const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
     errno = 0;
-    const int now = ::getpriority(PRIO_PROCESS, tid);
-    if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, std::min(now + by, 19)) != 0)
+    const int lowered = std::min(::getpriority(PRIO_PROCESS, tid) + by, 19);
+    if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, lowered) != 0)
         spdlog::warn("[node].training_nice {}: cannot lower the round loop's priority: {}", by,
                      std::strerror(errno));
     else
-        spdlog::info("the round loop runs at nice {}", std::min(now + by, 19));
+        spdlog::info("the round loop runs at nice {}", lowered);
 }
 
 bool NodeRunner::sleep_unless_draining(double seconds) {
