@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/errno_text.h"
 #include "common/error.h"
 #include "daemon/swarm/swarm_checkpoint.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -118,7 +118,7 @@ void NodeRunner::lower_this_thread_priority(int by) {
     const int lowered = std::min(::getpriority(PRIO_PROCESS, tid) + by, 19);
     if (errno != 0 || ::setpriority(PRIO_PROCESS, tid, lowered) != 0)
         spdlog::warn("[node].training_nice {}: cannot lower the round loop's priority: {}", by,
-                     std::strerror(errno));
+                     errno_text(errno));
     else
         spdlog::info("the round loop runs at nice {}", lowered);
 }

@@ -188,7 +188,8 @@ size_t check_logged_held_out_scores(const std::string& logs) {
         if (!std::regex_search(line, m, refusal)) continue;
         INFO(line);
         CHECK(std::stod(m[1]) == Approx(std::stod(m[2]) / std::stod(m[3])).margin(1e-3));
-        CHECK(std::stod(m[1]) > starling::kMaxHeldOutLossRatio);
+        // The log prints three decimals: a ratio just above the bound reads as the bound itself.
+        CHECK(std::stod(m[1]) >= starling::kMaxHeldOutLossRatio - 0.5e-3);
         count++;
     }
     return count;
