@@ -48,6 +48,21 @@ double slower_refresh_seconds(double phase_seconds) {
     return std::clamp(phase_seconds / 100.0, 0.01, 0.25);
 }
 
+std::vector<uint64_t> RefreshRotation::next(const std::vector<uint64_t>& slower) {
+    refreshes_++;
+    // Refresh numbers start at 1, so 0 stands for never asked.
+    auto asked = [&](uint64_t id) {
+        const auto it = last_asked_.find(id);
+        return it == last_asked_.end() ? uint64_t{0} : it->second;
+    };
+    std::vector<uint64_t> batch = slower;
+    std::stable_sort(batch.begin(), batch.end(),
+                     [&](uint64_t a, uint64_t b) { return asked(a) < asked(b); });
+    batch.resize(std::min(batch.size(), kRefreshFanout));
+    for (const uint64_t id : batch) last_asked_[id] = refreshes_;
+    return batch;
+}
+
 std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
                                       uint64_t max_round_gap) {
     std::vector<uint64_t> slower;

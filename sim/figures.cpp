@@ -25,7 +25,7 @@ std::string format_round_figures(const Figures& f) {
         "pacing: skips to the median round %llu, state copies %llu, waits while ahead "
         "%llu, waits for a slower member %llu\n"
         "%-34s %6zu  median %7.2f s  p90 %7.2f s  max %7.2f s\n"
-        "%-34s %6zu  median %7.0f    p90 %7.0f    max %7.0f   (%zu joiners unpaired)\n"
+        "%-34s %6zu  median %7.0f    p90 %7.0f    max %7.0f   (%zu joiners unpaired, after at most %d choices)\n"
         "phi's spread (standard deviation over the nodes) after r rounds:",
         static_cast<unsigned long long>(f.rounds_median),
         static_cast<unsigned long long>(f.choices), share,
@@ -35,7 +35,8 @@ std::string format_round_figures(const Figures& f) {
         static_cast<unsigned long long>(f.slower_waits), "round length", f.round_seconds.count,
         f.round_seconds.median, f.round_seconds.p90, f.round_seconds.max,
         "joiner's rounds to its first pair", f.first_pair_rounds.count, f.first_pair_rounds.median,
-        f.first_pair_rounds.p90, f.first_pair_rounds.max, f.joiners_unpaired);
+        f.first_pair_rounds.p90, f.first_pair_rounds.max, f.joiners_unpaired,
+        f.unpaired_joiner_choices_max);
     std::string out = line("choosing a partner", f.choice_seconds) +
                       line("waiting before a phase", f.wait_seconds);
     if (f.private_choices) {

@@ -15,7 +15,8 @@ namespace {
 
 Time from_s(double s) { return duration_cast<Time>(Seconds(s)); }
 
-// How often a waiting node looks again (NodeRunner polls every 10-50 ms).
+// How often a node ahead of every member looks again (NodeRunner::pace polls every 50 ms); one
+// waiting for slower members asks them as often as NodeRunner::wait_for_slower does.
 constexpr Time kPacePoll = std::chrono::milliseconds(50);
 
 }  // namespace
@@ -80,9 +81,10 @@ void Simulation::wait_or_train(uint32_t n, Time now) {
     if (rs.stage != Stage::Waiting) rs.wait_start = now;
     rs.stage = Stage::Waiting;
     rs.wait = Wait::Slower;
+    rs.refresh = RefreshRotation{};
     rs.wait_until =
         now + from_s(std::min(config_.rounds.pace_timeout_s, kSlowerWaitPhases * rs.phase_s));
-    schedule_round(n, now + kPacePoll, EventType::PaceCheck);
+    schedule_round(n, now, EventType::PaceCheck);
 }
 
 void Simulation::pace_check(uint32_t n, Time now) {
@@ -94,26 +96,27 @@ void Simulation::pace_check(uint32_t n, Time now) {
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
-    // NodeRunner asks the slower members directly (refresh): their rounds as they say them now,
-    // a Ping and its answer each, counted as membership traffic (not sent as events: the answer
-    // is taken as of now; asked every kPacePoll, where starlingd asks a hundredth of its phase
-    // apart, slower_refresh_seconds). Only those slower when the wait began are looked at again
-    // (rounds only go up, so no other member becomes slower meanwhile, but for a rare one copied or
-    // skipped into reach).
+    // NodeRunner asks some of the slower members directly (refresh, RefreshRotation), at once and
+    // then every slower_refresh_seconds: their rounds as they say them now, a Ping and its answer
+    // each, counted as membership traffic (not sent as events: the answer is taken as of now). The
+    // others' rounds are as gossip brought them. Only those slower when the wait began are looked
+    // at again (rounds only go up, so no other member becomes slower meanwhile, but for a rare one
+    // copied or skipped into reach).
     MemberTable& table = nodes_[n].core->table();
+    for (const uint64_t id : rs.refresh.next(rs.slower)) {
+        const Node& member = nodes_[index_of_.at(id)];
+        if (member.status != Status::Up) continue;
+        table.note_round(id, member.core->table().self().round);
+        count_refresh(member, now);
+    }
     std::vector<Member> waited;
     for (const uint64_t id : rs.slower) {
-        const Node& member = nodes_[index_of_.at(id)];
-        if (member.status == Status::Up) {
-            table.note_round(id, member.core->table().self().round);
-            count_refresh(member, now);
-        }
         if (auto seen = table.find(id); seen && seen->state == MemberState::Alive)
             waited.push_back(std::move(*seen));
     }
     rs.slower = slower_in_reach(waited, rs.round, gap);
     if (rs.slower.empty() || now >= rs.wait_until) return start_phase(n, now);
-    schedule_round(n, now + kPacePoll, EventType::PaceCheck);
+    schedule_round(n, now + from_s(slower_refresh_seconds(rs.phase_s)), EventType::PaceCheck);
 }
 
 void Simulation::start_phase(uint32_t n, Time now) {
@@ -432,7 +435,11 @@ void Simulation::finish_round_figures() {
     std::vector<uint64_t> rounds;
     for (const Node& node : nodes_) {
         if (node.status != Status::Up) continue;
-        if (node.rounds.choices_since_join >= 0) ++figures_.joiners_unpaired;
+        if (node.rounds.choices_since_join >= 0) {
+            ++figures_.joiners_unpaired;
+            figures_.unpaired_joiner_choices_max =
+                std::max(figures_.unpaired_joiner_choices_max, node.rounds.choices_since_join);
+        }
         if (node.rounds.stage != Stage::Off && node.rounds.stage != Stage::Syncing)
             rounds.push_back(node.rounds.round);
     }

@@ -12,6 +12,7 @@
 
 #include "peer/pairing.h"
 #include "peer/partner_choice.h"
+#include "peer/round_pacing.h"
 #include "peer/seed_retries.h"
 #include "peer/swim.h"
 #include "sim/network.h"
@@ -154,6 +155,7 @@ struct RoundState {
     Wait wait = Wait::Ahead;
     Time wait_until{};
     std::vector<uint64_t> slower;  // the members a Wait::Slower waits for
+    RefreshRotation refresh;       // which of them it asks next
     // What the last state copy cost in rounds (the swarm's median moved on meanwhile), and the
     // median when the copy in progress began.
     std::optional<uint64_t> copy_cost, median_before_copy;

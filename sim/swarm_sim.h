@@ -58,9 +58,11 @@ struct Figures {
     uint64_t private_choices = 0, private_paired_choices = 0;
     uint64_t pair_calls_lost = 0;  // proposals sent to a private node, which never reach it
     // A joiner's choices from its state copy to its first pairing (1: paired in its first round),
-    // and the joiners not paired by the end.
+    // the joiners not paired by the end, and the most choices one of those made (a joiner of the
+    // last round or two is not paired yet without being stuck).
     Spread first_pair_rounds;
     size_t joiners_unpaired = 0;
+    int unpaired_joiner_choices_max = 0;
     uint64_t exchange_timeouts = 0;  // a partner's message not in by the exchange timeout
     // NodeRunner's pacing before a phase: rounds skipped to the swarm's median, state copies
     // (joins included), waits while ahead of every member, waits for a slower member.

@@ -242,9 +242,10 @@ void NodeRunner::wait_for_slower() {
     // Asked directly: gossip would carry their new rounds an interval or more late, and every
     // round would lose that much training time.
     const double every = slower_refresh_seconds(node_->phase_seconds());
+    RefreshRotation rotation;
     while (!slower.empty() && Clock::now() < deadline) {
         const auto asked = Clock::now();
-        node_->refresh(slower);
+        node_->refresh(rotation.next(slower));
         slower = slower_now();
         const double left = every - std::chrono::duration<double>(Clock::now() - asked).count();
         if (!slower.empty() && !sleep_unless_draining(std::max(left, 0.0))) return;

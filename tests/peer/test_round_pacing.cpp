@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <limits>
+#include <numeric>
 
 #include "peer/round_pacing.h"
 
@@ -101,4 +102,26 @@ TEST_CASE("pacing: a waiting node asks the slower members a hundredth of its pha
     CHECK(slower_refresh_seconds(0.5) == 0.01);    // short phases: every 10 ms at most
     CHECK(slower_refresh_seconds(0.0) == 0.01);    // before the first phase is timed
     CHECK(slower_refresh_seconds(100.0) == 0.25);  // long phases: at least 4 times a second
+}
+
+TEST_CASE("pacing: a waiting node asks a few slower members at a time, those asked longest ago first",
+          "[pacing]") {
+    static_assert(kRefreshFanout == 8);
+    RefreshRotation rotation;
+    std::vector<uint64_t> slower(12);
+    std::iota(slower.begin(), slower.end(), 10);  // 10 to 21
+    CHECK(rotation.next(slower) == std::vector<uint64_t>{10, 11, 12, 13, 14, 15, 16, 17});
+    // 18 to 21 were never asked; then 10 to 13, asked in the first refresh.
+    CHECK(rotation.next(slower) == std::vector<uint64_t>{18, 19, 20, 21, 10, 11, 12, 13});
+    // 14 to 17 were asked in the first refresh; 10 to 13 and 18 to 21 in the second, taken in
+    // the order given.
+    CHECK(rotation.next(slower) == std::vector<uint64_t>{14, 15, 16, 17, 10, 11, 12, 13});
+    // 10 and 11 moved on (no longer slower); 18 to 21 were asked in the second refresh, the
+    // others in the third.
+    const std::vector<uint64_t> still(slower.begin() + 2, slower.end());
+    CHECK(rotation.next(still) == std::vector<uint64_t>{18, 19, 20, 21, 12, 13, 14, 15});
+    // Fewer than the fan-out: all of them, every time.
+    CHECK(rotation.next({14, 30}) == std::vector<uint64_t>{30, 14});
+    CHECK(rotation.next({14}) == std::vector<uint64_t>{14});
+    CHECK(rotation.next({}).empty());
 }

@@ -226,8 +226,9 @@ TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
     c.churn.joins_per_hour = 60;
     const Figures f = simulate_swarm(c);
     REQUIRE(f.first_pair_rounds.count >= 10);
-    REQUIRE(f.joiners_unpaired == 0);
     REQUIRE(f.first_pair_rounds.max <= 8);
+    // None stuck: one still unpaired at the end joined in the last few rounds.
+    REQUIRE(f.unpaired_joiner_choices_max <= 8);
     // H = 20 steps of 0.2-0.3 s: phases of about 4.9 s (H times the median step time).
     REQUIRE(f.round_seconds.median < 1.5 * 4.9);
 }
