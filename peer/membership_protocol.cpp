@@ -385,7 +385,10 @@ void MembershipProtocol::save_peer_cache() {
     for (const Member& m : table().reachable_others())
         if (table().compatible(m) && addresses.size() < 64) addresses.push_back(m.address);
     std::sort(addresses.begin(), addresses.end());
-    if (addresses.empty() || addresses == cached_addresses_) return;
+    // A change is written at most every kPeerCacheInterval: the cache is a hint for the next start,
+    // and each write is an fsync on the protocol thread. Written on every change, 64 daemons under
+    // suspicion storms kept the disk's journal busy and their probes late.
+    if (addresses.empty() || addresses == cached_addresses_ || !peer_cache_writes_.due()) return;
     std::string text;
     for (const auto& a : addresses) text += a + "\n";
     try {

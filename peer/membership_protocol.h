@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/throttle.h"
 #include "peer/anchor_hub.h"
 #include "peer/auth.h"
 #include "peer/failure_tally.h"
@@ -62,6 +63,8 @@ public:
     // PingReq, Gossip, Leave: the protobuf messages, without gRPC's framing), since it started:
     // what the simulator counts as membership payload.
     uint64_t sent_bytes() const { return sent_bytes_.load(std::memory_order_relaxed); }
+    // SwimCore::local_health: 0 on a healthy node, up to 8 on one whose own timeouts fire.
+    int local_health() const { return swim_.local_health(); }
 
     // The server's side of the membership calls, for a caller whose proof was checked.
     grpc::Status answer_join(uint64_t caller, const v1::JoinRequest& request,
@@ -106,7 +109,10 @@ private:
     std::map<uint64_t, double> rtt_ms_ ABSL_GUARDED_BY(rtt_mutex_);
     SeedRetries seeds_;
 
-    std::vector<std::string> cached_addresses_;  // the protocol thread's
+    // The protocol thread's: the addresses in peers.txt, and when it may write them again.
+    static constexpr std::chrono::seconds kPeerCacheInterval{30};
+    std::vector<std::string> cached_addresses_;
+    Throttle peer_cache_writes_{kPeerCacheInterval};
     std::atomic<uint64_t> sent_bytes_{0};
 };
 
