@@ -129,6 +129,7 @@ public:
     size_t anchored_members() const { return anchor_hub_.streams(); }
     // MembershipProtocol::sent_bytes, from start() on.
     uint64_t membership_sent_bytes() const { return membership_->sent_bytes(); }
+    int local_health() const { return membership_->local_health(); }
     uint64_t anchor_pings() const { return anchor_hub_.pings_answered(); }
     uint64_t relayed_proposals() const { return anchor_hub_.proposals_relayed(); }
 

@@ -81,6 +81,10 @@ std::vector<Member> SwimCore::sample_callable(size_t k, uint64_t excluded) {
 }
 
 bool SwimCore::probe_failed(uint64_t target, SteadyClock::time_point now) {
+    {
+        MutexLock lock(mutex_);
+        local_health_ = std::min(local_health_ + 1, kMaxLocalHealth);
+    }
     const auto known = table_.find(target);
     if (!known || known->state != MemberState::Alive) return false;
     table_.suspect(target, now);
@@ -94,6 +98,10 @@ MemberTable::Merge SwimCore::merge(const Member& incoming, SteadyClock::time_poi
     if (result == MemberTable::Merge::Added || result == MemberTable::Merge::Updated) {
         MutexLock lock(mutex_);
         spread(incoming.node_id);
+    }
+    if (result == MemberTable::Merge::Refuted) {
+        MutexLock lock(mutex_);
+        local_health_ = std::min(local_health_ + 1, kMaxLocalHealth);
     }
     return result;
 }
@@ -135,6 +143,7 @@ std::vector<Member> SwimCore::gossip_payload() {
 void SwimCore::acked(uint64_t member, SteadyClock::duration round_trip) {
     const double sample = std::chrono::duration<double, std::milli>(round_trip).count();
     MutexLock lock(mutex_);
+    local_health_ = std::max(local_health_ - 1, 0);
     auto [it, first] = round_trips_.try_emplace(member);
     RoundTrip& rtt = it->second;
     if (first) {
@@ -150,10 +159,18 @@ std::chrono::milliseconds SwimCore::probe_timeout_for(uint64_t member,
                                                       std::chrono::milliseconds base) const {
     MutexLock lock(mutex_);
     const auto it = round_trips_.find(member);
-    if (it == round_trips_.end()) return base;
-    const double wanted = it->second.smoothed + 4 * it->second.variation;
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(wanted)));
-    return std::clamp(timeout, base, base * kProbeTimeoutCeiling);
+    auto timeout = base;
+    if (it != round_trips_.end()) {
+        const double wanted = it->second.smoothed + 4 * it->second.variation;
+        timeout = std::clamp(std::chrono::milliseconds(static_cast<int64_t>(std::ceil(wanted))),
+                             base, base * kProbeTimeoutCeiling);
+    }
+    return timeout * (1 + local_health_);
+}
+
+int SwimCore::local_health() const {
+    MutexLock lock(mutex_);
+    return local_health_;
 }
 
 std::optional<double> SwimCore::round_trip_ms(uint64_t member) const {

@@ -75,9 +75,19 @@ public:
     // time it takes rather than a suspicion at every probe (4.3-6.7 per node-day at 1% loss with
     // 5% of members 300 ms slow, simulated); a member that stops answering is still suspected
     // within the ceiling.
+    // That timeout is then multiplied by 1 + this node's local health (below).
     static constexpr int kProbeTimeoutCeiling = 4;
     std::chrono::milliseconds probe_timeout_for(uint64_t member,
                                                 std::chrono::milliseconds base) const;
+    // Lifeguard's local health multiplier (Dadgar et al., DSN 2018): a node whose probes fail and
+    // whom others suspect is more likely slow itself (a busy box, a starved process) than among
+    // dead members, and its own timeouts are what fire falsely. Each probe that failed and each
+    // suspicion of this node that it refuted count it up, to at most kMaxLocalHealth; each
+    // answered probe counts it down, to 0 on a healthy node. A starved node's suspicions thereby
+    // wait up to nine times as long, where every late answer would otherwise suspect a live member
+    // and the indirect probes and refutations that follow load the box further.
+    static constexpr int kMaxLocalHealth = 8;
+    int local_health() const;
     // The smoothed round trip of this node's answered probes of `member`; nullopt before one.
     std::optional<double> round_trip_ms(uint64_t member) const;
 
@@ -100,6 +110,7 @@ private:
         double smoothed = 0, variation = 0;
     };
     absl::flat_hash_map<uint64_t, RoundTrip> round_trips_ ABSL_GUARDED_BY(mutex_);
+    int local_health_ ABSL_GUARDED_BY(mutex_) = 0;
     // The protocol thread's alone (tick).
     std::vector<uint64_t> probe_order_;
     size_t probe_next_ = 0;

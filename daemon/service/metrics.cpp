@@ -139,6 +139,13 @@ NodeMetrics::NodeMetrics(const std::string& listen)
                         "it (0 for a public node)")
                     .Register(r)
                     .Add({});
+    local_health_ = &prometheus::BuildGauge()
+                         .Name("starling_local_health")
+                         .Help("Lifeguard's local health: 0 healthy, up to 8 while this node's own "
+                               "probes fail and others suspect it; its probe timeouts are 1 + this "
+                               "times as long")
+                         .Register(r)
+                         .Add({});
     anchored_members_ = &prometheus::BuildGauge()
                              .Name("starling_anchored_members")
                              .Help("Private members that hold a stream to this node, their anchor")
@@ -248,6 +255,7 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     quarantined_->Set(static_cast<double>(swarm.quarantined));
     anchors_->Set(static_cast<double>(swarm.self.anchors.size()));
     anchored_members_->Set(static_cast<double>(swarm.anchored_members));
+    local_health_->Set(static_cast<double>(swarm.local_health));
     follow(*membership_sent_bytes_, swarm.membership_sent_bytes);
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);

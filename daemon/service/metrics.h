@@ -63,7 +63,7 @@ private:
         *train_seconds_, *control_connections_closed_, *membership_sent_bytes_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_, *anchors_,
-        *anchored_members_;
+        *anchored_members_, *local_health_;
     std::map<Reachability, prometheus::Gauge*> reachability_;
     prometheus::Family<prometheus::Gauge>* build_info_;
     std::map<v1::NodePhase, prometheus::Gauge*> phases_;

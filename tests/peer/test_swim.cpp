@@ -93,10 +93,44 @@ TEST_CASE("swim: a member's probe timeout follows the round trips of its acks, R
     // Never past the ceiling, however slow.
     core->acked(3, 5s);
     REQUIRE(core->probe_timeout_for(3, base) == SwimCore::kProbeTimeoutCeiling * base);
-    // A member declared dead starts over: its restart may come over another path.
+    // A member declared dead starts over: its restart may come over another path. (The failed
+    // probe counts against this node's local health: base x 2.)
     REQUIRE(core->probe_failed(2, t0));
     REQUIRE(core->tick(t0 + 1000ms).declared_dead == std::vector<uint64_t>{2});
-    REQUIRE(core->probe_timeout_for(2, base) == base);
+    REQUIRE(!core->round_trip_ms(2));
+    REQUIRE(core->probe_timeout_for(2, base) == 2 * base);
+}
+
+TEST_CASE("swim: failed probes and refuted suspicions stretch a node's own probe timeouts, "
+          "answered probes bring them back (Lifeguard's local health)") {
+    auto core = core_with(12);
+    const auto base = 500ms;
+    core->acked(1, 600ms);  // 1800 ms, as in the test above
+    REQUIRE(core->local_health() == 0);
+    // Three members miss their probes: each timeout is (1 + 3) times what it was.
+    for (uint64_t id = 2; id <= 4; id++) REQUIRE(core->probe_failed(id, t0));
+    REQUIRE(core->local_health() == 3);
+    REQUIRE(core->probe_timeout_for(5, base) == 4 * base);
+    REQUIRE(core->probe_timeout_for(1, base) == 4 * 1800ms);
+    // Another node suspects this one, which refutes it: once more.
+    const Member rumour = member(100, 5, MemberState::Suspect);
+    REQUIRE(core->merge(rumour, t0) == MemberTable::Merge::Refuted);
+    REQUIRE(core->local_health() == 4);
+    // A probe that fails again, of a member already suspect, counts too: it is this node's
+    // deadline that passed.
+    REQUIRE_FALSE(core->probe_failed(2, t0));
+    REQUIRE(core->local_health() == 5);
+    // Never past the cap...
+    for (uint64_t id = 5; id <= 12; id++) core->probe_failed(id, t0);
+    REQUIRE(core->local_health() == SwimCore::kMaxLocalHealth);
+    REQUIRE(core->probe_timeout_for(1, base) == (1 + SwimCore::kMaxLocalHealth) * 1800ms);
+    // ...and each answered probe counts one back, down to nothing.
+    for (int i = 0; i < SwimCore::kMaxLocalHealth - 1; i++) core->acked(1, 600ms);
+    REQUIRE(core->local_health() == 1);
+    core->acked(1, 600ms);
+    core->acked(1, 600ms);
+    REQUIRE(core->local_health() == 0);
+    REQUIRE(core->probe_timeout_for(99, base) == base);
 }
 
 TEST_CASE("swim: indirect helpers are k other reachable members, never the target") {

@@ -124,6 +124,7 @@ TEST_CASE("sim: after a partition longer than the suspicion timeout the swarm is
     REQUIRE(f.alive_view_share == 1.0);
     REQUIRE(f.partition_healed_s >= 0);
     c.seeds = 0;  // without seeds nothing brings the two sides together again
+    c.network.partition_s = 80;
     REQUIRE(simulate_swarm(c).alive_view_share < 0.75);
 }
 
