@@ -69,11 +69,11 @@ double slower_refresh_seconds(double phase_seconds);
 // kept both as they were.
 inline constexpr size_t kRefreshFanout = 8;
 class RefreshRotation {
-  public:
+public:
     // The members to ask this time, out of those still `slower`, counted as asked now.
     std::vector<uint64_t> next(const std::vector<uint64_t>& slower);
 
-  private:
+private:
     uint64_t refreshes_ = 0;
     std::unordered_map<uint64_t, uint64_t> last_asked_;  // node id -> refresh it was asked in
 };

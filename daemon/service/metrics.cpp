@@ -141,9 +141,10 @@ NodeMetrics::NodeMetrics(const std::string& listen)
                     .Add({});
     local_health_ = &prometheus::BuildGauge()
                          .Name("starling_local_health")
-                         .Help("Lifeguard's local health: 0 healthy, up to 8 while this node's own "
-                               "probes fail and others suspect it; its probe timeouts are 1 + this "
-                               "times as long")
+                         .Help(
+                             "Lifeguard's local health: 0 healthy, up to 8 while this node's own "
+                             "probes fail and others suspect it; its probe timeouts are 1 + this "
+                             "times as long")
                          .Register(r)
                          .Add({});
     anchored_members_ = &prometheus::BuildGauge()

@@ -104,8 +104,9 @@ TEST_CASE("pacing: a waiting node asks the slower members a hundredth of its pha
     CHECK(slower_refresh_seconds(100.0) == 0.25);  // long phases: at least 4 times a second
 }
 
-TEST_CASE("pacing: a waiting node asks a few slower members at a time, those asked longest ago first",
-          "[pacing]") {
+TEST_CASE(
+    "pacing: a waiting node asks a few slower members at a time, those asked longest ago first",
+    "[pacing]") {
     static_assert(kRefreshFanout == 8);
     RefreshRotation rotation;
     std::vector<uint64_t> slower(12);

@@ -101,8 +101,9 @@ TEST_CASE("swim: a member's probe timeout follows the round trips of its acks, R
     REQUIRE(core->probe_timeout_for(2, base) == 2 * base);
 }
 
-TEST_CASE("swim: failed probes and refuted suspicions stretch a node's own probe timeouts, "
-          "answered probes bring them back (Lifeguard's local health)") {
+TEST_CASE(
+    "swim: failed probes and refuted suspicions stretch a node's own probe timeouts, "
+    "answered probes bring them back (Lifeguard's local health)") {
     auto core = core_with(12);
     const auto base = 500ms;
     core->acked(1, 600ms);  // 1800 ms, as in the test above
