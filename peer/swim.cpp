@@ -81,10 +81,7 @@ std::vector<Member> SwimCore::sample_callable(size_t k, uint64_t excluded) {
 }
 
 bool SwimCore::probe_failed(uint64_t target, SteadyClock::time_point now) {
-    {
-        MutexLock lock(mutex_);
-        local_health_ = std::min(local_health_ + 1, kMaxLocalHealth);
-    }
+    count_against_local_health();
     const auto known = table_.find(target);
     if (!known || known->state != MemberState::Alive) return false;
     table_.suspect(target, now);
@@ -99,11 +96,13 @@ MemberTable::Merge SwimCore::merge(const Member& incoming, SteadyClock::time_poi
         MutexLock lock(mutex_);
         spread(incoming.node_id);
     }
-    if (result == MemberTable::Merge::Refuted) {
-        MutexLock lock(mutex_);
-        local_health_ = std::min(local_health_ + 1, kMaxLocalHealth);
-    }
+    if (result == MemberTable::Merge::Refuted) count_against_local_health();
     return result;
+}
+
+void SwimCore::count_against_local_health() {
+    MutexLock lock(mutex_);
+    local_health_ = std::min(local_health_ + 1, kMaxLocalHealth);
 }
 
 void SwimCore::spread(uint64_t node_id) {

@@ -93,6 +93,8 @@ public:
 
 private:
     void spread(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    // One more sign that this node itself is slow: local_health up by one, to the cap.
+    void count_against_local_health();
     // Up to k reachable members other than `excluded` that a call can reach, at random. Draws as
     // sample_reachable does, then again for the places private members took: a swarm with none
     // draws exactly what it always did.
