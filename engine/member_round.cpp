@@ -190,9 +190,10 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     // One partner's messages stream from the encoders as they go out; several partners get the
     // same messages, encoded once (error feedback updates the residual once).
     std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
-    // The held-out check scores this node's weights as its partners will see them (phi + its D
-    // decoded), as it scores theirs: a sparse D leaves most of the round's training out of both.
-    const bool keep_sent = split && config_.judge_messages && replica.held_out_available();
+    // What its partners decode of this node's message: a partner's values that close are an echo,
+    // and the held-out check scores this node's weights as its partners will see them (phi + its
+    // D decoded), as it scores theirs: a sparse D leaves most of the round's training out of both.
+    const bool keep_sent = config_.judge_messages;
     if (partners.size() > 1 || keep_sent) {
         first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
         if (split)

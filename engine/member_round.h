@@ -93,7 +93,7 @@ private:
     size_t size_ = 0;
     codec::MessagePlan plan_, phi_plan_;
     std::vector<std::vector<float>> received_, received_phi_;  // NoLoCo: one per partner
-    std::vector<float> sent_;  // NoLoCo split, with a held-out check: own D as partners decode it
+    std::vector<float> sent_;  // NoLoCo, judging: own theta or D as partners decode it
     std::vector<std::vector<float>> gathered_;  // DiLoCo: one per quorum member
     std::vector<float> scratch_a_, scratch_b_;
 };

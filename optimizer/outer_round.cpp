@@ -75,6 +75,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             fused ? checks.state.check(p.values, self.values, own_update)
                   : checks.delta.check(p.values, self.values, own_update);
         if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
+        if (!problem && !self.sent.empty())
+            problem = echoed_message(p.values, self.sent, own_update);
         // Direction tells only between members that trained alike: in token-budget rounds a
         // partner that trained three times this node's steps points away from its update as
         // often as a flipped one does (docs/security.md). The loss tells wherever the partner
@@ -88,7 +90,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) {
                 MemberValues as_sent = self;
-                if (!self.sent.empty()) as_sent.values = self.sent;
+                if (!fused && !self.sent.empty()) as_sent.values = self.sent;
                 own_loss = checks.held_out_loss(theta_of(as_sent, fused, scratch_a));
             }
             const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));

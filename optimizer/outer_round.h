@@ -31,9 +31,11 @@ struct MemberValues {
     // unequal amounts (token-budget rounds, docs/uneven.md); equal weights are the plain mean.
     // A partner's is its claim, counted at most kMaxTokenRatio times this node's own.
     double weight = 1.0;
-    // This node's own D as its partners decode it (split mode; a sparse or lossy codec sends less
-    // than D): the held-out check scores phi + this, so that a partner's phi + decoded D is set
-    // against weights made the same way. Empty: values, exactly.
+    // This node's own values as its partners decode them (theta fused, D split): a partner's
+    // values this close are an echo (echoed_message). In split mode, where a sparse or lossy
+    // codec sends less than D, the held-out check scores phi + this, so that a partner's phi +
+    // decoded D is set against weights made the same way; fused theta differs from what was sent
+    // by a rounding step and is scored exactly. Empty: no echo test, and values exactly.
     std::span<const float> sent;
 };
 
@@ -81,7 +83,8 @@ struct NoLoCoStep {
     std::vector<double> held_out_ratios;
 };
 
-// NoLoCo: partners whose values fail the sanity check are left out, and so is one that trained
+// NoLoCo: partners whose values fail the sanity check or are this node's own sent back
+// (echoed_message, where self.sent is given) are left out, and so is one that trained
 // at least this node's tokens (a weight at least its own: every H-step round, and a token-budget
 // round's partner that claims as many or more) whose weights score more than
 // kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on

@@ -73,6 +73,14 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
     return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
 }
 
+std::optional<std::string> echoed_message(std::span<const float> partner,
+                                          std::span<const float> sent, double own_update) {
+    const double distance = euclidean_distance(partner, sent);
+    if (!(distance < kMinEchoDistance * own_update)) return std::nullopt;
+    return "its values are this node's own message sent back (distance " + short_number(distance) +
+           " from it, this node's update " + short_number(own_update) + ")";
+}
+
 double euclidean_distance(std::span<const float> a, std::span<const float> b) {
     double sum_squares = 0.0;
     for (size_t i = 0; i < a.size(); i++) {

@@ -162,6 +162,52 @@ TEST_CASE("noloco_outer_step refuses a flipped update where both trained the sam
               .members == 2);
 }
 
+TEST_CASE("noloco_outer_step refuses this node's own message sent back, fused and split") {
+    // The node sent its values rounded (as a codec does); the echo is that, re-encoded. An honest
+    // partner a quarter of an update away is taken.
+    const size_t n = 32;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0 = ramp(n, 0.1f, 0.01f), update = ramp(n, 1e-3f, 2e-5f);
+    std::vector<float> theta(n), sent(n), honest(n);
+    for (size_t i = 0; i < n; i++) {
+        theta[i] = phi0[i] + update[i];
+        sent[i] = theta[i] + (i % 2 ? 1e-6f : -1e-6f);
+        honest[i] = theta[i] + (i % 3 ? 0.25f : -0.25f) * update[i];
+    }
+    for (const MessageMode mode : {MessageMode::Fused, MessageMode::Split}) {
+        const bool fused = mode == MessageMode::Fused;
+        // Split carries D: the same values less phi, and the partners' phi is this node's.
+        std::vector<float> own = theta, own_sent = sent, partner = honest;
+        if (!fused)
+            for (size_t i = 0; i < n; i++) {
+                own[i] -= phi0[i];
+                own_sent[i] -= phi0[i];
+                partner[i] -= phi0[i];
+            }
+        MemberValues self{3, own, fused ? std::span<const float>() : phi0};
+        self.sent = own_sent;
+        const std::span<const float> partner_phi = fused ? std::span<const float>() : phi0;
+        std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+        PartnerChecks checks;
+        const std::vector<MemberValues> echo{{5, own_sent, partner_phi}};
+        const NoLoCoStep refused =
+            noloco_outer_step(config, mode, self, echo, checks, phi, momentum, a, b);
+        CHECK(refused.members == 1);
+        REQUIRE(refused.refused.size() == 1);
+        CHECK_THAT(refused.refused[0].why,
+                   Catch::Contains("0000000000000005") && Catch::Contains("own message sent back"));
+        phi = phi0;
+        const std::vector<MemberValues> other{{5, partner, partner_phi}};
+        CHECK(noloco_outer_step(config, mode, self, other, checks, phi, momentum, a, b).members ==
+              2);
+        // Without what it sent, the node cannot tell: the echo is taken.
+        phi = phi0;
+        self.sent = {};
+        CHECK(noloco_outer_step(config, mode, self, echo, checks, phi, momentum, a, b).members ==
+              2);
+    }
+}
+
 TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the held-out batch") {
     // Split messages: a member's weights are phi + D. The held-out loss here is a quadratic
     // bowl around `best`, so each loss is computed by hand. The partner "garbage" moved as far as

@@ -158,3 +158,17 @@ TEST_CASE("opposed_update refuses a partner's update far against this node's") {
     CHECK_FALSE(
         opposed_update(std::vector<float>{-1.0f, 0.1f}, std::vector<float>{0.0f, 0.0f}, {}));
 }
+
+TEST_CASE("echoed_message refuses values within a twentieth of an update of what was sent") {
+    // Distances by hand: sent (1, 2, 2); own update 2, so the bound is 0.1.
+    const std::vector<float> sent{1.0f, 2.0f, 2.0f};
+    const std::vector<float> rounded{1.0f, 2.0f, 2.0625f};  // 0.0625 away: a re-encoding
+    const std::vector<float> honest{1.0f, 2.0f, 2.2f};      // 0.2 away
+    const auto why = echoed_message(rounded, sent, 2.0);
+    REQUIRE(why);
+    CHECK_THAT(*why, Catch::Contains("own message sent back") && Catch::Contains("0.0625"));
+    CHECK(echoed_message(sent, sent, 2.0));
+    CHECK_FALSE(echoed_message(honest, sent, 2.0));
+    // A node that did not move cannot tell an echo from an honest partner that did not either.
+    CHECK_FALSE(echoed_message(sent, sent, 0.0));
+}
