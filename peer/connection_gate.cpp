@@ -300,10 +300,25 @@ void ConnectionGate::sweep() {
     {
         MutexLock lock(mutex_);
         const auto now = std::chrono::steady_clock::now();
+        // Out of time matters only while places are in demand: 64 daemons on two cores took
+        // longer than 10 s over TLS now and then, and the gate cut 359 members' connections that
+        // would have authenticated, with nobody waiting for their places.
+        std::unordered_map<std::string, size_t> per_source;
+        size_t strangers = 0, members = 0;
+        for (const auto& [key, watched] : watched_) {
+            per_source[watched.source]++;
+            (watched.member_host ? members : strangers)++;
+        }
+        const auto in_demand = [&](const Watched& w) {
+            const bool places_wanted = w.member_host ? 2 * members >= limits_.reserved_for_members
+                                                     : 2 * strangers >= limits_.max_unauthenticated;
+            return places_wanted ||
+                   2 * per_source[w.source] >= limits_.max_unauthenticated_per_source;
+        };
         for (auto it = watched_.begin(); it != watched_.end();) {
             const Watched& watched = it->second;
             const Standing now_standing = standing(watched.duplicate);
-            if (now_standing == Standing::Open && now < watched.deadline) {
+            if (now_standing == Standing::Open && (now < watched.deadline || !in_demand(watched))) {
                 ++it;
                 continue;
             }

@@ -41,7 +41,10 @@ struct ConnectionLimits {
     // Places kept for the addresses of known members, which strangers cannot take: a member that
     // reconnects during a flood from elsewhere still gets in.
     size_t reserved_for_members = 16;
-    // A connection with no authenticated call by then is closed.
+    // A connection with no authenticated call by then is closed, once places are in demand: half
+    // the strangers' places, or half its address's, are held. Until then a slow handshake (a
+    // member on a starved box) goes on; gRPC's handshake timeout, a little longer, still ends one
+    // that never completes (peer/peer_node.cpp).
     std::chrono::milliseconds authenticate_within{10000};
 };
 

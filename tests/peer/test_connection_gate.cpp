@@ -90,6 +90,28 @@ TEST_CASE(
     CHECK(connections_closed(node) == 9);  // only the four strangers, cut when out of time
 }
 
+TEST_CASE("a connection out of time is closed only once places are in demand") {
+    PeerConfig config = local_cluster_config();
+    config.connections.max_unauthenticated = 8;
+    config.connections.max_unauthenticated_per_source = 100;
+    config.connections.authenticate_within = 300ms;
+    LocalCluster cluster(1, config);
+    PeerNode& node = cluster.node(0);
+    const uint16_t port = port_of(node);
+
+    // Three of eight places held: a slow handshake may go on past its time (gRPC's own handshake
+    // timeout, 5 s later, would end it).
+    std::vector<std::unique_ptr<RawConnection>> slow;
+    for (int i = 0; i < 3; i++) slow.push_back(std::make_unique<RawConnection>(port));
+    for (const auto& connection : slow) CHECK_FALSE(connection->closed_within(400ms));
+    CHECK(connections_closed(node) == 0);
+    // A fourth makes half: the three out of time give way (the fourth too, where a busy machine
+    // delays the sweep past its own time).
+    const RawConnection fourth(port);
+    for (const auto& connection : slow) CHECK(connection->closed_within(3000ms));
+    CHECK(connections_closed(node) >= 3);
+}
+
 TEST_CASE("one source address holds no more unauthenticated connections than its cap") {
     PeerConfig config = local_cluster_config();
     config.connections.max_unauthenticated = 100;
