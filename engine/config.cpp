@@ -76,6 +76,9 @@ void EngineConfig::validate() const {
              outer.pull == outer.lr,
          "[exchange].mode = \"fused\" sends theta only, which needs [outer].pull equal to "
          "[outer].lr; use mode = \"split\" for any other pull");
+    need(exchange.phi_every >= 1, "[exchange].phi_every must be at least 1");
+    need(exchange.phi_every == 1 || exchange.mode == MessageMode::Split,
+         "[exchange].phi_every above 1 needs mode = \"split\" (fused messages are theta)");
     need(exchange.delta_codec != codec::Codec::BF16SR,
          "[exchange].delta_codec must be Q8, Q4, F32 or TOPK (BF16SR is a state codec)");
     need(exchange.state_codec != codec::Codec::Q4 && exchange.state_codec != codec::Codec::TOPK,
@@ -86,13 +89,19 @@ codec::SparseFormat ExchangeConfig::topk_format() const {
     return codec::sparse_format(topk_chunk, topk_density, topk_value_bits);
 }
 
+bool ExchangeConfig::carries_phi(uint64_t round) const {
+    return mode == MessageMode::Split && round % phi_every == 0;
+}
+
 float ExchangeConfig::delta_feedback_decay() const {
     return delta_codec == codec::Codec::TOPK ? static_cast<float>(feedback_decay) : 1.0f;
 }
 
 bool EngineConfig::residual_in_weights() const {
-    return method == OuterMethod::DiLoCo && exchange.delta_codec == codec::Codec::TOPK &&
-           exchange.error_feedback && exchange.residual_in_weights;
+    const bool sends_d = method == OuterMethod::DiLoCo ||
+                         (method == OuterMethod::NoLoCo && exchange.mode == MessageMode::Split);
+    return sends_d && exchange.delta_codec == codec::Codec::TOPK && exchange.error_feedback &&
+           exchange.residual_in_weights;
 }
 
 std::string EngineConfig::settings_warning() const {

@@ -85,9 +85,15 @@ struct ExchangeConfig {
     // unsent, rather than from phi with the remainder carried into its next message
     // (docs/compression.md: +0.2% of Q8's loss at H 10 where the carried remainder costs +5%).
     bool residual_in_weights = true;
+    // Split NoLoCo: phi goes with D every this many rounds (those whose number it divides), D
+    // alone in the others, which take no pull. Phi is as large as the weights and does not
+    // sparsify, so with TOPK D it is nearly the whole message (docs/compression.md).
+    uint32_t phi_every = 1;
 
     // Throws starling::Error naming the problem where the topk keys make no format.
     codec::SparseFormat topk_format() const;
+    // Whether round `round`'s messages carry phi: split mode, every phi_every-th round.
+    bool carries_phi(uint64_t round) const;
     // What the delta messages' encoder decays the residual by: feedback_decay with TOPK, else 1.
     float delta_feedback_decay() const;
 };
@@ -114,10 +120,10 @@ struct EngineConfig {
     // experiment's [fault].defences turns it off to measure what the defences save.
     bool judge_messages = true;
 
-    // Whether a DiLoCo member keeps its residual in its weights: DiLoCo, TOPK deltas with error
-    // feedback and exchange.residual_in_weights. Its messages then carry D alone (the residual is
-    // already in theta), its residual becomes D minus what it sent, and each round restarts from
-    // theta = phi + residual (Replica::restart_from_phi).
+    // Whether a member keeps its residual in its weights: DiLoCo or split NoLoCo, TOPK deltas
+    // with error feedback and exchange.residual_in_weights. Its messages then carry D alone (the
+    // residual is already in theta), its residual becomes D minus what it sent, and each round
+    // restarts from theta = phi + residual (Replica::restart_from_phi).
     bool residual_in_weights() const;
     // What the delta messages' encoder decays the residual by: 0 where the residual lives in the
     // weights, else exchange.delta_feedback_decay().

@@ -148,7 +148,11 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
       "the weights)",
       in_range(0, 1));
     v("residual_in_weights", x.residual_in_weights,
-      "DiLoCo with TOPK: each round restarts from phi plus what the member's message left unsent");
+      "DiLoCo and split NoLoCo with TOPK: each round restarts from phi plus what the member's "
+      "message left unsent");
+    v("phi_every", x.phi_every,
+      "split NoLoCo: phi goes with D every this many rounds; the others send D alone, no pull",
+      at_least(1));
     v("topk_chunk", x.topk_chunk, "TOPK: values per chunk", in_range(64, 32768));
     v("topk_density", x.topk_density, "TOPK: share of each chunk's values sent",
       in_range_open_min(0, 1));

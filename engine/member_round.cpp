@@ -173,18 +173,20 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
                                                 std::span<const float> theta, uint64_t tokens,
                                                 RoundOutcome& outcome) {
     const bool split = config_.exchange.mode == MessageMode::Split;
+    const bool with_phi = config_.exchange.carries_phi(round);
     const ParameterManifest& manifest = replica.manifest();
     const uint64_t id = replica.node_id();
     const uint64_t bytes =
-        codec::payload_bytes(plan_) + (split ? codec::payload_bytes(phi_plan_) : 0);
-    // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi.
+        codec::payload_bytes(plan_) + (with_phi ? codec::payload_bytes(phi_plan_) : 0);
+    // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi, in
+    // the rounds that carry it.
     float* residual =
         split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder first(
         plan_, {id, round, 0}, split ? replica.displacement().data() : theta.data(), residual,
         config_.exchange.zstd, split ? config_.delta_feedback_decay() : 1.0f);
     std::optional<codec::MessageEncoder> second;
-    if (split)
+    if (with_phi)
         second.emplace(phi_plan_, codec::RoundingKey{id, round, 1}, replica.phi().data(), nullptr,
                        config_.exchange.zstd);
     // One partner's messages stream from the encoders as they go out; several partners get the
@@ -196,7 +198,7 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     const bool keep_sent = config_.judge_messages;
     if (partners.size() > 1 || keep_sent) {
         first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
-        if (split)
+        if (with_phi)
             second_whole =
                 std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
     }
@@ -206,7 +208,7 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         codec::decode_to_end(first_whole->header, first_whole->chunks, own_in);
     }
     ensure_arenas(received_, partners.size());
-    if (split) ensure_arenas(received_phi_, partners.size());
+    if (with_phi) ensure_arenas(received_phi_, partners.size());
 
     std::vector<MemberValues> arrived;
     for (size_t k = 0; k < partners.size(); k++) {
@@ -216,7 +218,7 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         std::vector<LinkPart> parts;
         parts.push_back(
             {first_whole ? stored_message(first_whole) : streamed_message(first), first_in});
-        if (split) {
+        if (with_phi) {
             second_in.emplace(manifest.fingerprint(), manifest, received_phi_[k].data(), size_);
             parts.push_back(
                 {second_whole ? stored_message(second_whole) : streamed_message(*second),
@@ -238,14 +240,16 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         if (!received) continue;
         arrived.push_back(
             {partners[k], received_[k],
-             split ? std::span<const float>(received_phi_[k]) : std::span<const float>(),
+             with_phi ? std::span<const float>(received_phi_[k]) : std::span<const float>(),
              static_cast<double>(said)});
         if (k == 0) {
-            // The partner's theta: as sent (fused), or phi + D (split), next to this member's.
+            // The partner's theta: as sent (fused), or phi + D (split; this member's phi where
+            // the round carries none), next to this member's.
             std::span<const float> theirs = received_[k];
             if (split) {
-                for (size_t i = 0; i < size_; i++)
-                    scratch_a_[i] = received_phi_[k][i] + received_[k][i];
+                const std::span<const float> phi =
+                    with_phi ? std::span<const float>(received_phi_[k]) : replica.phi();
+                for (size_t i = 0; i < size_; i++) scratch_a_[i] = phi[i] + received_[k][i];
                 theirs = scratch_a_;
             }
             outcome.partner_distance = rms_distance(theta, theirs);

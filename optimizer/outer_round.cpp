@@ -25,10 +25,13 @@ double lower_median(std::vector<double> values) {
     return values[(values.size() - 1) / 2];
 }
 
-// A member's weights: theta as sent (fused), or phi + D into `scratch` (split).
-std::span<const float> theta_of(const MemberValues& m, bool fused, std::span<float> scratch) {
+// A member's weights: theta as sent (fused), or phi + D into `scratch` (split), with `own_phi`
+// where the member's message carries no phi (a round without the pull).
+std::span<const float> theta_of(const MemberValues& m, bool fused, std::span<const float> own_phi,
+                                std::span<float> scratch) {
     if (fused) return m.values;
-    for (size_t i = 0; i < scratch.size(); i++) scratch[i] = m.phi[i] + m.values[i];
+    const std::span<const float> phi = m.phi.empty() ? own_phi : m.phi;
+    for (size_t i = 0; i < scratch.size(); i++) scratch[i] = phi[i] + m.values[i];
     return scratch;
 }
 
@@ -74,7 +77,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         std::optional<std::string> problem =
             fused ? checks.state.check(p.values, self.values, own_update)
                   : checks.delta.check(p.values, self.values, own_update);
-        if (!problem && !fused) problem = checks.state.check(p.phi, self.phi, own_update);
+        if (!problem && !fused && !p.phi.empty())
+            problem = checks.state.check(p.phi, self.phi, own_update);
         if (!problem && !self.sent.empty())
             problem = echoed_message(p.values, self.sent, own_update);
         // Direction tells only between members that trained alike: in token-budget rounds a
@@ -91,9 +95,9 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             if (!own_loss) {
                 MemberValues as_sent = self;
                 if (!fused && !self.sent.empty()) as_sent.values = self.sent;
-                own_loss = checks.held_out_loss(theta_of(as_sent, fused, scratch_a));
+                own_loss = checks.held_out_loss(theta_of(as_sent, fused, self.phi, scratch_a));
             }
-            const double loss = checks.held_out_loss(theta_of(p, fused, scratch_a));
+            const double loss = checks.held_out_loss(theta_of(p, fused, self.phi, scratch_a));
             result.held_out_ratios[k] = loss / *own_loss;
             if (!(loss <= kMaxHeldOutLossRatio * *own_loss))
                 problem = worse_on_held_out(loss, *own_loss);
@@ -116,18 +120,23 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         return result;
     }
     std::vector<std::span<const float>> values, phis;
-    std::vector<double> weights;
+    std::vector<double> weights, phi_weights;
     for (const MemberValues* m : members) {
         values.push_back(m->values);
-        phis.push_back(m->phi);
         weights.push_back(checks.judge ? std::min(m->weight, kMaxTokenRatio * self.weight)
                                        : m->weight);
+        if (!m->phi.empty()) {
+            phis.push_back(m->phi);
+            phi_weights.push_back(weights.back());
+        }
     }
     group_mean(scratch_a, values, weights);
     if (fused) {
         outer_step_towards(config, phi, momentum, scratch_a);
+    } else if (phis.size() < 2) {
+        outer_step(config, phi, momentum, scratch_a, {});  // no partner sent phi: no pull
     } else {
-        group_mean(scratch_b, phis, weights);
+        group_mean(scratch_b, phis, phi_weights);
         outer_step(config, phi, momentum, scratch_a, scratch_b);
     }
     return result;

@@ -26,7 +26,9 @@ MessageMode message_mode_from_name(std::string_view name);
 struct MemberValues {
     uint64_t node_id = 0;
     std::span<const float> values;  // fused: theta; split: D
-    std::span<const float> phi;     // split only
+    // Split only; a partner's is empty in rounds whose messages carry D alone
+    // ([exchange].phi_every): its weights are then taken as this node's phi + its D.
+    std::span<const float> phi;
     // Its share of the group means: the tokens it trained in the round where members train
     // unequal amounts (token-budget rounds, docs/uneven.md); equal weights are the plain mean.
     // A partner's is its claim, counted at most kMaxTokenRatio times this node's own.
@@ -90,8 +92,9 @@ struct NoLoCoStep {
 // kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on
 // checks.held_out_loss (or, without one, where both trained the same tokens, whose update points
 // away from this node's: opposed_update); the rest and
-// the node's own exact values are averaged in node-id order; with no partner left the node takes a
-// solo step (its own D only) and never waits. self.phi must be the phi span being updated (split
+// the node's own exact values are averaged in node-id order (split: phi over the members that sent
+// it, and no pull where no partner did); with no partner left the node takes a solo step (its own
+// D only) and never waits. self.phi must be the phi span being updated (split
 // mode). scratch_a and scratch_b hold the group means (phi.size() floats each).
 NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
                              std::span<const MemberValues> partners, PartnerChecks& checks,

@@ -102,7 +102,8 @@ TEST_CASE("experiment: DiLoCo with TOPK deltas keeps every replica on the same b
 }
 
 TEST_CASE(
-    "experiment: only DiLoCo with TOPK keeps its residual in the weights, and long rounds warn") {
+    "experiment: DiLoCo and split NoLoCo with TOPK keep their residual in the weights, and "
+    "long DiLoCo rounds warn") {
     ExperimentConfig c = small("where", OuterMethod::DiLoCo);
     c.exchange.delta_codec = codec::Codec::TOPK;
     c.inner_steps = kMaxSparseInnerSteps;
@@ -125,8 +126,15 @@ TEST_CASE(
     c = small("split", OuterMethod::NoLoCo);
     c.exchange.mode = MessageMode::Split;
     c.exchange.delta_codec = codec::Codec::TOPK;
+    c.inner_steps = 50;
+    CHECK(c.residual_in_weights());
+    CHECK(c.delta_feedback_decay() == 0.0f);
+    CHECK(c.settings_warning().empty());
+    c.exchange.residual_in_weights = false;
     CHECK_FALSE(c.residual_in_weights());
     CHECK(c.delta_feedback_decay() == Approx(0.95));
+    c.exchange.mode = MessageMode::Fused;  // theta: no D, no residual
+    CHECK_FALSE(c.residual_in_weights());
 }
 
 TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
@@ -152,6 +160,15 @@ TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas wi
     CHECK(a.solo == 4);
     // Split sends twice what fused does: D and phi instead of theta.
     CHECK(b.sent_per_round == Approx(2.0 * a.sent_per_round).epsilon(1e-12));
+
+    // Phi every other round: rounds 0 and 2 send D and phi, 1 and 3 D alone, and take no pull.
+    split.exchange.phi_every = 2;
+    split.name = "split-phi-every-2";
+    const ExperimentSummary c = run_experiment(split);
+    CHECK(c.sent_per_round == Approx(1.5 * a.sent_per_round).epsilon(1e-12));
+    CHECK(c.paired == 8);
+    CHECK(c.final_loss_mean != b.final_loss_mean);
+    CHECK(c.final_loss_mean == Approx(b.final_loss_mean).epsilon(0.02));
 }
 
 TEST_CASE("experiment: a state message costs what its layout says") {
@@ -281,6 +298,12 @@ TEST_CASE("experiment: config mistakes are refused with the key named") {
     c.exchange.delta_codec = codec::Codec::TOPK;
     c.exchange.topk_density = 2.0;
     CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].topk_density must be in (0, 1]"));
+    c = small("bad", OuterMethod::NoLoCo);
+    c.exchange.phi_every = 4;  // fused messages are theta: there is no phi to leave out
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].phi_every above 1 needs mode"));
+    c.exchange.mode = MessageMode::Split;
+    c.exchange.phi_every = 0;
+    CHECK_THROWS_WITH(c.validate(), Catch::Contains("[exchange].phi_every must be at least 1"));
     c = small("bad", OuterMethod::NoLoCo);
     c.overlap_steps = 11;
     CHECK_THROWS_WITH(c.validate(),

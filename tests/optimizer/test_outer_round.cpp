@@ -208,6 +208,44 @@ TEST_CASE("noloco_outer_step refuses this node's own message sent back, fused an
     }
 }
 
+TEST_CASE("noloco_outer_step in a split round without phi averages D's and takes no pull") {
+    // Heavy-ball by hand: delta = 0.5 delta + 0.7 mean(D); phi += delta. The partner's phi would
+    // have pulled this node's towards it; without one, nothing does.
+    const size_t n = 16;
+    const OuterConfig config{0.5f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0 = ramp(n, 0.1f, 0.01f), own_d = ramp(n, 1e-3f, 1e-4f),
+                             partner_d = ramp(n, 2e-3f, -1e-4f), momentum0(n, 1e-3f);
+    std::vector<float> phi = phi0, momentum = momentum0, a(n), b(n);
+    // The held-out batch scores |w - target|^2: the partner's weights are this node's phi + its D.
+    std::vector<float> scored;
+    PartnerChecks checks;
+    checks.held_out_loss = [&](std::span<const float> w) {
+        scored.assign(w.begin(), w.end());
+        return 1.0;
+    };
+    const std::vector<MemberValues> partners{{9, partner_d, {}}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0},
+                                              partners, checks, phi, momentum, a, b);
+    CHECK(step.members == 2);
+    CHECK(step.refused.empty());
+    REQUIRE(scored.size() == n);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(scored[i] == phi0[i] + partner_d[i]);
+        const float delta = 0.5f * momentum0[i] + 0.7f * 0.5f * (own_d[i] + partner_d[i]);
+        CHECK(momentum[i] == Approx(delta).epsilon(1e-6));
+        CHECK(phi[i] == Approx(phi0[i] + delta).epsilon(1e-6));
+    }
+    // With the partner's phi the same step pulls: phi differs by gamma/2 of the gap, here 0.35.
+    std::vector<float> other_phi = phi0;
+    for (float& x : other_phi) x += 5e-3f;
+    std::vector<float> pulled = phi0, pulled_momentum = momentum0;
+    const std::vector<MemberValues> with_phi{{9, partner_d, other_phi}};
+    CHECK(noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0}, with_phi, checks, pulled,
+                            pulled_momentum, a, b)
+              .members == 2);
+    for (size_t i = 0; i < n; i++) CHECK(pulled[i] - phi[i] == Approx(0.35 * 5e-3).epsilon(1e-3));
+}
+
 TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the held-out batch") {
     // Split messages: a member's weights are phi + D. The held-out loss here is a quadratic
     // bowl around `best`, so each loss is computed by hand. The partner "garbage" moved as far as
