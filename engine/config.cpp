@@ -98,10 +98,8 @@ float ExchangeConfig::delta_feedback_decay() const {
 }
 
 bool EngineConfig::residual_in_weights() const {
-    const bool sends_d = method == OuterMethod::DiLoCo ||
-                         (method == OuterMethod::NoLoCo && exchange.mode == MessageMode::Split);
-    return sends_d && exchange.delta_codec == codec::Codec::TOPK && exchange.error_feedback &&
-           exchange.residual_in_weights;
+    return method == OuterMethod::DiLoCo && exchange.delta_codec == codec::Codec::TOPK &&
+           exchange.error_feedback && exchange.residual_in_weights;
 }
 
 std::string EngineConfig::settings_warning() const {

@@ -148,8 +148,7 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
       "the weights)",
       in_range(0, 1));
     v("residual_in_weights", x.residual_in_weights,
-      "DiLoCo and split NoLoCo with TOPK: each round restarts from phi plus what the member's "
-      "message left unsent");
+      "DiLoCo with TOPK: each round restarts from phi plus what the member's message left unsent");
     v("phi_every", x.phi_every,
       "split NoLoCo: phi goes with D every this many rounds; the others send D alone, no pull",
       at_least(1));

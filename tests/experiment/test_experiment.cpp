@@ -102,8 +102,7 @@ TEST_CASE("experiment: DiLoCo with TOPK deltas keeps every replica on the same b
 }
 
 TEST_CASE(
-    "experiment: DiLoCo and split NoLoCo with TOPK keep their residual in the weights, and "
-    "long DiLoCo rounds warn") {
+    "experiment: only DiLoCo with TOPK keeps its residual in the weights, and long rounds warn") {
     ExperimentConfig c = small("where", OuterMethod::DiLoCo);
     c.exchange.delta_codec = codec::Codec::TOPK;
     c.inner_steps = kMaxSparseInnerSteps;
@@ -127,14 +126,10 @@ TEST_CASE(
     c.exchange.mode = MessageMode::Split;
     c.exchange.delta_codec = codec::Codec::TOPK;
     c.inner_steps = 50;
-    CHECK(c.residual_in_weights());
-    CHECK(c.delta_feedback_decay() == 0.0f);
-    CHECK(c.settings_warning().empty());
-    c.exchange.residual_in_weights = false;
+    // In the messages: in split NoLoCo the weights' form ended 17% behind (docs/compression.md).
     CHECK_FALSE(c.residual_in_weights());
     CHECK(c.delta_feedback_decay() == Approx(0.95));
-    c.exchange.mode = MessageMode::Fused;  // theta: no D, no residual
-    CHECK_FALSE(c.residual_in_weights());
+    CHECK(c.settings_warning().empty());
 }
 
 TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas with F32") {
