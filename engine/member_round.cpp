@@ -30,6 +30,16 @@ double rms_distance(std::span<const float> a, std::span<const float> b) {
     return a.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(a.size()));
 }
 
+// The encoder's message as it streams out, each chunk also decoded into `own`: what the partner
+// decodes of it, without holding the whole message.
+LinkMessage streamed_and_kept(codec::MessageEncoder& encoder, codec::MessageDecoder& own) {
+    return {encoder.header_bytes(), [&encoder, &own](std::vector<std::byte>& out) {
+                if (!encoder.next_chunk(out)) return false;
+                own.accept_chunk(out);
+                return true;
+            }};
+}
+
 void add_failure(RoundOutcome& outcome, const std::string& why) {
     outcome.failure += (outcome.failure.empty() ? "" : "; ") + why;
 }
@@ -192,20 +202,24 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     // One partner's messages stream from the encoders as they go out; several partners get the
     // same messages, encoded once (error feedback updates the residual once).
     std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
-    // What its partners decode of this node's message: a partner's values that close are an echo,
-    // and the held-out check scores this node's weights as its partners will see them (phi + its
-    // D decoded), as it scores theirs: a sparse D leaves most of the round's training out of both.
-    const bool keep_sent = config_.judge_messages;
-    if (partners.size() > 1 || keep_sent) {
+    if (partners.size() > 1) {
         first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
         if (with_phi)
             second_whole =
                 std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
     }
-    if (keep_sent) {
+    // What its partners decode of this node's first message, decoded as it goes out: a partner's
+    // values that close are an echo, and the held-out check scores this node's weights as its
+    // partners will see them (phi + its D decoded), as it scores theirs: a sparse D leaves most
+    // of the round's training out of both.
+    std::optional<codec::MessageDecoder> own_in;
+    if (config_.judge_messages) {
         sent_.resize(size_);
-        codec::MessageDecoder own_in(manifest.fingerprint(), manifest, sent_.data(), size_);
-        codec::decode_to_end(first_whole->header, first_whole->chunks, own_in);
+        own_in.emplace(manifest.fingerprint(), manifest, sent_.data(), size_);
+        if (first_whole)
+            codec::decode_to_end(first_whole->header, first_whole->chunks, *own_in);
+        else
+            own_in->accept_header(first.header_bytes());
     }
     ensure_arenas(received_, partners.size());
     if (with_phi) ensure_arenas(received_phi_, partners.size());
@@ -216,8 +230,10 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
                                        size_);
         std::optional<codec::MessageDecoder> second_in;
         std::vector<LinkPart> parts;
-        parts.push_back(
-            {first_whole ? stored_message(first_whole) : streamed_message(first), first_in});
+        parts.push_back({first_whole ? stored_message(first_whole)
+                         : own_in    ? streamed_and_kept(first, *own_in)
+                                     : streamed_message(first),
+                         first_in});
         if (with_phi) {
             second_in.emplace(manifest.fingerprint(), manifest, received_phi_[k].data(), size_);
             parts.push_back(
@@ -255,6 +271,8 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
             outcome.partner_distance = rms_distance(theta, theirs);
         }
     }
+    // A message cut off on its way was not all sent: nothing to tell an echo by.
+    if (own_in && !own_in->complete()) sent_.clear();
     return arrived;
 }
 
