@@ -121,10 +121,10 @@ struct EngineConfig {
     bool judge_messages = true;
 
     // Whether a DiLoCo member keeps its residual in its weights: DiLoCo, TOPK deltas with error
-    // feedback and exchange.residual_in_weights. Not split NoLoCo: there it cost 17% of the final
-    // loss against the residual in the messages (docs/compression.md). Its messages then carry D
-    // alone (the residual is already in theta), its residual becomes D minus what it sent, and each
-    // round restarts from theta = phi + residual (Replica::restart_from_phi).
+    // feedback and exchange.residual_in_weights. Its messages then carry D alone (the residual is
+    // already in theta), its residual becomes D minus what it sent, and each round restarts from
+    // theta = phi + residual (Replica::restart_from_phi). Not split NoLoCo: there it cost 17% of
+    // the final loss against the residual in the messages (docs/compression.md).
     bool residual_in_weights() const;
     // What the delta messages' encoder decays the residual by: 0 where the residual lives in the
     // weights, else exchange.delta_feedback_decay().
