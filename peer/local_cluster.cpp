@@ -27,7 +27,15 @@ LocalCluster::LocalCluster(int nodes, PeerConfig base) : base_(std::move(base)) 
 }
 
 PeerNode& LocalCluster::add(const PeerConfig& config) {
-    nodes_.push_back(std::make_unique<PeerNode>(config));
+    return started(std::make_unique<PeerNode>(config));
+}
+
+PeerNode& LocalCluster::add(const PeerConfig& config, const NodeIdentity& identity) {
+    return started(std::make_unique<PeerNode>(config, identity));
+}
+
+PeerNode& LocalCluster::started(std::unique_ptr<PeerNode> node) {
+    nodes_.push_back(std::move(node));
     nodes_.back()->start();
     return *nodes_.back();
 }

@@ -21,9 +21,13 @@ public:
     size_t size() const { return nodes_.size(); }
     // Starts one more node from `config` (its seeds as given) and returns it.
     PeerNode& add(const PeerConfig& config);
+    // The same, under an identity the caller holds (to sign as that node in a test).
+    PeerNode& add(const PeerConfig& config, const NodeIdentity& identity);
     const PeerConfig& base() const { return base_; }
 
 private:
+    PeerNode& started(std::unique_ptr<PeerNode> node);
+
     PeerConfig base_;
     std::vector<std::unique_ptr<PeerNode>> nodes_;
 };

@@ -57,6 +57,10 @@ struct PeerConfig {
     int max_concurrent_snapshot_chunks = 4;  // state sync chunks this node serves at once
     // Connections that have not yet carried an authenticated call (peer/connection_gate.h).
     ConnectionLimits connections;
+    // An anchor holds at most this many MiB of its private members' round messages at once
+    // (peer/round_deposits.h), each member an even share of which its last two rounds must fit:
+    // 8 members (an anchor's most) with the 124M model's Q8 D's of 125 MB.
+    uint64_t relay_limit_mib = 2048;
     size_t snapshots_kept =
         2;  // so a joiner's fetch survives the next publish (and see SnapshotStore)
     RateLimit rate_limit;

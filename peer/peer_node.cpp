@@ -138,6 +138,16 @@ public:
         return node_.rounds_->answer_round_message(caller, *request, *writer);
     }
 
+    grpc::Status DepositRoundMessage(grpc::ServerContext* context,
+                                     grpc::ServerReader<v1::DepositRoundMessageFrame>* reader,
+                                     v1::DepositRoundMessageResponse*) override {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "DepositRoundMessage", &caller);
+            !status.ok())
+            return status;
+        return node_.rounds_->answer_deposit(caller, *reader);
+    }
+
     grpc::Status Anchor(grpc::ServerContext* context, AnchorServerStream* stream) override {
         uint64_t caller = 0;
         if (auto status = node_.auth_.verify(*context, "Anchor", &caller); !status.ok())

@@ -132,6 +132,9 @@ public:
     int local_health() const { return membership_->local_health(); }
     uint64_t anchor_pings() const { return anchor_hub_.pings_answered(); }
     uint64_t relayed_proposals() const { return anchor_hub_.proposals_relayed(); }
+    // Bytes of its private members' DiLoCo messages this node took in and served as their anchor
+    // (peer/round_deposits.h), from start() on.
+    uint64_t relayed_bytes() const { return rounds_ ? rounds_->relayed_bytes() : 0; }
 
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const { return channels_.size(); }

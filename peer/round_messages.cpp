@@ -9,18 +9,6 @@
 
 namespace starling {
 
-namespace {
-
-std::string as_string(std::span<const std::byte> bytes) {
-    return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
-std::span<const std::byte> as_bytes(const std::string& text) {
-    return std::as_bytes(std::span(text.data(), text.size()));
-}
-
-}  // namespace
-
 Signature sign_round_message(const NodeIdentity& author, uint64_t round,
                              const EncodedMessage& message, uint64_t tokens) {
     MessageDigest digest(author.node_id(), round, 0, tokens);
@@ -58,19 +46,22 @@ void RoundMessageBoard::stop() {
 
 grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
                                  SteadyClock::time_point deadline,
-                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer) {
+                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer,
+                                 uint64_t* served) {
     const RoundMessage published = board.wait(round, deadline);
     if (!published.message)
         return {grpc::StatusCode::NOT_FOUND,
                 "no message for round " + std::to_string(round) + " here"};
     v1::RoundMessageFrame frame;
-    frame.set_header(as_string(published.message->header));
+    frame.set_header(as_field(published.message->header));
     frame.set_tokens(published.tokens);
     if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
+    if (served) *served += published.message->header.size();
     frame.clear_tokens();
     for (const auto& chunk : published.message->chunks) {
-        frame.set_chunk(as_string(chunk));
+        frame.set_chunk(as_field(chunk));
         if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
+        if (served) *served += chunk.size();
     }
     frame.set_signature(signature_bytes(published.signature));
     if (!writer.Write(frame)) return {grpc::StatusCode::CANCELLED, "the caller went away"};
@@ -83,6 +74,7 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
                                         uint64_t* bytes) {
     v1::FetchRoundMessageRequest request;
     request.set_round(round);
+    request.set_author(sender);
     const auto reader = stub.FetchRoundMessage(&context, request);
     v1::RoundMessageFrame frame;
     std::string problem;
@@ -130,7 +122,8 @@ FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContex
         return {std::string("stream status ") + status_code_name(status.error_code()) + ": " +
                     status.error_message(),
                 false, status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED,
-                status.error_code() == grpc::StatusCode::UNAVAILABLE && !decoder.has_header()};
+                status.error_code() == grpc::StatusCode::UNAVAILABLE && !decoder.has_header(),
+                status.error_code() == grpc::StatusCode::NOT_FOUND && !decoder.has_header()};
     if (!decoder.complete()) return {"the message ended before its last chunk"};
     if (!signed_by_sender) return {"the message ended before its signature", true};
     FetchedRoundMessage fetched;

@@ -51,22 +51,26 @@ private:
     bool stopped_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-// The server's side of Peer.FetchRoundMessage: the message, frame by frame.
+// The server's side of Peer.FetchRoundMessage: the message, frame by frame. Adds the message bytes
+// written to *served when given.
 grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
                                  SteadyClock::time_point deadline,
-                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer);
+                                 grpc::ServerWriter<v1::RoundMessageFrame>& writer,
+                                 uint64_t* served = nullptr);
 
 struct FetchedRoundMessage {
     std::string error;         // "" when the message arrived whole, else what went wrong
     bool refused = false;      // it came malformed, or as another sender's or round's
     bool timed_out = false;    // the call's deadline cut it off
     bool unreachable = false;  // UNAVAILABLE before any frame: the call never reached the member
+    bool absent = false;       // NOT_FOUND before any frame: the member called has no such message
     uint64_t tokens = 0;       // what the sender said it trained on (0: nothing said)
 };
 
-// The caller's side: fetches `sender`'s message for `round` into `decoder`, checking that it
-// names that sender and round and that its signature verifies under `sender_key`; adds the bytes
-// read to *bytes.
+// The caller's side: fetches `sender`'s message for `round` into `decoder` from the member `stub`
+// calls (the sender, or one of its anchors: peer/round_deposits.h), checking that it names that
+// sender and round and that its signature verifies under `sender_key`; adds the bytes read to
+// *bytes.
 FetchedRoundMessage fetch_round_message(v1::Peer::Stub& stub, grpc::ClientContext& context,
                                         uint64_t round, uint64_t sender,
                                         const PublicKey& sender_key, codec::MessageDecoder& decoder,

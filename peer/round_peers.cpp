@@ -26,14 +26,49 @@ RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, M
       channels_(channels),
       failures_(failures),
       anchors_(anchors),
-      pairing_(node_id_, config.max_round_gap) {}
+      pairing_(node_id_, config.max_round_gap),
+      deposits_(uint64_t{config.relay_limit_mib} << 20) {}
+
+RoundPeers::~RoundPeers() { stop(); }
 
 void RoundPeers::advertise(uint64_t round) { table_.set_round(round); }
 
 void RoundPeers::publish(uint64_t round, RoundMessage message) {
     message.signature = sign_round_message(identity_, round, *message.message, message.tokens);
     advertise(round);
+    if (const Member self = table_.self(); self.reachability == Reachability::Private) {
+        if (self.anchors.empty())
+            spdlog::warn(
+                "peer: round {}: this node cannot be dialed and holds no anchor yet, so no member "
+                "can fetch its message",
+                round);
+        deposit(round, message, self.anchors);
+    }
     messages_.publish(round, std::move(message));
+}
+
+void RoundPeers::deposit(uint64_t round, const RoundMessage& message,
+                         const std::vector<uint64_t>& anchors) {
+    MutexLock lock(deposits_mutex_);
+    for (std::thread& thread : deposit_threads_) thread.join();
+    deposit_threads_.clear();
+    for (uint64_t anchor : anchors) {
+        const auto member = table_.find(anchor);
+        if (!running_ || !member) continue;
+        deposit_threads_.emplace_back([this, round, message, anchor, address = member->address] {
+            grpc::ClientContext context;
+            context.set_deadline(std::chrono::system_clock::now() + config_.exchange_timeout);
+            auth_.attach(context, "DepositRoundMessage");
+            if (!exchanges_.track(context)) return;
+            const std::string error = deposit_round_message(
+                *v1::Peer::NewStub(channels_.get(address, ChannelUse::Exchange)), context, round,
+                message);
+            exchanges_.untrack(context);
+            if (!error.empty())
+                spdlog::warn("peer: round {}: anchor {} did not take this node's message: {}",
+                             round, format_node_id(anchor), error);
+        });
+    }
 }
 
 void RoundPeers::forget_departed(const std::set<uint64_t>& members) {
@@ -47,6 +82,10 @@ void RoundPeers::stop() {
     pairing_.stop();
     exchanges_.stop();
     messages_.stop();
+    deposits_.stop();
+    MutexLock lock(deposits_mutex_);
+    for (std::thread& thread : deposit_threads_) thread.join();
+    deposit_threads_.clear();
 }
 
 grpc::Status RoundPeers::answer_round_message(uint64_t caller,
@@ -56,8 +95,24 @@ grpc::Status RoundPeers::answer_round_message(uint64_t caller,
     if (!member || !table_.compatible(*member))
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "node " + format_node_id(caller) + " is not a member of this model and swarm"};
-    return serve_round_message(messages_, request.round(),
-                               SteadyClock::now() + config_.exchange_timeout, writer);
+    const auto deadline = SteadyClock::now() + config_.exchange_timeout;
+    if (request.author() == 0 || request.author() == node_id_)
+        return serve_round_message(messages_, request.round(), deadline, writer);
+    return deposits_.serve(request.author(), anchors_.holds(request.author()), request.round(),
+                           deadline, writer);
+}
+
+grpc::Status RoundPeers::answer_deposit(uint64_t caller,
+                                        grpc::ServerReader<v1::DepositRoundMessageFrame>& reader) {
+    const auto member = table_.find(caller);
+    if (!member || !table_.compatible(*member))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " is not a member of this model and swarm"};
+    if (!anchors_.holds(caller))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "node " + format_node_id(caller) + " holds no anchor stream to this node"};
+    deposits_.keep_only([this](uint64_t author) { return anchors_.holds(author); });
+    return deposits_.accept(caller, member->public_key, anchors_.streams(), reader);
 }
 
 std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
@@ -387,11 +442,18 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
             // A call that never reached a member still listed alive is tried again until the
             // deadline: one refused connection must not leave a live member's D out of the mean,
             // which would part this node's phi from those of the members that got it.
-            for (auto pause = 50ms;;
-                 pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms)) {
+            // A private member's message is fetched from its anchors in turn, one of which may
+            // not hold it.
+            for (auto [pause, attempt] = std::pair{50ms, size_t{0}};;
+                 pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms), ++attempt) {
                 const auto member = table_.find(members[i]);
                 if (!running_ || !member) {
                     gathered[i].error = "not a member this node knows";
+                    return;
+                }
+                const std::string source = round_message_source(*member, attempt);
+                if (source.empty()) {
+                    gathered[i].error = "it cannot be dialed and names no anchor this node knows";
                     return;
                 }
                 grpc::ClientContext context;
@@ -402,8 +464,8 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
                     return;
                 }
                 const FetchedRoundMessage fetched = fetch_round_message(
-                    *v1::Peer::NewStub(channels_.get(member->address, ChannelUse::Exchange)),
-                    context, round, members[i], member->public_key, *decoders[i], &read[i]);
+                    *v1::Peer::NewStub(channels_.get(source, ChannelUse::Exchange)), context, round,
+                    members[i], member->public_key, *decoders[i], &read[i]);
                 exchanges_.untrack(context);
                 gathered[i] = {fetched.error, fetched.tokens};
                 if (fetched.refused) failures_.count(FailureReason::RefusedMessage);
@@ -411,7 +473,8 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
                 const auto now = table_.find(members[i]);
                 const bool gone =
                     !now || now->state == MemberState::Dead || now->state == MemberState::Left;
-                if (!fetched.unreachable || gone ||
+                const bool via_anchor = source != member->address;
+                if (!(fetched.unreachable || (via_anchor && fetched.absent)) || gone ||
                     std::chrono::system_clock::now() + pause >= deadline)
                     return;
                 std::this_thread::sleep_for(pause);
@@ -427,6 +490,15 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
                     format_node_id(members[i]) + ": " + error;
     }
     return gathered;
+}
+
+std::string RoundPeers::round_message_source(const Member& member, size_t attempt) const {
+    if (member.reachability != Reachability::Private) return member.address;
+    if (member.anchors.empty()) return "";
+    // Each fetcher starts at an anchor of its own, so the anchors share the serving.
+    const auto anchor =
+        table_.find(member.anchors[(node_id_ + attempt) % member.anchors.size()]);
+    return anchor ? anchor->address : "";
 }
 
 }  // namespace starling

@@ -18,6 +18,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "codec/message.h"
@@ -32,6 +33,7 @@
 #include "peer/pairing.h"
 #include "peer/peer_channels.h"
 #include "peer/peer_config.h"
+#include "peer/round_deposits.h"
 #include "peer/round_messages.h"
 #include "starling/v1/peer.pb.h"
 
@@ -63,11 +65,13 @@ public:
     std::chrono::milliseconds exchange_budget_with(uint64_t partner, uint64_t bytes) const;
 
     // DiLoCo's all-gather (peer/round_messages.h): this node's message of `round`, which becomes
-    // its advertised round...
+    // its advertised round, and which a private node deposits with its anchors
+    // (peer/round_deposits.h)...
     void publish(uint64_t round, RoundMessage message);
     // ...and the round's message of each of `members`, fetched at once, each into its decoder
-    // (decoders[i] for members[i]), within exchange_timeout. Returns per member the error ("" when
-    // the message arrived whole) and the tokens it said; adds the bytes read to *bytes.
+    // (decoders[i] for members[i]), within exchange_timeout: from the member, or from the anchors
+    // of a private one. Returns per member the error ("" when the message arrived whole) and the
+    // tokens it said; adds the bytes read to *bytes.
     struct Gathered {
         std::string error;
         uint64_t tokens = 0;
@@ -84,8 +88,13 @@ public:
     std::vector<uint64_t> quarantined() const;
     // Forgets the link rates of partners that are no longer members.
     void forget_departed(const std::set<uint64_t>& members);
-    // Pairing waits, exchanges and round-message waits end at once; later calls fail.
+    // Bytes of private members' round messages this node took in and served as their anchor, and
+    // those it holds now (peer/round_deposits.h).
+    uint64_t relayed_bytes() const { return deposits_.bytes_relayed(); }
+    uint64_t deposited_bytes() const { return deposits_.bytes_held(); }
+    // Pairing waits, exchanges, deposits and round-message waits end at once; later calls fail.
     void stop();
+    ~RoundPeers();
 
     // The server's side of the round's calls, for a caller whose proof was checked.
     grpc::Status answer_pair(uint64_t caller, const v1::PairRequest& request,
@@ -94,6 +103,8 @@ public:
                                  uint64_t caller);
     grpc::Status answer_round_message(uint64_t caller, const v1::FetchRoundMessageRequest& request,
                                       grpc::ServerWriter<v1::RoundMessageFrame>& writer);
+    grpc::Status answer_deposit(uint64_t caller,
+                                grpc::ServerReader<v1::DepositRoundMessageFrame>& reader);
 
 private:
     // Our proposal to `to` for a round: the round's partner afterwards, if any, and whether `to`
@@ -121,6 +132,13 @@ private:
                            SteadyClock::duration allowed, v1::PairResponse* response);
     grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
                             SteadyClock::duration allowed, v1::PairResponse* response);
+    // A private node's message of `round` to each of its anchors, each on a thread of its own
+    // (the last round's are joined first).
+    void deposit(uint64_t round, const RoundMessage& message, const std::vector<uint64_t>& anchors);
+    // Where to fetch `member`'s round message on the attempt-th try: its own address, or one of
+    // its anchors' when it is private, in turn from one that depends on this node's id; "" when a
+    // private member names no anchor known.
+    std::string round_message_source(const Member& member, size_t attempt) const;
 
     const PeerConfig& config_;
     const NodeIdentity& identity_;
@@ -133,6 +151,9 @@ private:
     PairingBook pairing_;
     ExchangeBoard exchanges_;
     RoundMessageBoard messages_;
+    RoundDeposits deposits_;
+    Mutex deposits_mutex_;
+    std::vector<std::thread> deposit_threads_ ABSL_GUARDED_BY(deposits_mutex_);
     MemberScores scores_;
     std::atomic<bool> running_{true};
     mutable Mutex rates_mutex_;

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "peer/wire.h"
 
 namespace starling {
 namespace {
@@ -17,10 +18,6 @@ template <typename T>
 void append_le(std::string& out, T value) {
     for (size_t i = 0; i < sizeof(T); ++i)
         out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-std::span<const std::byte> as_bytes(std::string_view text) {
-    return std::as_bytes(std::span(text.data(), text.size()));
 }
 
 }  // namespace

@@ -111,6 +111,10 @@ NodeMetrics::NodeMetrics(const std::string& listen)
         r, "starling_membership_sent_bytes_total",
         "Payload bytes of the membership calls made and answers given (Join, Ping, PingReq, Gossip, "
         "Leave), without gRPC's framing");
+    relayed_bytes_ = counter(
+        r, "starling_relayed_bytes_total",
+        "Bytes of private members' DiLoCo round messages this node took in and served as their "
+        "anchor");
     exchange_seconds_ =
         seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ =
@@ -258,6 +262,7 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     anchored_members_->Set(static_cast<double>(swarm.anchored_members));
     local_health_->Set(static_cast<double>(swarm.local_health));
     follow(*membership_sent_bytes_, swarm.membership_sent_bytes);
+    follow(*relayed_bytes_, swarm.relayed_bytes);
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }

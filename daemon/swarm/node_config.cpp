@@ -63,6 +63,9 @@ void visit_peer_keys(V& v, NodeConfig& c) {
     v("state_sync_min_link_mbit", MegabitsPerSecond{p.state_sync_min_link_bytes_per_s},
       "the rate assumed before a donor's first chunk", above(0));
     v("max_round_gap", p.max_round_gap, "S_max: partners' rounds differ by at most this");
+    v("relay_limit_mib", p.relay_limit_mib,
+      "as an anchor, the MiB of its private members' DiLoCo messages held at once for others to "
+      "fetch, each member an even share; 0: none");
     v("max_unauthenticated_connections", p.connections.max_unauthenticated,
       "connections with no authenticated call yet, held at once; more are closed", at_least(1));
     v("max_unauthenticated_per_source", p.connections.max_unauthenticated_per_source,

@@ -240,6 +240,7 @@ SwarmView SwarmNode::view() const {
     view.reachability = peer_->reachability();
     view.anchored_members = peer_->anchored_members();
     view.membership_sent_bytes = peer_->membership_sent_bytes();
+    view.relayed_bytes = peer_->relayed_bytes();
     view.local_health = peer_->local_health();
     return view;
 }

@@ -113,6 +113,7 @@ struct SwarmView {
         reachability;             // whether members can dial this node (PeerNode::reachability)
     size_t anchored_members = 0;  // private members holding a stream to this node
     uint64_t membership_sent_bytes = 0;  // PeerNode::membership_sent_bytes
+    uint64_t relayed_bytes = 0;          // PeerNode::relayed_bytes
     int local_health = 0;                // PeerNode::local_health
 };
 

@@ -9,6 +9,10 @@ in `starling status` and its log (a hidden one at warn, with what to do), and th
 `starling peers` must show the hidden ones as private. Then `starling check` from behind the NAT
 (the node stopped) warns, and from a public address says ok.
 
+With --method diloco the swarm runs DiLoCo instead, and every member's D must enter every
+member's mean: the hidden nodes deposit theirs with their anchors (peer/round_deposits.h), since
+nobody can fetch it from them.
+
 Exit 0 on success, 1 on a failed check, 77 (ctest's skip) without root, `ip` or `nft`.
 """
 
@@ -112,6 +116,7 @@ def check(condition, what):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="directory of starlingd and starling")
+    ap.add_argument("--method", choices=("noloco", "diloco"), default="noloco")
     args = ap.parse_args()
     why = nat.why_unavailable()
     if why:
@@ -127,6 +132,7 @@ def main():
                    capture_output=True, env=env)
     overrides = cfgmod.chaos_overrides(data, 10_000_000)
     overrides["peer"]["swarm_id"] = "nat"
+    overrides["swarm"]["method"] = args.method
     config = work / "node.toml"
     config.write_text(cfgmod.derive((REPO / "configs" / "pico.toml").read_text(), overrides))
 
@@ -226,6 +232,19 @@ def main():
             return counts
 
         suspected_before = suspicions()
+
+        if args.method == "diloco":
+            # A quorum of 4: the hidden nodes' D's, which only their anchors can serve, entered
+            # every member's mean in the same round.
+            def all_four_gathered():
+                quorums = {d.name: int((d.status(starling, env) or {}).get("last_quorum", 0))
+                           for d in daemons}
+                return quorums if all(q == 4 for q in quorums.values()) else None
+
+            quorums = wait_for("a round whose mean took all four D's at every member", 90,
+                               all_four_gathered)
+            say(f"ok: every member's last round took all four D's: {quorums}")
+            return 0
 
         # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs
         # with a public partner although nobody can dial it.

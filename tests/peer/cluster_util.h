@@ -121,11 +121,12 @@ inline PeerNode& add_foreign_model_node(LocalCluster& cluster) {
 
 // One more node in `cluster`, joined through node 0, announcing an address where nothing listens:
 // members cannot dial it, so it learns it is private and holds anchors (peer/anchors.h).
-inline PeerNode& add_private_node(LocalCluster& cluster) {
+inline PeerNode& add_private_node(LocalCluster& cluster,
+                                  const NodeIdentity& identity = NodeIdentity::generate()) {
     PeerConfig config = cluster.base();
     config.seeds = {cluster.node(0).address()};
     config.announce = "127.0.0.1:" + std::to_string(free_port());
-    return cluster.add(config);
+    return cluster.add(config, identity);
 }
 
 inline std::vector<PeerNode*> nodes_of(LocalCluster& cluster) {
