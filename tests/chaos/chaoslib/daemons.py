@@ -135,6 +135,7 @@ class Node:
         self.control = control  # host:port or unix:/path
         self.netns = netns
         self.role = role  # "chaos" (a target of the actions), "slow" (behind the shaped link)
+        self.hidden = None  # its slot behind a NAT router (chaos --natted, chaoslib/nat.py)
         self.command = None  # what runs in place of starlingd, before its arguments (every instance)
         self.env = {}  # more environment for every instance, restarts included (a probe's faulty config)
         self.instances = []

@@ -56,7 +56,7 @@ class Probe:
         self.done = False
 
     def pick_target(self, chaos):
-        eligible = chaos.eligible()
+        eligible = chaos.reachable_eligible()
         if not eligible:
             return None
         inst = chaos.rng.choice(eligible)
@@ -253,7 +253,11 @@ class PoisonedDonor(Probe):
             st = p.last_status or {}
             if daemons.phase_name(st) in ("training", "exchanging", "waiting") and self.first_round is None:
                 self.first_round = int(st.get("round", 0))
-            if self.first_round is not None and int(st.get("round", 0)) >= self.first_round + self.ROUNDS_TO_DIVERGE:
+            # Rounds trained since its last state copy: one that fell behind copies an honest
+            # snapshot and publishes that until it has trained on it.
+            copies = logs.JOINED.findall(p.log_path.read_text(errors="replace")) if self.first_round is not None else []
+            base = max([self.first_round or 0] + [int(c) for c in copies])
+            if self.first_round is not None and int(st.get("round", 0)) >= base + self.ROUNDS_TO_DIVERGE:
                 self.joiner = chaos.join_new_node([p.node.listen], "join through a poisoned donor", make_room=False)
                 # No action may take the joiner before it has trained on what it copied (one retired
                 # it to make room for another joiner 4 s after it joined).

@@ -14,6 +14,9 @@ Kinds of router:
               a connection the node opened: endpoint-dependent filtering, a port-restricted NAT)
   "firewall"  no translation: the node keeps its own routable address (the internet routes
               PRIV_k through the router), but inbound connections (SYNs) are dropped
+
+attach_root() joins the root namespace to the bridge as one more host of the internet (PUB.2),
+for the chaos suite's --natted, whose public nodes run there.
 """
 
 import ipaddress
@@ -71,6 +74,7 @@ class Hidden:
         self.router_public_ip = None
         self.net = None
         self.ip = None  # the node's own address
+        self.nodes_held = 0  # chaos --natted: the nodes this slot has held, each on a port of its own
 
     def describe(self):
         seen = self.router_public_ip if self.kind == "nat" else self.ip
@@ -83,11 +87,15 @@ class NatTopology:
             if k not in KINDS:
                 raise ValueError(f"unknown router kind {k!r}: one of {', '.join(KINDS)}")
         tag = os.getpid() % 10000
+        self.tag = tag
         self.public_ns = f"stn{tag}w"
         self.bridge = f"stn{tag}br"
         self.public_ip = None
         self.public_net = None
         self.hidden = [Hidden(i, k, tag) for i, k in enumerate(kinds)]
+        self.root_dev = f"stn{tag}h"  # the root's end of attach_root's veth pair
+        self.root_ip = None
+        self.root_unreachable = []  # routes attach_root added to the root namespace
         self.created = False
 
     def _free_nets(self, count):
@@ -158,8 +166,30 @@ class NatTopology:
             # Routable: the internet knows the way to the node's own address.
             run("ip", "-n", self.public_ns, "route", "add", str(net), "via", h.router_public_ip)
 
+    def attach_root(self):
+        """Joins the root namespace to the internet's bridge and returns the root's address there.
+        A NATed node's network is unreachable from the root (rather than sent to its default
+        gateway), a firewalled one's routed through its router, as on the bridge."""
+        bridge_end = f"stn{self.tag}hb"
+        run("ip", "link", "add", self.root_dev, "type", "veth", "peer", "name", bridge_end)
+        run("ip", "link", "set", bridge_end, "netns", self.public_ns)
+        run("ip", "-n", self.public_ns, "link", "set", bridge_end, "master", self.bridge)
+        run("ip", "-n", self.public_ns, "link", "set", bridge_end, "up")
+        self.root_ip = str(self.public_net.network_address + 2)
+        run("ip", "addr", "add", f"{self.root_ip}/{self.public_net.prefixlen}", "dev", self.root_dev)
+        run("ip", "link", "set", self.root_dev, "up")
+        for h in self.hidden:
+            if h.kind == "firewall":
+                run("ip", "route", "add", str(h.net), "via", h.router_public_ip)
+            else:
+                run("ip", "route", "add", "unreachable", str(h.net))
+                self.root_unreachable.append(str(h.net))
+        return self.root_ip
+
     def describe(self):
         lines = [f"{self.public_ns} (the internet): bridge {self.bridge} {self.public_ip}/{self.public_net.prefixlen}"]
+        if self.root_ip:
+            lines.append(f"root namespace: {self.root_ip} on the bridge")
         lines += [h.describe() for h in self.hidden]
         return "\n".join(lines)
 
@@ -171,4 +201,8 @@ class NatTopology:
             subprocess.run(["ip", "netns", "del", h.ns], capture_output=True)
             subprocess.run(["ip", "netns", "del", h.router_ns], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.public_ns], capture_output=True)
+        if self.root_ip:
+            subprocess.run(["ip", "link", "del", self.root_dev], capture_output=True)
+            for net in self.root_unreachable:
+                subprocess.run(["ip", "route", "del", "unreachable", net], capture_output=True)
         self.created = False

@@ -112,6 +112,25 @@ def round_shares(parsed, churn_walls=(), calm_window_s=0.0):
             "away_from_churn": calm}
 
 
+def natted_figures(parsed, churn_walls, calm_window_s):
+    """The nodes behind NAT (--natted) against the public chaos nodes: each side's paired share,
+    away from churn when both have rounds there, else over all rounds, and the median time of
+    a paired exchange. `parsed`: every chaos process with its log."""
+    sides = {"natted": [(i, lg) for i, lg in parsed if i.node.hidden],
+             "public": [(i, lg) for i, lg in parsed if not i.node.hidden and i.node.role == "chaos"]}
+    shares = {k: round_shares(v, churn_walls, calm_window_s) for k, v in sides.items()}
+    calm = all(s["away_from_churn"]["rounds"] for s in shares.values())
+    out = {"over": "rounds away from churn" if calm else "all rounds",
+           "nodes": sorted({i.node.name for i, _ in sides["natted"]})}
+    for k, side in sides.items():
+        s = shares[k]
+        ex = [r.exchange_s for _, lg in side for r in lg.rounds if r.paired]
+        out[k] = {"rounds": s["away_from_churn"]["rounds"] if calm else s["rounds"],
+                  "paired_pct": s["away_from_churn"]["paired_pct"] if calm else s["paired_pct"],
+                  "exchange_median_s": round(statistics.median(ex), 3) if ex else None}
+    return out
+
+
 def state_copies(parsed):
     """Copies of the swarm's state (joins and catch-ups) over every chaos process's log."""
     ok = sum(lg.copies for _, lg in parsed)
@@ -274,6 +293,14 @@ def table(rep):
                     + (f" (exchange median {med:.2f} s)" if med is not None else "")
                     + f", {x.get('exchange_failed', 0)} exchanges failed")
         rows.append(("slow link", f"{sl['instance']}: {part('10 Mbit/s', fast)}; {part('1 Mbit/s', slow)}", "info"))
+    nt = rep.get("natted")
+    if nt:
+        def side(x):
+            med = x["exchange_median_s"]
+            return (f"{x['paired_pct']}% of {x['rounds']} paired"
+                    + (f", exchange median {med:.2f} s" if med is not None else ""))
+        rows.append(("behind NAT", f"{', '.join(nt['nodes'])}: {side(nt['natted'])}; public nodes {side(nt['public'])} "
+                     f"({nt['over']}; at least 90% of the public share)", rep["verdict"]["natted"]))
     rows.append(("status polls", f"{rep['polls']['ok']} answered, {rep['polls']['failed']} not", "info"))
     width = max(len(r[0]) for r in rows)
     out = []

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import config as cfgmod
-from . import daemons, hostile, logs, netlink, probes, report
+from . import daemons, hostile, logs, nat, netlink, probes, report
 from .daemons import Instance, Node, now
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,6 +77,9 @@ def parse_args(argv):
                    help="seconds a restarted node has to answer at or past its checkpoint (default 30)")
     p.add_argument("--join-bound", type=float, default=30.0,
                    help="seconds a joiner has to copy the swarm's state (default 30)")
+    p.add_argument("--natted", type=int, default=0,
+                   help="this many of the --nodes (never n0) behind NAT routers, masquerading and firewalled in "
+                        "turn, in network namespaces (chaoslib/nat.py); replaces the slow link (default 0)")
     args = p.parse_args(argv)
     if args.duration is None:
         args.duration = 110.0 if args.short else 1800.0
@@ -94,6 +97,8 @@ def parse_args(argv):
         p.error("--duration must be at least 60 s")
     if args.nodes < 2:
         p.error("--nodes must be at least 2")
+    if not 0 <= args.natted < args.nodes:
+        p.error("--natted must be at least 0 and fewer than --nodes (n0, the seed, is public)")
     if args.interval < 1 or args.poll < 0.2 or args.poll > 5:
         p.error("--interval must be >= 1 s and --poll within 0.2-5 s")
     if args.flood_connections < 1 or args.address_flood_connections < 100:
@@ -113,6 +118,8 @@ class Chaos:
         self.nodes = []  # chaos and slow nodes
         self.link = None
         self.slow_skipped = None
+        self.nat = None  # the NAT topology of --natted (chaoslib/nat.py)
+        self.free_hidden = []  # its hidden slots that no node holds
         self.ports = set()
         self.actions = {k: 0 for k in ["kill9", "term", "leave", "join", "retire", "stop"]}
         self.skipped = 0
@@ -186,7 +193,9 @@ class Chaos:
         self.daemon_nofile = a.daemon_nofile if hard == resource.RLIM_INFINITY else min(a.daemon_nofile, hard)
         self.ncpu = os.cpu_count() or 1
         self.host = "127.0.0.1"
-        if a.no_netns:
+        if a.natted:
+            self.setup_nat()
+        elif a.no_netns:
             self.slow_skipped = "--no-netns"
         else:
             link = netlink.SlowLink(10)
@@ -208,6 +217,23 @@ class Chaos:
             f"{' + 1 behind the slow link' if self.link else ''}, binaries {self.bin}, work dir {self.work}")
         if self.link:
             say(f"chaos: slow link: {self.link.describe()}")
+        if self.nat:
+            say(f"chaos: {a.natted} node(s) behind NAT:\n{self.nat.describe()}")
+
+    def setup_nat(self):
+        why = nat.why_unavailable()
+        if why:
+            raise UsageError(f"--natted: {why}")
+        kinds = [nat.KINDS[k % len(nat.KINDS)] for k in range(self.args.natted)]
+        self.nat = nat.NatTopology(kinds)
+        try:
+            self.nat.setup()
+            self.host = self.nat.attach_root()
+        except RuntimeError as e:
+            self.nat.cleanup()
+            raise UsageError(f"--natted: the NAT topology failed: {e}")
+        self.free_hidden = list(self.nat.hidden)
+        self.slow_skipped = "--natted (the public nodes listen on the NAT topology's bridge)"
 
     def free_port(self, host):
         for _ in range(100):
@@ -226,10 +252,19 @@ class Chaos:
             argv += ["--seed", s]
         return argv
 
-    def new_node(self, name, role="chaos"):
+    def new_node(self, name, role="chaos", hidden=None):
+        """A node in the root namespace, behind the slow link (role "slow"), or behind the NAT
+        router of `hidden` (--natted), which it holds until it retires."""
         if role == "slow":
             node = Node(name, self.work / "nodes" / name, f"{self.link.ns_ip}:7700",
                         f"unix:{self.work / (name + '.sock')}", netns=self.link.ns, role=role)
+        elif hidden:
+            # A new port for each node the slot holds: a retiring one may still hold the last.
+            hidden.nodes_held += 1
+            node = Node(name, self.work / "nodes" / name, f"{hidden.ip}:{7699 + hidden.nodes_held}",
+                        f"unix:{self.work / (name + '.sock')}", netns=hidden.ns, role=role)
+            node.hidden = hidden
+            self.free_hidden.remove(hidden)
         else:
             node = Node(name, self.work / "nodes" / name, f"{self.host}:{self.free_port(self.host)}",
                         f"127.0.0.1:{self.free_port('127.0.0.1')}", role=role)
@@ -247,7 +282,9 @@ class Chaos:
         return inst
 
     def seeds_for(self, node):
-        others = [n.current for n in self.nodes if n is not node and n.current and n.current.running()]
+        # Not a node behind NAT: nobody can dial it.
+        others = [n.current for n in self.nodes
+                  if n is not node and not n.hidden and n.current and n.current.running()]
         others.sort(key=lambda i: (i.node.role != "chaos", i.node.name))
         return [i.node.listen for i in others[:3]]
 
@@ -320,7 +357,8 @@ class Chaos:
                                           "log": str(i0.log_path)})
             return False
         for k in range(1, a.nodes):
-            self.start(self.new_node(f"n{k}"), "initial", [first.listen])
+            hidden = self.free_hidden[0] if k >= a.nodes - a.natted else None
+            self.start(self.new_node(f"n{k}", hidden=hidden), "initial", [first.listen])
         if self.link:
             self.start(self.new_node("s0", role="slow"), "initial", [first.listen])
         deadline = now() + 60
@@ -485,6 +523,10 @@ class Chaos:
                 out.append(inst)
         return sorted(out, key=lambda i: i.node.name)
 
+    def reachable_eligible(self):
+        """The eligible nodes this script can reach from the root namespace: the probes' targets."""
+        return [i for i in self.eligible() if not i.node.hidden]
+
     def begin_end(self, inst, how):
         """The script starts ending this process (kill, term, leave, retire)."""
         inst.end_counting(how)
@@ -547,7 +589,9 @@ class Chaos:
             if not eligible or len(self.running()) - 1 < 2:
                 return None
             self.retire(self.rng.choice(eligible))
-        node = self.new_node(f"n{len([n for n in self.nodes if n.role == 'chaos'])}")
+        # A joiner takes the NAT slot a retired node left, so the share behind NAT holds.
+        node = self.new_node(f"n{len([n for n in self.nodes if n.role == 'chaos'])}",
+                             hidden=self.free_hidden[0] if self.free_hidden else None)
         need = self.swarm_min_round()
         seeds = seeds or self.seeds_for(node)
         inst = self.start(node, "join", seeds)
@@ -581,6 +625,8 @@ class Chaos:
 
     def retire(self, inst):
         inst.node.retired = True
+        if inst.node.hidden:
+            self.free_hidden.append(inst.node.hidden)
         self.actions["retire"] += 1
         self.leave(inst, "retire")
         self.note(f"retire {inst.label}: `starling leave` for good, to make room for a joiner")
@@ -588,7 +634,7 @@ class Chaos:
     # ---- probes --------------------------------------------------------------------------------
 
     def start_double_start(self):
-        eligible = self.eligible()
+        eligible = self.reachable_eligible()
         if not eligible:
             self.double = {"skipped": "no eligible node when it was due"}
             return
@@ -614,7 +660,7 @@ class Chaos:
         self.double_thread = None
 
     def start_flood(self):
-        eligible = self.eligible()
+        eligible = self.reachable_eligible()
         if not eligible:
             self.flood = {"skipped": "no eligible node when it was due"}
             return
@@ -916,6 +962,8 @@ class Chaos:
             "slow_link": slow,
             "polls": {"ok": sum(i.status_ok for i in chaos_insts), "failed": sum(i.status_failed for i in chaos_insts)},
         }
+        if self.nat:
+            rep["natted"] = report.natted_figures(parsed, self.churn_walls, self.calm_window())
         stall_ok = worst is None or worst["seconds"] <= bound
         verdict = {
             "startup": "ok" if not self.startup_failures else "FAIL",
@@ -927,6 +975,10 @@ class Chaos:
             "flood": "-" if self.flood.get("skipped") else ("ok" if self.flood.get("ok") else "FAIL"),
             "double_start": "-" if self.double.get("skipped") else ("ok" if self.double.get("ok") else "FAIL"),
         }
+        if self.nat:
+            nt = rep["natted"]
+            verdict["natted"] = ("ok" if nt["natted"]["rounds"] and
+                                 nt["natted"]["paired_pct"] >= 0.9 * nt["public"]["paired_pct"] else "FAIL")
         verdict.update({p.name: p.verdict for p in self.attacks})
         rep["verdict"] = verdict
         rep["failed_checks"] = [k for k, v in verdict.items() if v == "FAIL"]
@@ -974,6 +1026,8 @@ class Chaos:
         daemons.kill_all(self.instances)
         if self.link:
             self.link.cleanup()
+        if self.nat:
+            self.nat.cleanup()
 
 
 def main(argv):
