@@ -186,6 +186,13 @@ class NatTopology:
                 self.root_unreachable.append(str(h.net))
         return self.root_ip
 
+    def route_to(self, net):
+        """Sends the root's and every router's traffic for `net` (one more network the internet's
+        namespace is joined to: the chaos slow link's) through the internet's namespace."""
+        run("ip", "route", "add", str(net), "via", self.public_ip)
+        for h in self.hidden:
+            run("ip", "-n", h.router_ns, "route", "add", str(net), "via", self.public_ip)
+
     def describe(self):
         lines = [f"{self.public_ns} (the internet): bridge {self.bridge} {self.public_ip}/{self.public_net.prefixlen}"]
         if self.root_ip:

@@ -4,6 +4,9 @@ listens and announces on the veth addresses, so what the others exchange with it
 
     root namespace: veth ROOT_IP/24 (the root-side nodes listen here)  <- tbf ->
     namespace NS:   veth NS_IP/24   (the slow node listens here)       <- tbf ->
+
+With `host_ns` the link joins that namespace instead (the NAT topology's internet, chaos
+--natted), which routes between it and the rest: the slow namespace's default route leads there.
 """
 
 import ipaddress
@@ -37,13 +40,14 @@ def taken_networks():
 
 
 class SlowLink:
-    def __init__(self, rate_mbit):
+    def __init__(self, rate_mbit, host_ns=None):
         tag = os.getpid() % 100000
+        self.host_ns = host_ns
         self.ns = f"starling-chaos-{tag}"
         self.root_dev = f"stc{tag}r"  # interface names: 15 characters at most
         self.ns_dev = f"stc{tag}n"
         self.rate_mbit = rate_mbit
-        self.root_ip = self.ns_ip = None
+        self.root_ip = self.ns_ip = self.net = None
         self.created = False
 
     def why_unavailable(self):
@@ -64,23 +68,34 @@ class SlowLink:
 
     def setup(self):
         net = self._pick_subnet()
+        self.net = net
         hosts = list(net.hosts())
         self.root_ip, self.ns_ip = str(hosts[0]), str(hosts[1])
         self.created = True
         run("ip", "netns", "add", self.ns)
         run("ip", "link", "add", self.root_dev, "type", "veth", "peer", "name", self.ns_dev)
         run("ip", "link", "set", self.ns_dev, "netns", self.ns)
-        run("ip", "addr", "add", f"{self.root_ip}/24", "dev", self.root_dev)
-        run("ip", "link", "set", self.root_dev, "up")
+        if self.host_ns:
+            run("ip", "link", "set", self.root_dev, "netns", self.host_ns)
+        h = self._in_host("ip")
+        run(*h, "addr", "add", f"{self.root_ip}/24", "dev", self.root_dev)
+        run(*h, "link", "set", self.root_dev, "up")
         run("ip", "-n", self.ns, "addr", "add", f"{self.ns_ip}/24", "dev", self.ns_dev)
         run("ip", "-n", self.ns, "link", "set", self.ns_dev, "up")
         run("ip", "-n", self.ns, "link", "set", "lo", "up")
+        if self.host_ns:
+            run("ip", "-n", self.ns, "route", "add", "default", "via", self.root_ip)
+            run(*self._in_host("sysctl"), "-qw", "net.ipv4.ip_forward=1")
         self._shape("add", self.rate_mbit)
+
+    def _in_host(self, *cmd):
+        """`cmd` run in the namespace the link's near end is in."""
+        return ["ip", "netns", "exec", self.host_ns, *cmd] if self.host_ns else list(cmd)
 
     def _shape(self, verb, rate_mbit):
         # burst 64 KB covers the largest GSO packets a veth hands over; latency bounds the queue.
         tbf = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "64kb", "latency", "50ms"]
-        run("tc", "qdisc", verb, "dev", self.root_dev, *tbf)
+        run(*self._in_host("tc"), "qdisc", verb, "dev", self.root_dev, *tbf)
         run("ip", "netns", "exec", self.ns, "tc", "qdisc", verb, "dev", self.ns_dev, *tbf)
 
     def set_rate(self, rate_mbit):
@@ -88,7 +103,7 @@ class SlowLink:
         self.rate_mbit = rate_mbit
 
     def describe(self):
-        return (f"namespace {self.ns}: veth {self.root_ip} (root) <-> {self.ns_ip} ({self.ns}), "
+        return (f"namespace {self.ns}: veth {self.root_ip} ({self.host_ns or 'root'}) <-> {self.ns_ip} ({self.ns}), "
                 f"tbf {self.rate_mbit} Mbit/s each way")
 
     def cleanup(self):

@@ -79,7 +79,8 @@ def parse_args(argv):
                    help="seconds a joiner has to copy the swarm's state (default 30)")
     p.add_argument("--natted", type=int, default=0,
                    help="this many of the --nodes (never n0) behind NAT routers, masquerading and firewalled in "
-                        "turn, in network namespaces (chaoslib/nat.py); replaces the slow link (default 0)")
+                        "turn, in network namespaces (chaoslib/nat.py); the public nodes and the slow link then "
+                        "join the topology's internet (default 0)")
     args = p.parse_args(argv)
     if args.duration is None:
         args.duration = 110.0 if args.short else 1800.0
@@ -195,10 +196,10 @@ class Chaos:
         self.host = "127.0.0.1"
         if a.natted:
             self.setup_nat()
-        elif a.no_netns:
+        if a.no_netns:
             self.slow_skipped = "--no-netns"
         else:
-            link = netlink.SlowLink(10)
+            link = netlink.SlowLink(10, host_ns=self.nat.public_ns if self.nat else None)
             why = link.why_unavailable()
             if why:
                 self.slow_skipped = why
@@ -206,7 +207,10 @@ class Chaos:
                 try:
                     self.link = link
                     link.setup()
-                    self.host = link.root_ip
+                    if self.nat:
+                        self.nat.route_to(link.net)
+                    else:
+                        self.host = link.root_ip
                 except RuntimeError as e:
                     self.slow_skipped = f"`ip netns`/tc failed: {e}"
                     link.cleanup()
@@ -233,7 +237,6 @@ class Chaos:
             self.nat.cleanup()
             raise UsageError(f"--natted: the NAT topology failed: {e}")
         self.free_hidden = list(self.nat.hidden)
-        self.slow_skipped = "--natted (the public nodes listen on the NAT topology's bridge)"
 
     def free_port(self, host):
         for _ in range(100):
