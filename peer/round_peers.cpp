@@ -496,8 +496,7 @@ std::string RoundPeers::round_message_source(const Member& member, size_t attemp
     if (member.reachability != Reachability::Private) return member.address;
     if (member.anchors.empty()) return "";
     // Each fetcher starts at an anchor of its own, so the anchors share the serving.
-    const auto anchor =
-        table_.find(member.anchors[(node_id_ + attempt) % member.anchors.size()]);
+    const auto anchor = table_.find(member.anchors[(node_id_ + attempt) % member.anchors.size()]);
     return anchor ? anchor->address : "";
 }
 
