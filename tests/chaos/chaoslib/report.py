@@ -300,7 +300,8 @@ def table(rep):
             return (f"{x['paired_pct']}% of {x['rounds']} paired"
                     + (f", exchange median {med:.2f} s" if med is not None else ""))
         rows.append(("behind NAT", f"{', '.join(nt['nodes'])}: {side(nt['natted'])}; public nodes {side(nt['public'])} "
-                     f"({nt['over']}; at least 90% of the public share)", rep["verdict"]["natted"]))
+                     f"({nt['over']}; checked over 50 rounds a side: at least 90% of the public share)",
+                     rep["verdict"]["natted"]))
     rows.append(("status polls", f"{rep['polls']['ok']} answered, {rep['polls']['failed']} not", "info"))
     width = max(len(r[0]) for r in rows)
     out = []

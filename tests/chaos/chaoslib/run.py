@@ -979,9 +979,12 @@ class Chaos:
             "double_start": "-" if self.double.get("skipped") else ("ok" if self.double.get("ok") else "FAIL"),
         }
         if self.nat:
+            # Judged over 50 rounds a side at least: over a short run's 10 to 25 a round or two
+            # moves a share by 5 to 10 points.
             nt = rep["natted"]
-            verdict["natted"] = ("ok" if nt["natted"]["rounds"] and
-                                 nt["natted"]["paired_pct"] >= 0.9 * nt["public"]["paired_pct"] else "FAIL")
+            judged = min(nt["natted"]["rounds"], nt["public"]["rounds"]) >= 50
+            verdict["natted"] = ("info" if not judged else "ok"
+                                 if nt["natted"]["paired_pct"] >= 0.9 * nt["public"]["paired_pct"] else "FAIL")
         verdict.update({p.name: p.verdict for p in self.attacks})
         rep["verdict"] = verdict
         rep["failed_checks"] = [k for k, v in verdict.items() if v == "FAIL"]
