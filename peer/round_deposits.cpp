@@ -112,7 +112,7 @@ grpc::Status RoundDeposits::serve(uint64_t author, bool anchored_here, uint64_t 
         return {grpc::StatusCode::NOT_FOUND, "this node is not node " + format_node_id(author) +
                                                  "'s anchor and holds no message of it"};
     uint64_t served = 0;
-    const grpc::Status status = serve_round_message(held->board, round, deadline, writer, &served);
+    grpc::Status status = serve_round_message(held->board, round, deadline, writer, &served);
     bytes_relayed_ += served;
     return status;
 }
