@@ -22,6 +22,7 @@
 #include "peer/round_messages.h"
 #include "starling/v1/peer.grpc.pb.h"
 #include "tests/peer/cluster_util.h"
+#include "tests/support/model_configs.h"
 
 using namespace starling;
 using namespace starling::test;
@@ -31,25 +32,15 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
-ModelConfig model_config(int d_model, int d_ff, int vocab) {
-    ModelConfig c;
-    c.n_layer = 4;
-    c.n_head = 4;
-    c.d_model = d_model;
-    c.d_ff = d_ff;
-    c.vocab_size = vocab;
-    return c;
-}
-
 // 885,888 parameters: one chunk in Q8 or F32.
 const ParameterManifest& one_chunk_model() {
-    static const ParameterManifest m(model_config(128, 384, 256));
+    static const ParameterManifest m(four_layer_model_config(128, 384, 256));
     return m;
 }
 
 // 3,541,248 parameters: four chunks in F32.
 const ParameterManifest& four_chunk_model() {
-    static const ParameterManifest m(model_config(256, 768, 512));
+    static const ParameterManifest m(four_layer_model_config(256, 768, 512));
     return m;
 }
 

@@ -18,6 +18,7 @@
 #include "peer/round_deposits.h"
 #include "starling/v1/peer.grpc.pb.h"
 #include "tests/peer/cluster_util.h"
+#include "tests/support/model_configs.h"
 
 using namespace starling;
 using namespace starling::test;
@@ -27,15 +28,7 @@ namespace {
 
 // 885,888 parameters: a Q8 message of about 0.94 MB, an F32 one of 3.5 MB.
 const ParameterManifest& model() {
-    static const ParameterManifest m([] {
-        ModelConfig c;
-        c.n_layer = 4;
-        c.n_head = 4;
-        c.d_model = 128;
-        c.d_ff = 384;
-        c.vocab_size = 256;
-        return c;
-    }());
+    static const ParameterManifest m(four_layer_model_config(128, 384, 256));
     return m;
 }
 
