@@ -26,12 +26,14 @@ void RoundMessageBoard::publish(uint64_t round, RoundMessage message) {
     published_.notify_all();
 }
 
-RoundMessage RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline) {
+RoundMessage RoundMessageBoard::wait(uint64_t round, SteadyClock::time_point deadline,
+                                     uint64_t* newest_held) {
     MutexLock lock(mutex_);
     lock.wait_until(published_, deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
         return stopped_ || messages_.contains(round) ||
                (!messages_.empty() && messages_.rbegin()->first > round);
     });
+    if (newest_held) *newest_held = messages_.empty() ? 0 : messages_.rbegin()->first;
     const auto it = messages_.find(round);
     return stopped_ || it == messages_.end() ? RoundMessage{} : it->second;
 }
@@ -48,7 +50,12 @@ grpc::Status serve_round_message(RoundMessageBoard& board, uint64_t round,
                                  SteadyClock::time_point deadline,
                                  grpc::ServerWriter<v1::RoundMessageFrame>& writer,
                                  uint64_t* served) {
-    const RoundMessage published = board.wait(round, deadline);
+    uint64_t newest_held = 0;
+    const RoundMessage published = board.wait(round, deadline, &newest_held);
+    if (!published.message && newest_held > round)
+        return {grpc::StatusCode::NOT_FOUND, "no message for round " + std::to_string(round) +
+                                                 " here any more: round " +
+                                                 std::to_string(newest_held) + " is the newest"};
     if (!published.message)
         return {grpc::StatusCode::NOT_FOUND,
                 "no message for round " + std::to_string(round) + " here"};

@@ -40,8 +40,10 @@ class RoundMessageBoard {
 public:
     void publish(uint64_t round, RoundMessage message);
     // The round's message once published; an empty one when the deadline passes first, when the
-    // round is older than the ones kept, or after stop().
-    RoundMessage wait(uint64_t round, SteadyClock::time_point deadline);
+    // round is older than the ones kept, or after stop(). Sets *newest_held, when given, to the
+    // newest round kept (0: none).
+    RoundMessage wait(uint64_t round, SteadyClock::time_point deadline,
+                      uint64_t* newest_held = nullptr);
     void stop();
 
 private:

@@ -443,7 +443,11 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
             // deadline: one refused connection must not leave a live member's D out of the mean,
             // which would part this node's phi from those of the members that got it.
             // A private member's message is fetched from its anchors in turn, one of which may
-            // not hold it.
+            // not hold it; once as many have said they hold none as it names, none will: the
+            // round is past there, or refused. Asking on until the deadline would keep a node
+            // that is a round behind the others a whole exchange timeout late every round, and
+            // behind for good.
+            size_t absent_at_anchors = 0;
             for (auto [pause, attempt] = std::pair{50ms, size_t{0}};;
                  pause = std::min<std::chrono::milliseconds>(2 * pause, 500ms), ++attempt) {
                 const auto member = table_.find(members[i]);
@@ -474,7 +478,10 @@ std::vector<RoundPeers::Gathered> RoundPeers::gather(
                 const bool gone =
                     !now || now->state == MemberState::Dead || now->state == MemberState::Left;
                 const bool via_anchor = source != member->address;
-                if (!(fetched.unreachable || (via_anchor && fetched.absent)) || gone ||
+                if (via_anchor && fetched.absent) absent_at_anchors++;
+                const bool other_anchor_may_hold =
+                    via_anchor && fetched.absent && absent_at_anchors < member->anchors.size();
+                if (!(fetched.unreachable || other_anchor_may_hold) || gone ||
                     std::chrono::system_clock::now() + pause >= deadline)
                     return;
                 std::this_thread::sleep_for(pause);

@@ -75,18 +75,12 @@ bool anchors(const PeerNode& node, const std::vector<uint64_t>& ids) {
     return std::find(ids.begin(), ids.end(), node.node_id()) != ids.end();
 }
 
-}  // namespace
-
-TEST_CASE("a private node's round message is gathered from its anchors") {
-    PeerConfig base = local_cluster_config();
-    base.relay_limit_mib = 2;  // each anchor anchors one member: a share of 2 MiB
-    LocalCluster cluster(3, base);
-    const NodeIdentity hidden_id = NodeIdentity::generate();
-    PeerNode& hidden = add_private_node(cluster, hidden_id);
+// Until `hidden` holds its anchors and every public member names them.
+void wait_for_anchors(LocalCluster& cluster, size_t public_members, PeerNode& hidden) {
     wait_for("two anchors, named in every member's table", 30000ms, [&] {
         const std::vector<uint64_t> held = hidden.anchors();
         if (held.size() != kAnchorsWanted) return false;
-        for (size_t i = 0; i < 3; i++) {
+        for (size_t i = 0; i < public_members; i++) {
             bool named = false;
             for (const Member& m : cluster.node(i).members())
                 named |= m.node_id == hidden.node_id() && m.anchors == held &&
@@ -95,6 +89,23 @@ TEST_CASE("a private node's round message is gathered from its anchors") {
         }
         return true;
     });
+}
+
+uint64_t relayed_by(LocalCluster& cluster, size_t public_members) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < public_members; i++) total += cluster.node(i).relayed_bytes();
+    return total;
+}
+
+}  // namespace
+
+TEST_CASE("a private node's round message is gathered from its anchors") {
+    PeerConfig base = local_cluster_config();
+    base.relay_limit_mib = 2;  // each anchor anchors one member: a share of 2 MiB
+    LocalCluster cluster(3, base);
+    const NodeIdentity hidden_id = NodeIdentity::generate();
+    PeerNode& hidden = add_private_node(cluster, hidden_id);
+    wait_for_anchors(cluster, 3, hidden);
     const std::vector<uint64_t> held = hidden.anchors();
 
     const Authored first = authored(hidden_id, 1, codec::Codec::Q8, 1);
@@ -109,11 +120,7 @@ TEST_CASE("a private node's round message is gathered from its anchors") {
     }
     // Each anchor took the message in, and between them they served it three times.
     const uint64_t size = first.message.message->bytes();
-    const auto relayed = [&] {
-        uint64_t total = 0;
-        for (size_t i = 0; i < 3; i++) total += cluster.node(i).relayed_bytes();
-        return total;
-    };
+    const auto relayed = [&] { return relayed_by(cluster, 3); };
     wait_for("both deposits taken", 10000ms,
              [&] { return relayed() >= (kAnchorsWanted + 3) * size; });
     CHECK(relayed() == (kAnchorsWanted + 3) * size);
@@ -200,4 +207,31 @@ TEST_CASE("a private node's round message is gathered from its anchors") {
     CHECK(same_bits(whole.second, third.values));
     // The signature binds the round: round 3's message deposited as round 4's.
     CHECK_THAT(deposit(*anchor, 4, third.message), Catch::Contains("its signature is not node"));
+}
+
+TEST_CASE("a round past at every anchor is given up at once, not asked for until the deadline") {
+    // A member a round behind the others asks for rounds its anchors have moved past. Were it to
+    // ask on until the exchange timeout, it would stay that late every round, and behind for good.
+    PeerConfig base = local_cluster_config();
+    base.exchange_timeout = 60s;
+    LocalCluster cluster(3, base);
+    const NodeIdentity hidden_id = NodeIdentity::generate();
+    PeerNode& hidden = add_private_node(cluster, hidden_id);
+    wait_for_anchors(cluster, 3, hidden);
+    uint64_t deposited = 0;
+    for (uint64_t round = 1; round <= 3; round++) {
+        const Authored a =
+            authored(hidden_id, round, codec::Codec::Q8, static_cast<uint32_t>(round));
+        hidden.rounds().publish(round, a.message);
+        deposited += kAnchorsWanted * a.message.message->bytes();
+    }
+    wait_for("every deposit taken", 10000ms, [&] { return relayed_by(cluster, 3) >= deposited; });
+
+    const auto asked = SteadyClock::now();
+    const auto [error, values] = gather_one(cluster.node(0), hidden.node_id(), 1);
+    const auto took = SteadyClock::now() - asked;
+    CHECK_THAT(error,
+               Catch::Contains("no message for round 1 here any more: round 3 is the newest"));
+    // Every anchor answered at once; asking on would have taken the whole timeout.
+    CHECK(took < base.exchange_timeout / 2);
 }
