@@ -280,6 +280,7 @@ def main():
         return 0
     except (Failure, RuntimeError, subprocess.CalledProcessError) as e:
         say(f"FAIL: {e}")
+        say(f"the daemons' logs and data are kept in {work}")
         for d in daemons:
             if d.log.exists():
                 say(f"--- {d.name}'s log, last lines:")
