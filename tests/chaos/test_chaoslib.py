@@ -125,6 +125,25 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual((s.pair_timeout_s, s.exchange_timeout_s, s.inner_steps), (5.0, 10.0, 20))
         self.assertEqual(s.tokens_per_step, 16 * 64)
 
+    def test_settings_reach_both_configs_but_the_single_run_stays_local(self):
+        pico = Path(__file__).resolve().parents[2] / "configs" / "pico.toml"
+        settings = [config.parse_setting(t) for t in
+                    ("swarm.method=diloco", "exchange.delta_codec=TOPK", "exchange.topk_density=0.05",
+                     "swarm.checkpoint_every=7")]
+        self.assertEqual(settings[1:3], [("exchange", "delta_codec", "TOPK"), ("exchange", "topk_density", 0.05)])
+        with tempfile.TemporaryDirectory() as d:
+            chaos, single, cfg = config.write_configs(pico, Path(d), Path("/data/kjv"), 10_000_000, settings)
+            single_cfg = tomllib.loads(single.read_text())
+        self.assertEqual((cfg["swarm"]["method"], single_cfg["swarm"]["method"]), ("diloco", "local"))
+        for c in (cfg, single_cfg):
+            self.assertEqual(c["exchange"]["delta_codec"], "TOPK")
+            self.assertEqual(c["exchange"]["topk_density"], 0.05)
+            self.assertEqual(c["swarm"]["checkpoint_every"], 7)
+        self.assertEqual(config.Settings(cfg).checkpoint_every, 7)
+        for bad in ("delta_codec=TOPK", "exchange.delta_codec", "exchange.=1", "exchange.topk_density="):
+            with self.assertRaises(ValueError):
+                config.parse_setting(bad)
+
 
 class RssTest(unittest.TestCase):
     def test_growth_from_the_sample_60_s_after_start(self):
@@ -200,6 +219,10 @@ class AttackBytesTest(unittest.TestCase):
         self.assertEqual(logs.partner_messages([text, taken], "defaf3692fb8bb9a"),
                          logs.PartnerMessages(taken=3, refused=1, taken_scores=[1.021, 1.021], taken_unscored=1))
         self.assertEqual(logs.partner_messages([text], None), logs.PartnerMessages())
+        # A failed exchange neither breaks a run of refusals nor adds to it; a taken message ends it.
+        runs = "\n".join([refused, failed, refused, other, refused, taken, refused])
+        self.assertEqual(logs.longest_refusal_run(runs, "defaf3692fb8bb9a"), 3)
+        self.assertEqual(logs.longest_refusal_run(runs, "0123456789abcdef"), 0)
         parsed = logs.NOLOCO_ROUND.search(refused)
         self.assertEqual((parsed.group(2), parsed.group(8)), ("46", "0.015"))
         self.assertTrue(parsed.group(9).startswith("partner defaf3692fb8bb9a: its weights score"))

@@ -74,11 +74,28 @@ def chaos_overrides(data_dir, steps):
     }
 
 
-def write_configs(pico_path, work, data_dir, steps):
+def parse_setting(text):
+    """SECTION.KEY=VALUE (a --set) as (section, key, value): VALUE read as a TOML value, or as a
+    string where it is not one (TOPK, split). ValueError naming the problem when malformed."""
+    name, sep, raw = text.partition("=")
+    section, dot, key = name.strip().rpartition(".")
+    if not sep or not dot or not section or not KEY.match(key + " =") or not raw.strip():
+        raise ValueError(f"--set {text!r}: expected SECTION.KEY=VALUE, e.g. exchange.delta_codec=TOPK")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return section, key, value
+
+
+def write_configs(pico_path, work, data_dir, steps, settings=()):
     """Writes work/chaos.toml (the swarm's) and work/single.toml (the same, method local: the
-    calibration run and the single-node comparison). Returns (paths, parsed chaos config)."""
+    calibration run and the single-node comparison), `settings` ((section, key, value) of --set)
+    over the chaos defaults in both. Returns (paths, parsed chaos config)."""
     text = pico_path.read_text()
     overrides = chaos_overrides(data_dir, steps)
+    for section, key, value in settings:
+        overrides.setdefault(section, {})[key] = value
     chaos = derive(text, overrides)
     overrides["swarm"]["method"] = "local"
     single = derive(text, overrides)

@@ -227,8 +227,13 @@ class JoinPastAddressFlood(Probe):
 
 
 class PoisonedDonor(Probe):
+    """After the joiner is judged the poisoned member stays among the others until a node has
+    quarantined it, at most hold_s: pairing is random, and a node quarantines a member once it has
+    refused two of its messages in a row, so how soon one does is luck. The check is that every
+    process whose log refused two in a row quarantined it, and that one did when any refused two."""
     name = "poisoned donor"
     ROUNDS_TO_DIVERGE = 3
+    LOOK_EVERY_S = 2.0  # how often the logs are read for a quarantine while it stays
 
     def start(self, chaos):
         node = chaos.new_node("p0", role="poisoned")
@@ -238,17 +243,20 @@ class PoisonedDonor(Probe):
         self.joiner = None
         self.joined_at = None
         self.judged_at = None
+        self.looked_at = 0.0
         self.t0 = now()
         self.result = {"poisoned": self.poisoned.label, "address": node.listen, "started_s": round(chaos.t(), 1)}
         chaos.note(f"poisoned donor {self.poisoned.label} ({node.listen}) with a learning rate of 1e2; once it has "
-                   f"trained {self.ROUNDS_TO_DIVERGE} rounds a new node joins through it alone; it stays "
-                   f"{self.hold_s:.0f} s more among the others")
+                   f"trained {self.ROUNDS_TO_DIVERGE} rounds a new node joins through it alone; it stays among the "
+                   f"others until one quarantines it, at most {self.hold_s:.0f} s")
         return True
 
     def poll(self, chaos):
         p = self.poisoned
         if not p.alive:
             return True
+        if self.result.get("node_id") is None:
+            self.result["node_id"] = (p.last_status or {}).get("node_id")
         if self.joiner is None:
             st = p.last_status or {}
             if daemons.phase_name(st) in ("training", "exchanging", "waiting") and self.first_round is None:
@@ -267,7 +275,7 @@ class PoisonedDonor(Probe):
         if self.joiner.verify["result"] is None:
             return False
         # Judge a round the joiner trained on what it copied, then leave the poisoned member among the
-        # others for hold_s, for them to quarantine it.
+        # others until one quarantines it, at most hold_s.
         if self.joined_at is None:
             self.joined_at = now()
         if self.judged_at is None:
@@ -277,7 +285,21 @@ class PoisonedDonor(Probe):
                 self.joiner_train_loss = st.get("train_loss")
                 self.release(self.joiner)
             return False
-        return now() - self.judged_at >= self.hold_s
+        if now() - self.judged_at >= self.hold_s:
+            return True
+        if now() - self.looked_at < self.LOOK_EVERY_S:
+            return False
+        self.looked_at = now()
+        return bool(self.quarantined_by(chaos))
+
+    def others(self, chaos):
+        """The log text of every process of another node that has run, by label."""
+        return {i.label: i.log_path.read_text(errors="replace") for i in chaos.instances
+                if i is not self.poisoned and i.started_wall is not None and i.log_path.exists()}
+
+    def quarantined_by(self, chaos):
+        return sorted(label for label, text in self.others(chaos).items()
+                      if logs.quarantines_of(text, self.poisoned.node.listen))
 
     def finish(self, chaos):
         p = self.poisoned
@@ -293,22 +315,28 @@ class PoisonedDonor(Probe):
         refusals = logs.refusals_of(text, p.node.listen)
         loss = getattr(self, "joiner_train_loss", None)
         v = self.joiner.verify
-        # Every process of another node that ran meanwhile and quarantined the poisoned member.
-        quarantined_by = sorted(
-            i.label for i in chaos.instances
-            if i is not p and i.started_wall is not None and i.log_path.exists()
-            and logs.quarantines_of(i.log_path.read_text(errors="replace"), p.node.listen))
+        # A process logs the quarantine before the round line of the refusal that set it off, so
+        # every run of two its log shows has its quarantine line there too.
+        texts = self.others(chaos)
+        quarantined_by = self.quarantined_by(chaos)
+        node_id = self.result.get("node_id")
+        refused_twice = sorted(label for label, text in texts.items()
+                               if node_id and logs.longest_refusal_run(text, node_id) >= 2)
+        not_quarantined = [label for label in refused_twice if label not in quarantined_by]
         self.result.update(joiner=self.joiner.label, joined=v["result"], join_detail=v.get("detail"),
-                           refusals=refusals[:3], joiner_train_loss=loss, quarantined_by=quarantined_by)
+                           refusals=refusals[:3], joiner_train_loss=loss, quarantined_by=quarantined_by,
+                           refused_twice=refused_twice, refused_twice_not_quarantined=not_quarantined)
         finite = isinstance(loss, (int, float)) and math.isfinite(loss) and loss < 5.0  # ln 256 = 5.55 untrained
-        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite and bool(quarantined_by)
+        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite and not not_quarantined
         self.result["summary"] = (
             f"{p.label} (train loss {fmt_loss(self.result['poisoned_train_loss'])}): joiner {self.joiner.label} "
             + (f"refused its snapshot ({refusal_reason(refusals[0])})" if refusals else "did NOT refuse its snapshot")
             + (f", joined in {v['seconds']:.1f} s" if v["result"] else ", did NOT join")
             + f", then train loss {fmt_loss(loss)}; quarantined by "
-            + (", ".join(quarantined_by) if quarantined_by else "NO node")
-            + f" within {self.hold_s:.0f} s")
+            + (", ".join(quarantined_by) if quarantined_by else "no node")
+            + (f"; NOT by {', '.join(not_quarantined)}, which refused two of its messages in a row"
+               if not_quarantined else "" if refused_twice else
+               f" (none refused two of its messages in a row within {self.hold_s:.0f} s)"))
 
 
 def refusal_reason(line):
@@ -380,6 +408,6 @@ def default_probes(args):
     """The attack probes of a run, due at these fractions of the chaos phase (the preface flood is
     due at 0.35 and the double start at 0.15)."""
     hold = min(30.0, max(8.0, 0.01 * args.duration))
-    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 2 * hold), FlippingMember(0.4, 3 * hold),
+    return [ControlRapidReset(0.22, hold), PoisonedDonor(0.28, 6 * hold), FlippingMember(0.4, 3 * hold),
             StrangerFrames(0.5, hold), JoinPastAddressFlood(0.6, 0, args.address_flood_connections, 100)]
 

@@ -185,6 +185,21 @@ def quarantines_of(text, member):
             if " warning " in line and "quarantined until round" in line and f"({member})" in line]
 
 
+def longest_refusal_run(text, member_id):
+    """The most messages of node `member_id` (16 hex digits) a log's round lines refused in a row,
+    none taken between: the count a node quarantines a member on (peer/member_scores.h)."""
+    longest = run = 0
+    for line in text.splitlines():
+        if " round " not in line or f"| partner {member_id} |" not in line:
+            continue
+        if f"solo: partner {member_id}:" in line:
+            run += 1
+            longest = max(longest, run)
+        elif "solo:" not in line:
+            run = 0
+    return longest
+
+
 HELD_OUT = re.compile(r"\| held-out (?:([\d.]+) of own|not scored)")
 
 

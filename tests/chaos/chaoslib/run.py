@@ -81,7 +81,14 @@ def parse_args(argv):
                    help="this many of the --nodes (never n0) behind NAT routers, masquerading and firewalled in "
                         "turn, in network namespaces (chaoslib/nat.py); the public nodes and the slow link then "
                         "join the topology's internet (default 0)")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="a config key every node (and the single-node comparison) runs with, over pico.toml's and "
+                        "the suite's own, e.g. --set swarm.method=diloco --set exchange.delta_codec=TOPK; repeatable")
     args = p.parse_args(argv)
+    try:
+        args.settings = [cfgmod.parse_setting(s) for s in args.settings]
+    except ValueError as e:
+        p.error(str(e))
     if args.duration is None:
         args.duration = 110.0 if args.short else 1800.0
     if args.nodes is None:
@@ -177,7 +184,8 @@ class Chaos:
         (self.work / "logs").mkdir()
         (self.work / "nodes").mkdir()
         steps = 10_000_000
-        self.config, self.single_config, parsed = cfgmod.write_configs(pico, self.work, self.data, steps)
+        self.config, self.single_config, parsed = cfgmod.write_configs(pico, self.work, self.data, steps,
+                                                                             self.args.settings)
         self.settings = cfgmod.Settings(parsed)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("STARLING_")}
         self.env["STARLING_PEER_SECRET"] = "chaos-" + secrets.token_hex(16)
@@ -1056,7 +1064,8 @@ def main(argv):
         chaos.teardown()
         rep = chaos.build_report()
         say("")
-        say(f"chaos results (seed {args.seed}, {args.duration:.0f} s, logs in {chaos.work}/logs)")
+        settings = "".join(f", {sec}.{key} = {value!r}" for sec, key, value in args.settings)
+        say(f"chaos results (seed {args.seed}, {args.duration:.0f} s{settings}, logs in {chaos.work}/logs)")
         say(report.table(rep))
         if args.json:
             report.write_json(args.json, rep)
