@@ -172,6 +172,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     for (const MemberValues& p : arrived) {
         const auto refusal = std::find_if(step.refused.begin(), step.refused.end(),
                                           [&](const Refusal& r) { return r.member == p.node_id; });
+        if (refusal != step.refused.end() && refusal->own_fault) continue;
         link.judged(p.node_id, round,
                     refusal == step.refused.end() ? std::nullopt
                                                   : std::optional<std::string>(refusal->why));

@@ -44,6 +44,17 @@ std::string worse_on_held_out(double loss, double own_loss) {
     return text;
 }
 
+// Why this node can judge no partner, if its own values are broken: a diverged node would
+// otherwise refuse every honest message and quarantine its authors.
+std::optional<std::string> own_values_broken(std::span<const float> values,
+                                             std::span<const float> phi) {
+    if (const auto i = first_non_finite(values))
+        return "this node's own value " + std::to_string(*i) + " is not finite";
+    if (const auto i = first_non_finite(phi))
+        return "this node's own phi value " + std::to_string(*i) + " is not finite";
+    return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view message_mode_name(MessageMode mode) {
@@ -68,10 +79,20 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
     const double own_update =
         fused ? euclidean_distance(self.values, phi) : euclidean_distance(self.values, {});
     result.held_out_ratios.assign(partners.size(), std::numeric_limits<double>::quiet_NaN());
+    std::optional<std::string> own_fault;
+    if (checks.judge) own_fault = own_values_broken(self.values, phi);
+    auto leave_out_unjudged = [&](const MemberValues& p) {
+        result.refused.push_back(
+            {p.node_id, partner_name(p.node_id) + ": not judged: " + *own_fault, true});
+    };
     for (size_t k = 0; k < partners.size(); k++) {
         const MemberValues& p = partners[k];
         if (!checks.judge) {
             members.push_back(&p);
+            continue;
+        }
+        if (own_fault) {
+            leave_out_unjudged(p);
             continue;
         }
         std::optional<std::string> problem =
@@ -96,6 +117,15 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
                 MemberValues as_sent = self;
                 if (!fused && !self.sent.empty()) as_sent.values = self.sent;
                 own_loss = checks.held_out_loss(theta_of(as_sent, fused, self.phi, scratch_a));
+                if (!std::isfinite(*own_loss)) {
+                    char text[96];
+                    std::snprintf(text, sizeof text,
+                                  "this node's own weights score %g on the held-out batch",
+                                  *own_loss);
+                    own_fault = text;
+                    leave_out_unjudged(p);
+                    continue;
+                }
             }
             const double loss = checks.held_out_loss(theta_of(p, fused, self.phi, scratch_a));
             result.held_out_ratios[k] = loss / *own_loss;

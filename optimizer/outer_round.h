@@ -75,6 +75,9 @@ struct PartnerChecks {
 struct Refusal {
     uint64_t member = 0;
     std::string why;  // naming the member
+    // The node's own values are what is broken (not finite, or scoring NaN on the held-out
+    // batch): the message was not judged, and must not count against its author.
+    bool own_fault = false;
 };
 
 struct NoLoCoStep {
@@ -85,9 +88,11 @@ struct NoLoCoStep {
     std::vector<double> held_out_ratios;
 };
 
-// NoLoCo: partners whose values fail the sanity check or are this node's own sent back
-// (echoed_message, where self.sent is given) are left out, and so is one that trained
-// at least this node's tokens (a weight at least its own: every H-step round, and a token-budget
+// NoLoCo: a node whose own values (theta or D, and phi) are not finite, or whose weights score
+// a loss that is not finite on the held-out batch, leaves every partner out unjudged (own_fault)
+// and steps alone; otherwise partners whose values fail the sanity check or are this node's own
+// sent back (echoed_message, where self.sent is given) are left out, and so is one that trained at
+// least this node's tokens (a weight at least its own: every H-step round, and a token-budget
 // round's partner that claims as many or more) whose weights score more than
 // kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on
 // checks.held_out_loss (or, without one, where both trained the same tokens, whose update points

@@ -31,9 +31,8 @@ std::optional<std::string> MessageSanity::check(std::span<const float> decoded,
         return "it holds " + std::to_string(decoded.size()) + " values, this node " +
                std::to_string(own.size());
     }
-    for (size_t i = 0; i < decoded.size(); i++) {
-        if (!std::isfinite(decoded[i])) return "value " + std::to_string(i) + " is not finite";
-    }
+    if (const auto i = first_non_finite(decoded))
+        return "value " + std::to_string(*i) + " is not finite";
     const double distance = euclidean_distance(decoded, own);
     if (!std::isfinite(distance) || !std::isfinite(own_update)) {
         // Finite decoded values but a NaN or Inf distance or update: this node's own values are
@@ -79,6 +78,13 @@ std::optional<std::string> echoed_message(std::span<const float> partner,
     if (!(distance < kMinEchoDistance * own_update)) return std::nullopt;
     return "its values are this node's own message sent back (distance " + short_number(distance) +
            " from it, this node's update " + short_number(own_update) + ")";
+}
+
+std::optional<size_t> first_non_finite(std::span<const float> values) {
+    for (size_t i = 0; i < values.size(); i++) {
+        if (!std::isfinite(values[i])) return i;
+    }
+    return std::nullopt;
 }
 
 double euclidean_distance(std::span<const float> a, std::span<const float> b) {

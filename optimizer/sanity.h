@@ -58,6 +58,9 @@ inline constexpr double kMinEchoDistance = 0.05;
 std::optional<std::string> echoed_message(std::span<const float> partner,
                                           std::span<const float> sent, double own_update);
 
+// The index of the first value that is NaN or infinite, if any.
+std::optional<size_t> first_non_finite(std::span<const float> values);
+
 // |a - b|, or |a| when b is empty, summed in double in index order (the same bits everywhere).
 double euclidean_distance(std::span<const float> a, std::span<const float> b);
 

@@ -46,6 +46,56 @@ TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps
     }
 }
 
+TEST_CASE("noloco_outer_step: a node whose own values are broken leaves partners out unjudged") {
+    const size_t n = 8;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0 = ramp(n, 0.5f, 0.1f), theta = ramp(n, 0.6f, 0.1f);
+    const std::vector<float> partner = ramp(n, 0.62f, 0.1f);
+    const std::vector<MemberValues> partners{{7, partner, {}, 10.0}, {9, partner, {}, 10.0}};
+    std::vector<float> a(n), b(n);
+    SECTION("own values not finite") {
+        std::vector<float> own = theta, phi = phi0, momentum(n, 0.0f);
+        own[2] = INFINITY;
+        PartnerChecks checks;
+        const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, own, {}, 10.0},
+                                                  partners, checks, phi, momentum, a, b);
+        CHECK(step.members == 1);
+        REQUIRE(step.refused.size() == 2);
+        for (const Refusal& r : step.refused) {
+            CHECK(r.own_fault);
+            CHECK_THAT(r.why, Catch::Contains("not judged: this node's own value 2 is not finite"));
+        }
+    }
+    SECTION("own weights score NaN on the held-out batch, a partner's score finite") {
+        std::vector<float> phi = phi0, momentum(n, 0.0f);
+        PartnerChecks checks;
+        int scored = 0;
+        checks.held_out_loss = [&](std::span<const float> w) {
+            scored++;
+            return w[0] == theta[0] ? std::nan("") : 1.0;
+        };
+        const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0},
+                                                  partners, checks, phi, momentum, a, b);
+        CHECK(scored == 1);  // its own weights alone: no partner is scored against NaN
+        CHECK(step.members == 1);
+        REQUIRE(step.refused.size() == 2);
+        for (const Refusal& r : step.refused) {
+            CHECK(r.own_fault);
+            CHECK_THAT(r.why, Catch::Contains("own weights score nan on the held-out batch"));
+        }
+    }
+    SECTION("a partner whose values are broken is blamed as before") {
+        std::vector<float> phi = phi0, momentum(n, 0.0f), bad = partner;
+        bad[4] = NAN;
+        PartnerChecks checks;
+        const std::vector<MemberValues> one{{7, bad, {}, 10.0}};
+        const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0},
+                                                  one, checks, phi, momentum, a, b);
+        REQUIRE(step.refused.size() == 1);
+        CHECK_FALSE(step.refused[0].own_fault);
+    }
+}
+
 TEST_CASE("noloco_outer_step: the result does not depend on the order partners arrive in") {
     const size_t n = 100;
     const OuterConfig config{0.5f, 0.7f, 0.35f, MomentumForm::Nesterov};

@@ -263,3 +263,54 @@ TEST_CASE("DiLoCo members with TOPK deltas keep what their messages left unsent 
     }
     CHECK(off == 0);
 }
+
+TEST_CASE("a NoLoCo member whose own values are not finite judges no partner and blames none") {
+    // A diverged member would otherwise refuse every honest message against its own NaN and
+    // quarantine their authors, as if they were the faulty ones.
+    SwarmConfig config = pico_swarm(1);
+    config.method = OuterMethod::NoLoCo;
+    const Backend backend =
+        make_backend({config.train.device, config.train.threads, config.train.matmul});
+    const LrSchedule schedule(config.train.lr_schedule());
+    const std::vector<uint64_t> ids{11, 22};
+    InProcessBoard board;
+    std::vector<std::unique_ptr<Replica>> replicas;
+    std::vector<std::unique_ptr<MemberRound>> members;
+    std::vector<std::unique_ptr<RoundLink>> links;
+    for (size_t i = 0; i < ids.size(); i++) {
+        replicas.push_back(
+            std::make_unique<Replica>(config.train, int(ids.size()), backend, int(i), ids[i]));
+        members.push_back(std::make_unique<MemberRound>(config, replicas[i]->manifest()));
+        links.push_back(board.link(ids[i]));
+    }
+    replicas[1]->phi()[5] = NAN;
+    replicas[1]->restart_from_phi(false);
+    for (uint64_t round = 0; round < 2; round++) {
+        std::vector<std::vector<float>> theta(ids.size());
+        for (size_t i = 0; i < ids.size(); i++) {
+            Replica& r = *replicas[i];
+            r.inner_phase(config.inner_steps, schedule);
+            members[i]->prepare(r);
+            theta[i].assign(r.theta().begin(), r.theta().end());
+        }
+        board.begin_round(round, ids, 2);
+        std::vector<RoundOutcome> outcomes(ids.size());
+        on_threads(ids.size(), [&](size_t i) {
+            outcomes[i] = members[i]->step(*links[i], *replicas[i], round, theta[i], 0);
+        });
+        INFO("round " << round);
+        CHECK(outcomes[1].solo);
+        CHECK_THAT(outcomes[1].failure,
+                   Catch::Contains("partner 000000000000000b: not judged: this node's own"));
+        CHECK(outcomes[0].solo);  // its message is the broken one
+        CHECK_THAT(outcomes[0].failure,
+                   Catch::Contains("partner 0000000000000016: value 5 is not finite"));
+        const auto judgements = board.take_judgements();
+        REQUIRE(judgements.size() == 1);  // the honest member's alone
+        CHECK(judgements[0].judge == 11);
+        CHECK(judgements[0].member == 22);
+        CHECK(judgements[0].refused);
+        CHECK(judgements[0].quarantined == (round == 1));  // the second refusal in a row
+        for (size_t i = 0; i < ids.size(); i++) replicas[i]->restart_from_phi(false);
+    }
+}
