@@ -102,6 +102,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             problem = checks.state.check(p.phi, self.phi, own_update);
         if (!problem && !self.sent.empty())
             problem = echoed_message(p.values, self.sent, own_update);
+        if (!problem && !fused && p.weight >= self.weight)
+            problem = idle_update(p.values, self.sent.empty() ? self.values : self.sent);
         // Direction tells only between members that trained alike: in token-budget rounds a
         // partner that trained three times this node's steps points away from its update as
         // often as a flipped one does (docs/security.md). The loss tells wherever the partner

@@ -91,7 +91,8 @@ struct NoLoCoStep {
 // NoLoCo: a node whose own values (theta or D, and phi) are not finite, or whose weights score
 // a loss that is not finite on the held-out batch, leaves every partner out unjudged (own_fault)
 // and steps alone; otherwise partners whose values fail the sanity check or are this node's own
-// sent back (echoed_message, where self.sent is given) are left out, and so is one that trained at
+// sent back (echoed_message, where self.sent is given) or, split, whose D barely moved though
+// it trained at least this node's tokens (idle_update) are left out, and so is one that trained at
 // least this node's tokens (a weight at least its own: every H-step round, and a token-budget
 // round's partner that claims as many or more) whose weights score more than
 // kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on

@@ -72,6 +72,15 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
     return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
 }
 
+std::optional<std::string> idle_update(std::span<const float> partner, std::span<const float> own) {
+    const double partner_norm = euclidean_distance(partner, {});
+    const double own_norm = euclidean_distance(own, {});
+    if (!(partner_norm < kMinUpdateRatio * own_norm)) return std::nullopt;
+    return "its D has a norm of " + short_number(partner_norm) + ", under " +
+           short_number(kMinUpdateRatio) + " times this node's own " + short_number(own_norm) +
+           ": it barely trained";
+}
+
 std::optional<std::string> echoed_message(std::span<const float> partner,
                                           std::span<const float> sent, double own_update) {
     const double distance = euclidean_distance(partner, sent);

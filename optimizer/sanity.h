@@ -46,6 +46,15 @@ inline constexpr double kMinUpdateCosine = -0.5;
 std::optional<std::string> opposed_update(std::span<const float> partner,
                                           std::span<const float> own, std::span<const float> base);
 
+// A split NoLoCo partner's D under kMinUpdateRatio times this node's own as it sent it, where
+// the partner trained at least this node's tokens: a replica that barely moved (one whose every
+// inner step was skipped for a NaN gradient sends D = 0, which any distance test passes and whose
+// weights, phi + 0, score as well as phi), and which would halve this node's update in the mean.
+// Honest members that trained as much move alike: AdamW's steps are near lr in every coordinate.
+// Empty when it moved enough, or when this node's own D is zero; otherwise why not.
+inline constexpr double kMinUpdateRatio = 0.1;
+std::optional<std::string> idle_update(std::span<const float> partner, std::span<const float> own);
+
 // A NoLoCo partner's values that are this node's own message sent back (an echo): a member that
 // echoes takes this node's values and gives none, and the round counts as paired while this node
 // in effect steps alone. Empty when the partner's values (theta fused, D split) lie at least

@@ -258,6 +258,35 @@ TEST_CASE("noloco_outer_step refuses this node's own message sent back, fused an
     }
 }
 
+TEST_CASE(
+    "noloco_outer_step refuses a split D that barely moved from a partner that trained as much") {
+    const size_t n = 8;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    const std::vector<float> phi0(n, 0.5f), own_d(n, 0.25f);  // |own D| = 0.25 sqrt(8)
+    std::vector<float> a(n), b(n);
+    auto step_with = [&](std::vector<float> partner_d, double partner_tokens) {
+        std::vector<float> phi = phi0, momentum(n, 0.0f);
+        PartnerChecks checks;
+        const std::vector<MemberValues> partners{{9, partner_d, phi0, partner_tokens}};
+        return noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, partners,
+                                 checks, phi, momentum, a, b);
+    };
+    // A D of zero (every step skipped), and one just under a tenth of this node's: refused.
+    for (const float x : {0.0f, 0.0249f}) {
+        INFO("partner D " << x);
+        const NoLoCoStep idle = step_with(std::vector<float>(n, x), 10.0);
+        CHECK(idle.members == 1);
+        REQUIRE(idle.refused.size() == 1);
+        CHECK_FALSE(idle.refused[0].own_fault);
+        CHECK_THAT(idle.refused[0].why,
+                   Catch::Contains("partner 0000000000000009: its D has a norm") &&
+                       Catch::Contains("under 0.1 times this node's own 0.707107"));
+    }
+    // Just over a tenth is taken, and so is a zero D from a partner that trained fewer tokens.
+    CHECK(step_with(std::vector<float>(n, 0.0251f), 10.0).members == 2);
+    CHECK(step_with(std::vector<float>(n, 0.0f), 5.0).members == 2);
+}
+
 TEST_CASE("noloco_outer_step in a split round without phi averages D's and takes no pull") {
     // Heavy-ball by hand: delta = 0.5 delta + 0.7 mean(D); phi += delta. The partner's phi would
     // have pulled this node's towards it; without one, nothing does.
