@@ -223,6 +223,16 @@ class AttackBytesTest(unittest.TestCase):
         runs = "\n".join([refused, failed, refused, other, refused, taken, refused])
         self.assertEqual(logs.longest_refusal_run(runs, "defaf3692fb8bb9a"), 3)
         self.assertEqual(logs.longest_refusal_run(runs, "0123456789abcdef"), 0)
+        # DiLoCo: a D left out counts, any other round line ends the run.
+        diloco = ("[2026-12-05 21:50:06.962 +00:00] info swarm: node e7a72e4678dff576 round {} | loss 1.5 | quorum 7 | "
+                  "sent 27252 B, received 27252 B | gather 3.288 s | landed 12 steps on, waited 1.846 s")
+        left_out = diloco + (" | left out: member 1111222233334444: its D is more than 10 times the norm allowed it, left "
+                             "out; member c5e42fd4416b9488: its D points away from the others', left out (cosine -0.145)")
+        lines = [left_out.format(25), diloco.format(26), left_out.format(27), left_out.format(28)]
+        self.assertEqual(logs.longest_refusal_run("\n".join(lines), "c5e42fd4416b9488"), 2)
+        self.assertEqual(logs.longest_refusal_run("\n".join(lines), "e7a72e4678dff576"), 0)
+        self.assertEqual(logs.partner_messages(["\n".join(lines)], "c5e42fd4416b9488"),
+                         logs.PartnerMessages(left_out=3))
         parsed = logs.NOLOCO_ROUND.search(refused)
         self.assertEqual((parsed.group(2), parsed.group(8)), ("46", "0.015"))
         self.assertTrue(parsed.group(9).startswith("partner defaf3692fb8bb9a: its weights score"))

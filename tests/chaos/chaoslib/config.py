@@ -115,6 +115,7 @@ class Settings:
         swarm = cfg.get("swarm", {})
         train = cfg.get("train", {})
         model = cfg.get("model", {})
+        self.method = swarm.get("method", "noloco")
         self.pair_timeout_s = peer.get("pair_timeout_ms", 5000) / 1000.0
         self.exchange_timeout_s = peer.get("exchange_timeout_ms", 10000) / 1000.0
         self.max_round_gap = peer.get("max_round_gap", 1)

@@ -10,7 +10,8 @@
   the swarm's state within the join bound;
 - poisoned donor: a member whose learning rate is mistyped 1e2 (STARLING_OPTIMIZER_LR), then a
   new node whose only seed is that member; the joiner refuses its snapshot, naming its address,
-  and copies an honest one whose training loss is finite.
+  and copies an honest one whose training loss is finite. In DiLoCo the member's phi is the
+  swarm's (its D's are left out), so its snapshot is honest and taken.
 
 Each probe is a small state machine the run's main loop drives: start() when it is due (False:
 no node can be its target now, try again later), poll() every loop until it returns True, then
@@ -327,15 +328,20 @@ class PoisonedDonor(Probe):
                            refusals=refusals[:3], joiner_train_loss=loss, quarantined_by=quarantined_by,
                            refused_twice=refused_twice, refused_twice_not_quarantined=not_quarantined)
         finite = isinstance(loss, (int, float)) and math.isfinite(loss) and loss < 5.0  # ln 256 = 5.55 untrained
-        self.result["ok"] = bool(v["result"]) and bool(refusals) and finite and not not_quarantined
+        # DiLoCo's phi is every member's: the member's own D's are left out, and its snapshot is
+        # the swarm's, which a joiner is right to take.
+        poisoned_snapshot = chaos.settings.method != "diloco"
+        self.result["ok"] = (bool(v["result"]) and (bool(refusals) or not poisoned_snapshot) and finite
+                             and not not_quarantined)
         self.result["summary"] = (
             f"{p.label} (train loss {fmt_loss(self.result['poisoned_train_loss'])}): joiner {self.joiner.label} "
-            + (f"refused its snapshot ({refusal_reason(refusals[0])})" if refusals else "did NOT refuse its snapshot")
+            + (f"refused its snapshot ({refusal_reason(refusals[0])})" if refusals else
+               "did NOT refuse its snapshot" if poisoned_snapshot else "took its snapshot (DiLoCo: the swarm's phi)")
             + (f", joined in {v['seconds']:.1f} s" if v["result"] else ", did NOT join")
             + f", then train loss {fmt_loss(loss)}; quarantined by "
             + (", ".join(quarantined_by) if quarantined_by else "no node")
             + (f"; NOT by {', '.join(not_quarantined)}, which refused two of its messages in a row"
-               if not_quarantined else "" if refused_twice else
+               if not_quarantined else "" if refused_twice or quarantined_by else
                f" (none refused two of its messages in a row within {self.hold_s:.0f} s)"))
 
 
@@ -391,13 +397,15 @@ class FlippingMember(Probe):
         messages = logs.partner_messages(texts.values(), self.result.get("node_id"))
         scores = sorted(messages.taken_scores)
         self.result.update(taken=messages.taken, refused=messages.refused, taken_scores=scores,
-                           taken_unscored=messages.taken_unscored, quarantined_by=quarantined_by)
+                           taken_unscored=messages.taken_unscored, left_out=messages.left_out,
+                           quarantined_by=quarantined_by)
         # Why the taken ones passed: the held-out scores they had, or none for claiming fewer tokens.
         why_taken = (f" (held-out {', '.join(f'{x:.3f}' for x in scores) or 'none'} of the node's own; "
                      f"{messages.taken_unscored} not scored)") if messages.taken else ""
-        self.result["summary"] = (
-            f"{f.label}: its messages taken {messages.taken} times{why_taken}, refused {messages.refused}; "
-            "quarantined by " + (", ".join(quarantined_by) if quarantined_by else "no node"))
+        judged = (f"its D left out {messages.left_out} times" if chaos.settings.method == "diloco" else
+                  f"its messages taken {messages.taken} times{why_taken}, refused {messages.refused}")
+        self.result["summary"] = (f"{f.label}: {judged}; quarantined by "
+                                  + (", ".join(quarantined_by) if quarantined_by else "no node"))
 
     @property
     def verdict(self):

@@ -187,16 +187,23 @@ def quarantines_of(text, member):
 
 def longest_refusal_run(text, member_id):
     """The most messages of node `member_id` (16 hex digits) a log's round lines refused in a row,
-    none taken between: the count a node quarantines a member on (peer/member_scores.h)."""
+    none taken between: the count a node quarantines a member on (peer/member_scores.h). NoLoCo
+    lines name the partner; a DiLoCo line names only the D's it left out, so any other DiLoCo
+    line ends a run (it may have taken the member's D), which can only count short."""
     longest = run = 0
     for line in text.splitlines():
-        if " round " not in line or f"| partner {member_id} |" not in line:
+        if " round " not in line:
             continue
-        if f"solo: partner {member_id}:" in line:
-            run += 1
-            longest = max(longest, run)
-        elif "solo:" not in line:
-            run = 0
+        if f"| partner {member_id} |" in line:
+            refused = f"solo: partner {member_id}:" in line
+            if not refused and "solo:" in line:
+                continue  # the exchange failed: nothing judged
+        elif "| quorum " in line:
+            refused = f"member {member_id}:" in line
+        else:
+            continue
+        run = run + 1 if refused else 0
+        longest = max(longest, run)
     return longest
 
 
@@ -210,17 +217,21 @@ class PartnerMessages:
     refused: int = 0
     taken_scores: list = field(default_factory=list)  # held-out loss over own, of those taken and scored
     taken_unscored: int = 0  # taken without a held-out score: it claimed fewer tokens than the node
+    left_out: int = 0  # DiLoCo rounds that left its D out (a DiLoCo line names no D it took)
 
 
 def partner_messages(texts, member_id):
     """The round lines of the logs `texts` paired with node `member_id` (16 hex digits): those whose
     outer step used its message (with how the held-out check scored it) and those that refused it
-    (`solo: partner ID: ...`). All zero without an id."""
+    (`solo: partner ID: ...`), and the DiLoCo rounds that left its D out (`left out: member ID: ...`).
+    All zero without an id."""
     result = PartnerMessages()
     if not member_id:
         return result
     for text in texts:
         for line in text.splitlines():
+            if " round " in line and "| quorum " in line and f"member {member_id}:" in line:
+                result.left_out += 1
             if " round " not in line or f"| partner {member_id} |" not in line:
                 continue
             if f"solo: partner {member_id}:" in line:

@@ -251,21 +251,26 @@ def table(rep):
     else:
         rows.append(("max RSS growth", "n/a: no process lived 90 s", "info"))
     p = rep["rounds"]
-    rows.append(("rounds paired / solo", f"{p['paired']} / {p['solo']} ({p['paired_pct']}% / {p['solo_pct']}%); solo: "
-                 f"{p['solo_no_partner']} no partner, {p['solo_exchange_failed']} exchange failed", "info"))
-    for reason, n in list(p["solo_reasons"].items())[:3]:
-        rows.append(("  solo because", f"{n} x {reason}", ""))
-    c = p.get("away_from_churn")
-    if c and c["rounds"]:
-        rows.append(("  away from churn", f"{c['paired']} / {c['rounds']} paired ({c['paired_pct']}%; no action, restart "
-                     f"or SIGCONT in the {c['window_s']:.1f} s before); solo: {c['solo_no_partner']} no partner, "
-                     f"{c['solo_exchange_failed']} exchange failed", "info"))
-    if p["worst_wait"]:
-        w = p["worst_wait"]
-        rows.append(("  longest pair+exchange", f"{w['seconds']:.2f} s ({w['instance']} round {w['round']}) / "
-                     f"T_pair + T_xchg {rep['config']['pair_timeout_s'] + rep['config']['exchange_timeout_s']:.1f} s "
-                     "(rounds with a SIGSTOP left out)",
-                     "info"))
+    # The pairing rows read NoLoCo's round lines; a DiLoCo round gathers every member's D.
+    pairing = rep["config"].get("method", "noloco") != "diloco"
+    if not pairing:
+        rows.append(("rounds paired / solo", "- (DiLoCo: each round gathers every member's D)", ""))
+    else:
+        rows.append(("rounds paired / solo", f"{p['paired']} / {p['solo']} ({p['paired_pct']}% / {p['solo_pct']}%); solo: "
+                     f"{p['solo_no_partner']} no partner, {p['solo_exchange_failed']} exchange failed", "info"))
+        for reason, n in list(p["solo_reasons"].items())[:3]:
+            rows.append(("  solo because", f"{n} x {reason}", ""))
+        c = p.get("away_from_churn")
+        if c and c["rounds"]:
+            rows.append(("  away from churn", f"{c['paired']} / {c['rounds']} paired ({c['paired_pct']}%; no action, restart "
+                         f"or SIGCONT in the {c['window_s']:.1f} s before); solo: {c['solo_no_partner']} no partner, "
+                         f"{c['solo_exchange_failed']} exchange failed", "info"))
+        if p["worst_wait"]:
+            w = p["worst_wait"]
+            rows.append(("  longest pair+exchange", f"{w['seconds']:.2f} s ({w['instance']} round {w['round']}) / "
+                         f"T_pair + T_xchg {rep['config']['pair_timeout_s'] + rep['config']['exchange_timeout_s']:.1f} s "
+                         "(rounds with a SIGSTOP left out)",
+                         "info"))
     sc = rep["state_copies"]
     rows.append(("state copies (join, catch-up)", f"{sc['ok']} ok, {sc['failed']} failed; {sc['donors_dropped']} donor(s) "
                  "dropped" + (" (" + ", ".join(f"{n} x {w}" for w, n in sc["donors_dropped_why"].items()) + ")"
@@ -284,6 +289,8 @@ def table(rep):
     sl = rep["slow_link"]
     if sl.get("skipped"):
         rows.append(("slow link", f"skipped: {sl['skipped']}", ""))
+    elif not pairing:
+        rows.append(("slow link", f"{sl['instance']}: - (its pairing figures are NoLoCo's)", ""))
     else:
         fig = sl.get("figures") or {}
         fast, slow = fig.get("fast", {}), fig.get("slow", {})
@@ -294,7 +301,9 @@ def table(rep):
                     + f", {x.get('exchange_failed', 0)} exchanges failed")
         rows.append(("slow link", f"{sl['instance']}: {part('10 Mbit/s', fast)}; {part('1 Mbit/s', slow)}", "info"))
     nt = rep.get("natted")
-    if nt:
+    if nt and not pairing:
+        rows.append(("behind NAT", f"{', '.join(nt['nodes'])}: - (its pairing figures are NoLoCo's)", ""))
+    elif nt:
         def side(x):
             med = x["exchange_median_s"]
             return (f"{x['paired_pct']}% of {x['rounds']} paired"

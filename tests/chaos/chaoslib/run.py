@@ -943,7 +943,7 @@ class Chaos:
         rep = {
             "seed": self.args.seed, "duration_s": self.args.duration, "nodes": self.args.nodes,
             "work_dir": str(self.work), "binaries": str(self.bin),
-            "config": {"file": str(self.config), "pair_timeout_s": s.pair_timeout_s,
+            "config": {"file": str(self.config), "method": s.method, "pair_timeout_s": s.pair_timeout_s,
                        "exchange_timeout_s": s.exchange_timeout_s, "inner_steps": s.inner_steps,
                        "checkpoint_every": s.checkpoint_every, "eval_every": s.eval_every,
                        "max_round_gap": s.max_round_gap, "daemon_nofile": self.daemon_nofile},
