@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <fmt/format.h>
@@ -368,7 +369,19 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
     std::string last_error = "no donor offered a snapshot";
     // A refused snapshot is not a failed attempt: its donors are gone, so refusals end with them.
     for (int failed = 0; failed < options.attempts && !channels.empty();) {
-        // Every donor's manifest at once; group the donors by the snapshot they offer.
+        // Every donor's manifest at once; group the donors by the snapshot they offer. Those
+        // still silent past the grace after the first offer are let go (manifest_grace).
+        const auto asked_at = std::chrono::steady_clock::now();
+        std::atomic<int64_t> first_offer_ns{-1};  // after asked_at
+        const auto past_grace = [&] {
+            const int64_t first = first_offer_ns.load();
+            return first >= 0 && std::chrono::steady_clock::now() - asked_at >
+                                     3 * std::chrono::nanoseconds(first) + options.manifest_grace;
+        };
+        FetchOptions manifest_phase = options;
+        manifest_phase.donor_gone = [&](const std::string& donor) {
+            return past_grace() || (options.donor_gone && options.donor_gone(donor));
+        };
         std::map<std::string, std::future<std::pair<grpc::Status, v1::SnapshotManifest>>> asked;
         for (const auto& [address, channel] : channels) {
             asked[address] =
@@ -377,11 +390,29 @@ FetchResult fetch_snapshot(const std::vector<std::string>& donors, SwarmAuth& au
                     grpc::ClientContext context;
                     context.set_deadline(std::chrono::system_clock::now() + options.call_timeout);
                     auth.attach(context, "GetManifest");
-                    CancelIfGone watch(context, options, address);
+                    CancelIfGone watch(context, manifest_phase, address);
                     auto status =
                         v1::StateSync::NewStub(channel)->GetManifest(&context, {}, &manifest);
-                    if (watch.cancelled())
-                        status = grpc::Status(grpc::StatusCode::CANCELLED, kDonorGone);
+                    if (watch.cancelled()) {
+                        const bool gone = options.donor_gone && options.donor_gone(address);
+                        const auto seconds = [](auto d) {
+                            return std::chrono::duration<double>(d).count();
+                        };
+                        status = grpc::Status(
+                            grpc::StatusCode::CANCELLED,
+                            gone ? kDonorGone
+                                 : fmt::format(
+                                       "no manifest within {:.1f} s, where another donor "
+                                       "offered one in {:.1f} s",
+                                       seconds(std::chrono::steady_clock::now() - asked_at),
+                                       seconds(std::chrono::nanoseconds(first_offer_ns.load()))));
+                    } else if (status.ok()) {
+                        int64_t none = -1;
+                        first_offer_ns.compare_exchange_strong(
+                            none, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now() - asked_at)
+                                      .count());
+                    }
                     return std::make_pair(status, manifest);
                 });
         }

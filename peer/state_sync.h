@@ -189,6 +189,11 @@ struct FetchOptions {
     // flight. 1 MiB chunks, 2 in flight and 1 Mbit/s: 25 s, which makes 1 Mbit/s the slowest link
     // the defaults support.
     std::chrono::milliseconds call_timeout{10000};
+    // Once one donor has offered its manifest, how much longer than three times that answer's
+    // time the others have: a donor that answers nothing (its port drops connections, as a
+    // private member's does before anyone knows it is private, or it froze) would otherwise hold
+    // every copy up for the whole call timeout. One that answers later is left out of this try.
+    std::chrono::milliseconds manifest_grace{2000};
     std::chrono::milliseconds max_call_timeout{120000};
     double min_rate_bytes_per_s = 125000;  // 1 Mbit/s
     // A donor whose chunk calls run out of time this many times in a row is dropped; before that

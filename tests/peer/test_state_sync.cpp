@@ -133,6 +133,36 @@ private:
     std::atomic<int> asked_{0};
 };
 
+// Answers its manifest after `delay`, or with `delay` negative never until the caller gives up: a
+// donor whose port drops connections, or one frozen before the fetch began. Chunks as an honest
+// one.
+class LateManifestDonor final : public v1::StateSync::Service {
+public:
+    LateManifestDonor(std::shared_ptr<const Snapshot> snapshot, std::chrono::milliseconds delay)
+        : snapshot_(std::move(snapshot)), delay_(delay) {}
+    grpc::Status GetManifest(grpc::ServerContext* context, const v1::GetManifestRequest*,
+                             v1::SnapshotManifest* out) override {
+        const auto until = std::chrono::steady_clock::now() + delay_;
+        while (delay_ < 0ms || std::chrono::steady_clock::now() < until) {
+            if (context->IsCancelled()) return {grpc::StatusCode::CANCELLED, "silent"};
+            std::this_thread::sleep_for(10ms);
+        }
+        to_proto(snapshot_->manifest(), out);
+        return grpc::Status::OK;
+    }
+    grpc::Status FetchChunk(grpc::ServerContext*, const v1::FetchChunkRequest* request,
+                            v1::SnapshotChunk* out) override {
+        const auto bytes = snapshot_->chunk(request->index());
+        out->set_index(request->index());
+        out->set_data(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        return grpc::Status::OK;
+    }
+
+private:
+    std::shared_ptr<const Snapshot> snapshot_;
+    std::chrono::milliseconds delay_;
+};
+
 struct Joiner {
     NodeIdentity identity = NodeIdentity::generate();
     SwarmAuth auth{kSecret, identity};
@@ -505,6 +535,30 @@ TEST_CASE("a donor slower than the first deadline is asked again with more time,
         fetch_snapshot({slow.address}, joiner.auth, grpc::InsecureChannelCredentials(),
                        {kFingerprint, total}, state, options),
         Catch::Contains("no donor could deliver"));
+}
+
+TEST_CASE("a donor that never offers a manifest holds the copy up for a grace, not its deadline") {
+    const auto bytes = random_bytes(kTotal, 14);
+    const auto snapshot = snapshot_of(bytes, 7);
+    Donor silent(2, std::make_unique<LateManifestDonor>(snapshot, -1ms));
+    Donor late(2, std::make_unique<LateManifestDonor>(snapshot, 300ms));
+    Donor honest;
+    honest.store.publish(snapshot);
+    Joiner joiner;
+    FetchOptions options;
+    options.call_timeout = 60s;  // what the silent donor would otherwise hold the copy for
+    options.max_call_timeout = 60s;
+    const auto started = std::chrono::steady_clock::now();
+    const FetchResult result = fetch_snapshot({silent.address, late.address, honest.address},
+                                              joiner.auth, grpc::InsecureChannelCredentials(),
+                                              {kFingerprint, kTotal}, joiner.state, options);
+    CHECK(joiner.state == bytes);
+    CHECK(std::chrono::steady_clock::now() - started < 30s);
+    // The silent one is let go; one that offers within the grace (2 s past three times the first
+    // offer's time) serves its share.
+    CHECK(result.chunks_per_donor.count(silent.address) == 0);
+    CHECK(result.chunks_per_donor.count(late.address) == 1);
+    CHECK(result.chunks_per_donor.count(honest.address) == 1);
 }
 
 TEST_CASE("a donor that freezes mid-copy is let go when it is declared gone, not at its deadline") {
