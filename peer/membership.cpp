@@ -336,6 +336,15 @@ std::optional<MemberState> MemberTable::state_of(uint64_t node_id) const {
     return others_[it->second].state;
 }
 
+std::optional<uint64_t> MemberTable::alive_round(uint64_t node_id) const {
+    MutexLock lock(mutex_);
+    if (node_id == self_.node_id)
+        return self_.state == MemberState::Alive ? std::optional(self_.round) : std::nullopt;
+    const auto it = index_.find(node_id);
+    if (it == index_.end() || others_[it->second].state != MemberState::Alive) return std::nullopt;
+    return others_[it->second].round;
+}
+
 std::vector<Member> MemberTable::all() const {
     MutexLock lock(mutex_);
     std::vector<Member> members{self_};

@@ -125,6 +125,7 @@ public:
     Member self() const;
     std::optional<Member> find(uint64_t node_id) const;
     std::optional<MemberState> state_of(uint64_t node_id) const;  // find's, without the copy
+    std::optional<uint64_t> alive_round(uint64_t node_id) const;  // its round while ALIVE
     std::vector<Member> all() const;                              // self first, then the others
     std::vector<Member> reachable_others() const;  // ALIVE or SUSPECT: worth probing and gossiping
     // Up to k distinct reachable others other than `excluded`, drawn at random: in O(k) when they

@@ -50,25 +50,36 @@ double slower_refresh_seconds(double phase_seconds) {
 
 std::vector<uint64_t> RefreshRotation::next(const std::vector<uint64_t>& slower) {
     refreshes_++;
-    // Refresh numbers start at 1, so 0 stands for never asked.
-    auto asked = [&](uint64_t id) {
-        const auto it = last_asked_.find(id);
-        return it == last_asked_.end() ? uint64_t{0} : it->second;
-    };
-    std::vector<uint64_t> batch = slower;
-    std::stable_sort(batch.begin(), batch.end(),
-                     [&](uint64_t a, uint64_t b) { return asked(a) < asked(b); });
-    batch.resize(std::min(batch.size(), kRefreshFanout));
-    for (const uint64_t id : batch) last_asked_[id] = refreshes_;
+    // Refresh numbers start at 1, so 0 stands for never asked. Keyed by (refresh, place) so that
+    // a partial sort picks what a stable sort by refresh would, in O(S log fanout): a node of a
+    // large swarm waits for thousands of members at the start of a wait.
+    std::vector<std::pair<uint64_t, size_t>> keyed;
+    keyed.reserve(slower.size());
+    for (size_t place = 0; place < slower.size(); ++place) {
+        const auto it = last_asked_.find(slower[place]);
+        keyed.emplace_back(it == last_asked_.end() ? uint64_t{0} : it->second, place);
+    }
+    const size_t count = std::min(keyed.size(), kRefreshFanout);
+    std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(count),
+                      keyed.end());
+    std::vector<uint64_t> batch;
+    batch.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+        batch.push_back(slower[keyed[i].second]);
+        last_asked_[batch.back()] = refreshes_;
+    }
     return batch;
+}
+
+bool is_slower_in_reach(uint64_t round, uint64_t training, uint64_t max_round_gap) {
+    return round + 1 < training && round + 1 + max_round_gap >= training;
 }
 
 std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
                                       uint64_t max_round_gap) {
     std::vector<uint64_t> slower;
     for (const Member& m : others)
-        if (m.round + 1 < training && m.round + 1 + max_round_gap >= training)
-            slower.push_back(m.node_id);
+        if (is_slower_in_reach(m.round, training, max_round_gap)) slower.push_back(m.node_id);
     return slower;
 }
 

@@ -51,6 +51,8 @@ bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t ma
 inline constexpr double kSlowerWaitPhases = 2.0;
 std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
                                       uint64_t max_round_gap);
+// Whether a member that says `round` is one of them.
+bool is_slower_in_reach(uint64_t round, uint64_t training, uint64_t max_round_gap);
 
 // While it waits, the node asks those members for their rounds directly (a Ping each; gossip
 // would bring the news a protocol period late), once every this long: a hundredth of its own inner

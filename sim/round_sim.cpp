@@ -109,12 +109,10 @@ void Simulation::pace_check(uint32_t n, Time now) {
         table.note_round(id, member.core->table().self().round);
         count_refresh(member, now);
     }
-    std::vector<Member> waited;
-    for (const uint64_t id : rs.slower) {
-        if (auto seen = table.find(id); seen && seen->state == MemberState::Alive)
-            waited.push_back(std::move(*seen));
-    }
-    rs.slower = slower_in_reach(waited, rs.round, gap);
+    std::erase_if(rs.slower, [&](uint64_t id) {
+        const auto round = table.alive_round(id);
+        return !round || !is_slower_in_reach(*round, rs.round, gap);
+    });
     if (rs.slower.empty() || now >= rs.wait_until) return start_phase(n, now);
     schedule_round(n, now + from_s(slower_refresh_seconds(rs.phase_s)), EventType::PaceCheck);
 }

@@ -63,6 +63,13 @@ TEST_CASE("the round of a member only moves forward at one incarnation") {
     m.round = 12;
     table.merge(m, t0);
     REQUIRE(table.find(1)->round == 12);
+    // alive_round: the same round, without the copy, and none once the member is not ALIVE.
+    CHECK(table.alive_round(1) == 12u);
+    CHECK(table.alive_round(2) == std::nullopt);
+    CHECK(table.alive_round(100) == table.self().round);
+    m.state = MemberState::Suspect;
+    table.merge(m, t0);
+    CHECK(table.alive_round(1) == std::nullopt);
 }
 
 TEST_CASE("a member's last choice of partner: both rounds only move forward") {
