@@ -219,7 +219,9 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
     *relayed.mutable_pair() = request;
     grpc::Status status{grpc::StatusCode::UNAVAILABLE,
                         "node " + format_node_id(target.node_id) + " names no anchor"};
-    // Its anchors in turn, while time is left: one that lost its stream says so at once.
+    // Its anchors in turn, while time is left. One that lost its stream says so at once, and one
+    // that cannot be reached (killed, or gone from the network, and not yet known dead) fails
+    // at once: the proposal went no further than either, so the next anchor may carry it.
     for (const uint64_t id : target.anchors) {
         const auto left = deadline - SteadyClock::now();
         if (left <= SteadyClock::duration::zero()) break;
@@ -238,7 +240,9 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
         auth_.attach(context, "RelayPair");
         status = v1::Peer::NewStub(channels_.get(anchor->address))
                      ->RelayPair(&context, relayed, response);
-        if (status.ok() || status.error_code() != grpc::StatusCode::NOT_FOUND) break;
+        if (status.ok() || (status.error_code() != grpc::StatusCode::NOT_FOUND &&
+                            status.error_code() != grpc::StatusCode::UNAVAILABLE))
+            break;
     }
     return status;
 }

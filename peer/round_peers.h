@@ -106,6 +106,11 @@ public:
     grpc::Status answer_deposit(uint64_t caller,
                                 grpc::ServerReader<v1::DepositRoundMessageFrame>& reader);
 
+    // A proposal to a private member through its anchors (RelayPair, peer/anchors.h), in turn
+    // while time is left, until one carries it to the member and back.
+    grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
+                            SteadyClock::duration allowed, v1::PairResponse* response);
+
 private:
     // Our proposal to `to` for a round: the round's partner afterwards, if any, and whether `to`
     // declined for now only (not choosing for the round yet, or busy), so asking again may work.
@@ -126,12 +131,9 @@ private:
     // least: one that began as the round's pairing budget ran out met the budget's end, not a
     // peer too slow to answer.
     void count_if_cut_off(const grpc::Status& status, SteadyClock::duration allowed);
-    // A proposal to a member at its address, or to a private one through its anchors
-    // (RelayPair, peer/anchors.h).
+    // A proposal to a member at its address.
     grpc::Status call_pair(const std::string& address, const v1::PairRequest& request,
                            SteadyClock::duration allowed, v1::PairResponse* response);
-    grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
-                            SteadyClock::duration allowed, v1::PairResponse* response);
     // A private node's message of `round` to each of its anchors, each on a thread of its own
     // (the last round's are joined first).
     void deposit(uint64_t round, const RoundMessage& message, const std::vector<uint64_t>& anchors);

@@ -279,3 +279,43 @@ TEST_CASE("a private node replaces an anchor that goes") {
                  [&] { return cluster.node(i).anchored_members() == 1; });
     }
 }
+
+TEST_CASE("a proposal to a private node goes through its other anchor when one cannot be reached") {
+    LocalCluster cluster(3);
+    PeerNode& hidden = add_private_node(cluster);
+    wait_for("two anchors, named in every member's table", 30000ms, [&] {
+        if (hidden.anchors().size() != kAnchorsWanted) return false;
+        for (size_t i = 0; i < 3; i++) {
+            const auto m = seen(cluster.node(i), hidden.node_id());
+            if (!m || m->anchors != hidden.anchors()) return false;
+        }
+        return true;
+    });
+    const std::vector<uint64_t> anchors = hidden.anchors();
+    const auto index_of = [&](uint64_t id) {
+        size_t i = 0;
+        while (cluster.node(i).node_id() != id) i++;
+        return i;
+    };
+    size_t proposer = 0;
+    while (std::find(anchors.begin(), anchors.end(), cluster.node(proposer).node_id()) !=
+           anchors.end())
+        proposer++;
+    // The anchor a proposal tries first dies without a word; the proposer still lists it alive
+    // for the seconds until its failure is detected.
+    cluster.node(index_of(anchors.front())).kill();
+    PeerNode& other_anchor = cluster.node(index_of(anchors.back()));
+    const uint64_t relayed_before = other_anchor.relayed_proposals();
+    const auto target = seen(cluster.node(proposer), hidden.node_id());
+    REQUIRE(target);
+    v1::PairRequest request;
+    request.set_round(9);
+    request.set_nonce(1);
+    request.set_mode(v1::PAIR_MODE_RANDOM);
+    v1::PairResponse response;
+    const grpc::Status status =
+        cluster.node(proposer).rounds().relay_pair(*target, request, 10s, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    CHECK(other_anchor.relayed_proposals() == relayed_before + 1);
+}
