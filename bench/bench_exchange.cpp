@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -29,6 +30,8 @@
 #include "peer/address.h"
 #include "peer/local_cluster.h"
 #include "peer/message_signature.h"
+#include "peer/pairing.h"
+#include "peer/reachability.h"
 #include "peer/round_messages.h"
 
 using namespace starling;
@@ -295,8 +298,29 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     wait_until("a second node joining", wait, [&] { return node.pairable_ids().size() == 2; });
     const auto ids = node.pairable_ids();
     const uint64_t partner = ids[0] == node.node_id() ? ids[1] : ids[0];
-    std::printf("node %s (%s the stream) with node %s\n", format_node_id(node.node_id()).c_str(),
-                node.node_id() < partner ? "opens" : "answers", format_node_id(partner).c_str());
+    // Which side opens the stream follows from the verdicts (a private node opens: connection
+    // reversal), so the rounds wait for them: both public, or one private with the anchor through
+    // which a proposal reaches it (the other may then stay unknown: only a member that is not
+    // private can dial it back, and there is none).
+    wait_until("both nodes' reachability", wait, [&] {
+        const auto seen = node.members();
+        const auto is = [](Reachability r) {
+            return [r](const Member& m) { return m.reachability == r; };
+        };
+        return std::all_of(seen.begin(), seen.end(), is(Reachability::Public)) ||
+               std::any_of(seen.begin(), seen.end(), [&](const Member& m) {
+                   return is(Reachability::Private)(m) && !m.anchors.empty();
+               });
+    });
+    const std::vector<Member> seen = node.members();
+    const Member& self = seen.front();
+    const auto other = std::find_if(seen.begin(), seen.end(),
+                                    [&](const Member& m) { return m.node_id == partner; });
+    if (other == seen.end()) throw Error("node " + format_node_id(partner) + " left");
+    std::printf("node %s (%s, %s the stream) with node %s (%s)\n",
+                format_node_id(node.node_id()).c_str(), reachability_name(self.reachability),
+                opens_exchange(self, *other) ? "opens" : "answers", format_node_id(partner).c_str(),
+                reachability_name(other->reachability));
     print_message(model);
     if (baseline) print_tcp("on this path (" + options.baseline + ")", *baseline);
 
@@ -442,8 +466,10 @@ int main(int argc, char** argv) {
         ->add_option("--wait-s", node_options.wait_s,
                      "longest wait for the other node, and to pair")
         ->capture_default_str();
+    bool verbose = false;
+    app.add_flag("--verbose", verbose, "the peer layer's debug log (pairing, anchors) on stderr");
     CLI11_PARSE(app, argc, argv);
-    spdlog::set_level(spdlog::level::warn);
+    spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
 
     try {
         if (tcp_cmd->parsed()) return tcp(connect, tcp_seconds, tcp_reps, tcp_out);

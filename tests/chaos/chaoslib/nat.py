@@ -14,6 +14,8 @@ Kinds of router:
               a connection the node opened: endpoint-dependent filtering, a port-restricted NAT)
   "firewall"  no translation: the node keeps its own routable address (the internet routes
               PRIV_k through the router), but inbound connections (SYNs) are dropped
+  "open"      no translation and no filter: a routable node any host can dial, behind the same
+              hops as the others (the direct path the exchange bench compares them with)
 
 attach_root() joins the root namespace to the bridge as one more host of the internet (PUB.2),
 for the chaos suite's --natted, whose public nodes run there.
@@ -26,7 +28,9 @@ import subprocess
 
 from chaoslib.netlink import run, taken_networks
 
-KINDS = ("nat", "firewall")
+KINDS = ("nat", "firewall")  # the kinds that hide a node (chaos --natted takes them in turn)
+ALL_KINDS = KINDS + ("open",)
+ROUTABLE = ("firewall", "open")  # the internet routes the node's own address to its router
 
 RULES = {
     "nat": """
@@ -38,6 +42,7 @@ table ip starling_nat {{
 }}
 """,
     "firewall": "",
+    "open": "",
 }
 
 # Both kinds let the node out and only replies back in.
@@ -84,8 +89,8 @@ class Hidden:
 class NatTopology:
     def __init__(self, kinds):
         for k in kinds:
-            if k not in KINDS:
-                raise ValueError(f"unknown router kind {k!r}: one of {', '.join(KINDS)}")
+            if k not in ALL_KINDS:
+                raise ValueError(f"unknown router kind {k!r}: one of {', '.join(ALL_KINDS)}")
         tag = os.getpid() % 10000
         self.tag = tag
         self.public_ns = f"stn{tag}w"
@@ -122,9 +127,9 @@ class NatTopology:
         run(*w, "link", "set", self.bridge, "up")
         for h, net in zip(self.hidden, nets[1:]):
             self._add(h, net)
-        # Every router knows the way to a firewalled node's network too, over the bridge.
+        # Every router knows the way to a routable node's network too, over the bridge.
         for h in self.hidden:
-            if h.kind != "firewall":
+            if h.kind not in ROUTABLE:
                 continue
             for g in self.hidden:
                 if g is not h:
@@ -157,19 +162,20 @@ class NatTopology:
             run(*n, "link", "set", dev, "up")
         run(*n, "route", "add", "default", "via", router_private_ip)
         run("ip", "netns", "exec", h.router_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        rules = RULES[h.kind].format(pub=h.pub_dev) + FORWARD.format(priv=h.priv_dev)
-        p = subprocess.run(["ip", "netns", "exec", h.router_ns, "nft", "-f", "-"], input=rules,
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(f"nft in {h.router_ns} failed: {p.stderr.strip()}")
-        if h.kind == "firewall":
+        if h.kind != "open":
+            rules = RULES[h.kind].format(pub=h.pub_dev) + FORWARD.format(priv=h.priv_dev)
+            p = subprocess.run(["ip", "netns", "exec", h.router_ns, "nft", "-f", "-"], input=rules,
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise RuntimeError(f"nft in {h.router_ns} failed: {p.stderr.strip()}")
+        if h.kind in ROUTABLE:
             # Routable: the internet knows the way to the node's own address.
             run("ip", "-n", self.public_ns, "route", "add", str(net), "via", h.router_public_ip)
 
     def attach_root(self):
         """Joins the root namespace to the internet's bridge and returns the root's address there.
         A NATed node's network is unreachable from the root (rather than sent to its default
-        gateway), a firewalled one's routed through its router, as on the bridge."""
+        gateway), a firewalled or open one's routed through its router, as on the bridge."""
         bridge_end = f"stn{self.tag}hb"
         run("ip", "link", "add", self.root_dev, "type", "veth", "peer", "name", bridge_end)
         run("ip", "link", "set", bridge_end, "netns", self.public_ns)
@@ -179,7 +185,7 @@ class NatTopology:
         run("ip", "addr", "add", f"{self.root_ip}/{self.public_net.prefixlen}", "dev", self.root_dev)
         run("ip", "link", "set", self.root_dev, "up")
         for h in self.hidden:
-            if h.kind == "firewall":
+            if h.kind in ROUTABLE:
                 run("ip", "route", "add", str(h.net), "via", h.router_public_ip)
             else:
                 run("ip", "route", "add", "unreachable", str(h.net))
