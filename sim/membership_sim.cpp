@@ -37,7 +37,12 @@ uint32_t Simulation::add_node(Time now) {
     node.unreachable =
         config_.network.private_share > 0 && index >= static_cast<uint32_t>(config_.seeds) &&
         std::uniform_real_distribution<double>(0, 1)(rng_) < config_.network.private_share;
-    if (node.unreachable) node.core->table().set_reachability(Reachability::Private);
+    // starlingd's dial-backs give each node its verdict within seconds (docs/nat.md); the
+    // simulator gives it at the start, and only where some nodes are private, so that swarms
+    // without them keep their traces.
+    if (config_.network.private_share > 0)
+        node.core->table().set_reachability(node.unreachable ? Reachability::Private
+                                                             : Reachability::Public);
     if (config_.rounds.enabled) {
         const RoundsConfig& rc = config_.rounds;
         node.rounds.book = std::make_unique<PairingBook>(self.node_id, rc.max_round_gap);
