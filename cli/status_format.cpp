@@ -115,13 +115,24 @@ std::string reachability_text(const v1::NodeStatus& s) {
     return s.reachability() + ": " + s.reachability_detail();
 }
 
-// A private node's anchors, or how many private members this one anchors.
+std::string exchanges_text(uint64_t n) {
+    return fmt::format("{} exchange{}", n, n == 1 ? "" : "s");
+}
+
+// A private node's anchors, or how many private members this one anchors, and the exchanges that
+// went through a relay.
 std::string anchors_text(const v1::NodeStatus& s) {
-    if (!s.anchors().empty()) return fmt::format("{}", fmt::join(s.anchors(), ", "));
-    if (s.anchored_members() > 0)
-        return fmt::format("anchor of {} private member{}", s.anchored_members(),
-                           s.anchored_members() == 1 ? "" : "s");
-    return kAbsent;
+    std::vector<std::string> parts;
+    if (!s.anchors().empty())
+        parts.push_back(fmt::format("{}", fmt::join(s.anchors(), ", ")));
+    else if (s.anchored_members() > 0)
+        parts.push_back(fmt::format("anchor of {} private member{}", s.anchored_members(),
+                                    s.anchored_members() == 1 ? "" : "s"));
+    if (s.exchanges_through_relay() > 0)
+        parts.push_back(exchanges_text(s.exchanges_through_relay()) + " through a relay");
+    if (s.relayed_exchanges() > 0)
+        parts.push_back("relayed " + exchanges_text(s.relayed_exchanges()) + " of private members");
+    return parts.empty() ? kAbsent : fmt::format("{}", fmt::join(parts, "; "));
 }
 
 std::vector<std::vector<std::string>> status_rows(const v1::NodeStatus& s) {

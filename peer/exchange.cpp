@@ -322,8 +322,9 @@ ExchangeResult exchange_failed(std::string error) {
 }
 
 ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
-                             grpc::ClientContext& context, ExchangeSlot& slot) {
-    const auto stream = open_exchange_stream(channel, context);
+                             grpc::ClientContext& context, ExchangeSlot& slot,
+                             ExchangeMethod method) {
+    const auto stream = open_exchange_stream(channel, context, method);
     Duplex duplex(slot);
     std::thread writer([&] {
         duplex.write(*stream);

@@ -93,10 +93,12 @@ std::chrono::milliseconds exchange_budget(uint64_t bytes,
 // A result that failed before any byte moved.
 ExchangeResult exchange_failed(std::string error);
 
-// The opening side: runs the exchange on a stream over `channel`. The context carries the deadline
-// and the caller's authentication.
+// The opening side: runs the exchange on a stream over `channel`, to the partner or, between two
+// members that cannot be dialed, to the relay both stream to. The context carries the deadline and
+// the caller's authentication (and, to a relay, the partner it is for).
 ExchangeResult open_exchange(const std::shared_ptr<grpc::Channel>& channel,
-                             grpc::ClientContext& context, ExchangeSlot& slot);
+                             grpc::ClientContext& context, ExchangeSlot& slot,
+                             ExchangeMethod method = ExchangeMethod::Exchange);
 
 // Slots this node has posted for the partner to stream into, and the client streams it has open,
 // so that stop() can end them all at once.

@@ -12,7 +12,9 @@ namespace {
 constexpr uint32_t kLengthDelimited = 2;
 constexpr uint64_t kChunkTag =
     (uint64_t{v1::ExchangeFrame::kChunkFieldNumber} << 3) | kLengthDelimited;
-constexpr const char* kExchangeMethod = "/starling.v1.Peer/Exchange";
+const char* method_name(ExchangeMethod method) {
+    return method == ExchangeMethod::Exchange ? "Exchange" : "RelayExchange";
+}
 
 void append_varint(std::string& out, uint64_t value) {
     uint8_t bytes[10];  // the longest varint
@@ -147,18 +149,25 @@ ChunkBuffer ChunkBufferPool::take() {
 }
 
 std::unique_ptr<ExchangeClientStream> open_exchange_stream(
-    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context) {
-    const grpc::internal::RpcMethod method(kExchangeMethod,
-                                           grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context,
+    ExchangeMethod method) {
+    // gRPC keeps the path's pointer for the call's life: a string with static storage.
+    static const auto path_of = [](ExchangeMethod m) {
+        return "/" + std::string(v1::Peer::service_full_name()) + "/" + method_name(m);
+    };
+    static const std::string paths[] = {path_of(ExchangeMethod::Exchange),
+                                        path_of(ExchangeMethod::RelayExchange)};
+    const grpc::internal::RpcMethod rpc(paths[method == ExchangeMethod::Exchange ? 0 : 1].c_str(),
+                                        grpc::internal::RpcMethod::BIDI_STREAMING, channel);
     return std::unique_ptr<ExchangeClientStream>(
         grpc::internal::ClientReaderWriterFactory<ExchangeWireFrame, ExchangeWireFrame>::Create(
-            channel.get(), method, &context));
+            channel.get(), rpc, &context));
 }
 
-int exchange_method_index() {
+int exchange_method_index(ExchangeMethod method) {
     const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
         v1::Peer::service_full_name());
-    return service->FindMethodByName("Exchange")->index();
+    return service->FindMethodByName(method_name(method))->index();
 }
 
 }  // namespace starling

@@ -46,12 +46,17 @@ private:
 using ExchangeClientStream = grpc::ClientReaderWriter<ExchangeWireFrame, ExchangeWireFrame>;
 using ExchangeServerStream = grpc::ServerReaderWriter<ExchangeWireFrame, ExchangeWireFrame>;
 
-// Opens Peer.Exchange on `channel` with wire frames as its messages.
-std::unique_ptr<ExchangeClientStream> open_exchange_stream(
-    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context);
+// The methods of service Peer whose streams carry exchange frames: Exchange, to the partner, and
+// RelayExchange, to the relay between two members that cannot be dialed.
+enum class ExchangeMethod { Exchange, RelayExchange };
 
-// Where Exchange sits among the methods of service Peer, as the generated service numbers them.
-int exchange_method_index();
+// Opens `method` on `channel` with wire frames as its messages.
+std::unique_ptr<ExchangeClientStream> open_exchange_stream(
+    const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext& context,
+    ExchangeMethod method = ExchangeMethod::Exchange);
+
+// Where `method` sits among the methods of service Peer, as the generated service numbers them.
+int exchange_method_index(ExchangeMethod method);
 
 }  // namespace starling
 

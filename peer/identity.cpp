@@ -3,6 +3,7 @@
 #include <sodium.h>
 #include <sys/stat.h>
 
+#include <charconv>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -33,6 +34,14 @@ uint64_t node_id_from_public_key(std::span<const unsigned char> public_key) {
 }
 
 std::string format_node_id(uint64_t node_id) { return fmt::format("{:016x}", node_id); }
+
+std::optional<uint64_t> parse_node_id(std::string_view text) {
+    uint64_t id = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id, 16);
+    if (text.size() != 16 || ec != std::errc() || end != text.data() + text.size())
+        return std::nullopt;
+    return id;
+}
 
 NodeIdentity NodeIdentity::generate() {
     ensure_sodium();

@@ -6,8 +6,10 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace starling {
 
@@ -22,6 +24,8 @@ uint64_t node_id_from_public_key(std::span<const unsigned char> public_key);
 
 // 16 lowercase hex digits, the form logs and the CLI show.
 std::string format_node_id(uint64_t node_id);
+// format_node_id's text back; nullopt for anything that is not 16 hex digits.
+std::optional<uint64_t> parse_node_id(std::string_view text);
 
 class NodeIdentity {
 public:

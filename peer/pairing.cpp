@@ -56,9 +56,11 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
         if (hidden[i] == self) return open[i];
         if (open[i] == self) return hidden[i];
     }
-    for (size_t i = crossed; i + 1 < open.size(); i += 2) {
-        if (open[i] == self) return open[i + 1];
-        if (open[i + 1] == self) return open[i];
+    // What is left is of one kind: public members pair direct, private ones through a relay.
+    const auto& left = hidden.size() > crossed ? hidden : open;
+    for (size_t i = crossed; i + 1 < left.size(); i += 2) {
+        if (left[i] == self) return left[i + 1];
+        if (left[i + 1] == self) return left[i];
     }
     return std::nullopt;
 }
@@ -67,8 +69,10 @@ bool done_with(const Member& m, uint64_t round) {
     return m.round > round || std::max(m.paired_through, m.solo_through) > round;
 }
 
-bool can_propose_to(const Member& self, const Member& m) {
-    return callable(m) || (callable(self) && !m.anchors.empty());
+bool can_propose_to(const Member& m) { return callable(m) || !m.anchors.empty(); }
+
+bool needs_relay(const Member& self, const Member& partner) {
+    return !callable(self) && !callable(partner);
 }
 
 bool opens_exchange(const Member& self, const Member& partner) {
@@ -78,16 +82,19 @@ bool opens_exchange(const Member& self, const Member& partner) {
 
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
-                                        std::span<const uint64_t> recent, uint64_t seed) {
-    std::vector<uint64_t> fresh, again;
+                                        std::span<const uint64_t> recent, uint64_t seed,
+                                        bool self_callable) {
+    std::vector<uint64_t> fresh, again, fresh_relayed, again_relayed;
     for (const Member& m : pairable) {
         if (m.node_id == self || distance(m.round, round) > max_round_gap || done_with(m, round))
             continue;
         const bool was_partner = std::find(recent.begin(), recent.end(), m.node_id) != recent.end();
-        (was_partner ? again : fresh).push_back(m.node_id);
+        const bool relayed = !self_callable && !callable(m);
+        (relayed ? (was_partner ? again_relayed : fresh_relayed) : (was_partner ? again : fresh))
+            .push_back(m.node_id);
     }
     std::mt19937_64 rng(seed);
-    return shuffled_in_turn({&fresh, &again}, rng);
+    return shuffled_in_turn({&fresh, &again, &fresh_relayed, &again_relayed}, rng);
 }
 
 bool adopts(uint64_t self, uint64_t left_out, uint64_t round, size_t members, double adopters) {

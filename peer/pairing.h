@@ -65,10 +65,10 @@ struct PairAnswer {
 
 // The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
 // its group or not in the view. With members that cannot dial each other (`unreachable`, the
-// private ones in the view) the pairs are drawn so that they can connect: in the order
-// deterministic_groups gives the view, each private member with the next public one, the public
-// ones left over among themselves, the private ones left over alone. Without any, the same pairs
-// as deterministic_groups.
+// private ones in the view) the pairs are drawn so that as many as can connect direct: in the
+// order deterministic_groups gives the view, each private member with the next public one, and
+// those left over among themselves (private ones through a relay, peer/exchange_relay.h). Without
+// any, the same pairs as deterministic_groups.
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self,
                                               std::span<const uint64_t> unreachable = {});
@@ -80,10 +80,15 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 // too (the simulator found such a node solo round after round on a wide-area network).
 bool done_with(const Member& m, uint64_t round);
 
-// Whether `self` can propose to `m`: at its address when it is callable, else through its anchors
-// (peer/anchors.h) when `self` is callable, as the private member then opens the exchange to it.
-// Two private members cannot reach each other.
-bool can_propose_to(const Member& self, const Member& m);
+// Whether a member can be proposed to: at its address when it is callable, else through its
+// anchors (peer/anchors.h). A callable proposer then waits for the private member's exchange
+// stream; a private one exchanges with it through the anchor that passed the proposal on
+// (needs_relay).
+bool can_propose_to(const Member& m);
+
+// Whether neither side can dial the other: their exchange goes through a relay
+// (peer/exchange_relay.h).
+bool needs_relay(const Member& self, const Member& partner);
 
 // Whether `self` opens the exchange stream with `partner` rather than wait for the partner's: a
 // node members cannot dial opens it to one they can (connection reversal, so the exchange still
@@ -92,12 +97,14 @@ bool opens_exchange(const Member& self, const Member& partner);
 
 // Members a random request may go to, in the order to ask them: pairable (the caller filters),
 // not self, advertising a round within max_round_gap of ours and not done with ours (done_with);
-// shuffled by `seed`, the `recent`
-// partners after all the others. Asking them last rather than never favours new partners for
-// mixing without leaving a small swarm, where the recent partners are most members, short of any.
+// shuffled by `seed`, the `recent` partners after all the others. Asking them last rather than
+// never favours new partners for mixing without leaving a small swarm, where the recent partners
+// are most members, short of any. A node members cannot dial (`self_callable` false) asks the
+// private members after all of those, as an exchange with them takes a relay's capacity.
 std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
-                                        std::span<const uint64_t> recent, uint64_t seed);
+                                        std::span<const uint64_t> recent, uint64_t seed,
+                                        bool self_callable = true);
 
 // How many members, in expectation, adopt each member left out (left_out_members).
 inline constexpr double kLeftOutAdopters = 3.0;

@@ -61,6 +61,9 @@ struct PeerConfig {
     // (peer/round_deposits.h), each member an even share of which its last two rounds must fit:
     // 8 members (an anchor's most) with the 124M model's Q8 D's of 125 MB.
     uint64_t relay_limit_mib = 2048;
+    // What an anchor passes between two private members that exchange through it
+    // (peer/exchange_relay.h), all such exchanges together; 0: it relays none.
+    double relay_bytes_per_s = 12.5e6;  // 100 Mbit/s
     size_t snapshots_kept =
         2;  // so a joiner's fetch survives the next publish (and see SnapshotStore)
     RateLimit rate_limit;

@@ -44,10 +44,17 @@ public:
     // Exchange streams carry wire frames (peer/exchange_frame.h), not protobuf messages.
     explicit Service(PeerNode& node) : node_(node) {
         MarkMethodStreamed(
-            exchange_method_index(),
+            exchange_method_index(ExchangeMethod::Exchange),
             new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
                 [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
                     return service->exchange(context, stream);
+                },
+                this));
+        MarkMethodStreamed(
+            exchange_method_index(ExchangeMethod::RelayExchange),
+            new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
+                [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
+                    return service->relay_exchange(context, stream);
                 },
                 this));
     }
@@ -160,6 +167,13 @@ public:
         if (auto status = node_.auth_.verify(*context, "Exchange", &caller); !status.ok())
             return status;
         return node_.rounds_->answer_exchange(*context, *stream, caller);
+    }
+
+    grpc::Status relay_exchange(grpc::ServerContext* context, ExchangeServerStream* stream) {
+        uint64_t caller = 0;
+        if (auto status = node_.auth_.verify(*context, "RelayExchange", &caller); !status.ok())
+            return status;
+        return node_.rounds_->answer_relay_exchange(*context, *stream, caller);
     }
 
 private:

@@ -132,9 +132,18 @@ public:
     int local_health() const { return membership_->local_health(); }
     uint64_t anchor_pings() const { return anchor_hub_.pings_answered(); }
     uint64_t relayed_proposals() const { return anchor_hub_.proposals_relayed(); }
-    // Bytes of its private members' DiLoCo messages this node took in and served as their anchor
-    // (peer/round_deposits.h), from start() on.
-    uint64_t relayed_bytes() const { return rounds_ ? rounds_->relayed_bytes() : 0; }
+    // Bytes this node carried for private members, from start() on: as their anchor, their DiLoCo
+    // messages taken in and served (peer/round_deposits.h), and as a relay, their exchanges passed
+    // on (peer/exchange_relay.h).
+    uint64_t relayed_bytes() const {
+        return rounds_ ? rounds_->relayed_bytes() + rounds_->relayed_exchange_bytes() : 0;
+    }
+    // Exchanges between two private members this node relayed, and this node's own exchanges that
+    // went through a relay, from start() on.
+    uint64_t relayed_exchanges() const { return rounds_ ? rounds_->relayed_exchanges() : 0; }
+    uint64_t exchanges_through_relay() const {
+        return rounds_ ? rounds_->exchanges_through_relay() : 0;
+    }
 
     // Connections this node keeps to other nodes (membership and exchange ones counted apart).
     size_t open_channels() const { return channels_.size(); }

@@ -27,7 +27,8 @@ RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, M
       failures_(failures),
       anchors_(anchors),
       pairing_(node_id_, config.max_round_gap),
-      deposits_(uint64_t{config.relay_limit_mib} << 20) {}
+      deposits_(uint64_t{config.relay_limit_mib} << 20),
+      relay_(config.relay_bytes_per_s) {}
 
 RoundPeers::~RoundPeers() { stop(); }
 
@@ -81,6 +82,7 @@ void RoundPeers::stop() {
     running_ = false;
     pairing_.stop();
     exchanges_.stop();
+    relay_.stop();
     messages_.stop();
     deposits_.stop();
     MutexLock lock(deposits_mutex_);
@@ -127,11 +129,11 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     std::vector<Member> pairable;
     for (uint64_t id : view)
         if (auto member = table_.find(id);
-            member && can_propose_to(self, *member) && !scores_.quarantined(id, round))
+            member && can_propose_to(*member) && !scores_.quarantined(id, round))
             pairable.push_back(std::move(*member));
-    const auto candidates =
-        random_candidates(pairable, node_id_, round, config_.max_round_gap,
-                          pairing_.recent_partners(round, kRecentPartnerRounds), random_u64());
+    const auto candidates = random_candidates(pairable, node_id_, round, config_.max_round_gap,
+                                              pairing_.recent_partners(round, kRecentPartnerRounds),
+                                              random_u64(), callable(self));
     const auto left_out =
         left_out_members(pairable, node_id_, round, config_.max_round_gap, random_u64());
     if (!left_out.empty())
@@ -144,7 +146,7 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     // One budget for the whole choice (its deadline), so a round never waits on pairing longer
     // than pair_timeout however many proposals it takes.
     const auto intended_member = intended ? table_.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && can_propose_to(self, *intended_member) &&
+    const bool ask_intended = intended_member && can_propose_to(*intended_member) &&
                               !scores_.quarantined(*intended, round) &&
                               !done_with(*intended_member, round);
     PartnerChoice choice({ask_intended ? intended : std::nullopt, candidates, left_out,
@@ -189,10 +191,12 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
                                                      : v1::PAIR_MODE_RANDOM);
     v1::PairResponse response;
     const auto allowed = deadline - SteadyClock::now();
+    uint64_t via = 0;
     const auto status = callable(*target) ? call_pair(target->address, request, allowed, &response)
-                                          : relay_pair(*target, request, allowed, &response);
+                                          : relay_pair(*target, request, allowed, &response, &via);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
+    if (accepted && needs_relay(table_.self(), *target)) agree_relay(round, to, via);
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
         pairing_.await_partner(round, deadline);
@@ -212,11 +216,13 @@ grpc::Status RoundPeers::call_pair(const std::string& address, const v1::PairReq
 }
 
 grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest& request,
-                                    SteadyClock::duration allowed, v1::PairResponse* response) {
+                                    SteadyClock::duration allowed, v1::PairResponse* response,
+                                    uint64_t* via) {
     const auto deadline = SteadyClock::now() + allowed;
     v1::RelayPairRequest relayed;
     relayed.set_target_id(target.node_id);
     *relayed.mutable_pair() = request;
+    const bool through_relay = needs_relay(table_.self(), target);
     grpc::Status status{grpc::StatusCode::UNAVAILABLE,
                         "node " + format_node_id(target.node_id) + " names no anchor"};
     // Its anchors in turn, while time is left. One that lost its stream says so at once, and one
@@ -231,15 +237,18 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
                               std::chrono::duration_cast<std::chrono::milliseconds>(left));
             if (!answer) continue;
             *response = std::move(*answer);
+            if (via) *via = id;
             return grpc::Status::OK;
         }
         const auto anchor = table_.find(id);
         if (!anchor || anchor->state != MemberState::Alive) continue;
+        if (through_relay) relayed.mutable_pair()->set_relay(id);
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + left);
         auth_.attach(context, "RelayPair");
         status = v1::Peer::NewStub(channels_.get(anchor->address))
                      ->RelayPair(&context, relayed, response);
+        if (status.ok() && via) *via = id;
         if (status.ok() || (status.error_code() != grpc::StatusCode::NOT_FOUND &&
                             status.error_code() != grpc::StatusCode::UNAVAILABLE))
             break;
@@ -285,8 +294,20 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
         if (mode == PairMode::Deterministic)
             ours.deterministic_partner = deterministic_partner(request.round(), view, node_id_,
                                                                table_.private_pairable_ids());
-        answer = pairing_.consider(
-            {caller, request.round(), request.nonce(), mode, request.membership_digest()}, ours);
+        const Member self = table_.self();
+        const auto& anchors = self.anchors;
+        if (needs_relay(self, *member) &&
+            std::find(anchors.begin(), anchors.end(), request.relay()) == anchors.end()) {
+            // Neither side can dial the other: they meet at the anchor that passed this on.
+            answer.reason = "node " + format_node_id(caller) +
+                            " names no anchor of this node as the relay of its proposal";
+        } else {
+            answer = pairing_.consider(
+                {caller, request.round(), request.nonce(), mode, request.membership_digest()},
+                ours);
+            if (answer.accepted && needs_relay(self, *member))
+                agree_relay(request.round(), caller, request.relay());
+        }
     }
     response->set_accepted(answer.accepted);
     response->set_crossed(answer.crossed);
@@ -339,6 +360,68 @@ grpc::Status RoundPeers::answer_exchange(grpc::ServerContext& context, ExchangeS
                              SteadyClock::now() + config_.exchange_timeout);
 }
 
+grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
+                                               ExchangeServerStream& stream, uint64_t caller) {
+    const auto& metadata = context.client_metadata();
+    const auto named = metadata.find(kRelayToMetadata);
+    const auto partner_id =
+        named == metadata.end()
+            ? std::nullopt
+            : parse_node_id(std::string(named->second.data(), named->second.size()));
+    if (!partner_id)
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                std::string("a relayed exchange names its partner in ") + kRelayToMetadata};
+    const auto member = table_.find(caller);
+    const auto partner = table_.find(*partner_id);
+    if (!member || !table_.compatible(*member) || !partner || !table_.compatible(*partner))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "nodes " + format_node_id(caller) + " and " + format_node_id(*partner_id) +
+                    " are not both members of this model and swarm"};
+    if (callable(*member) || callable(*partner))
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "this node relays exchanges only between members that cannot be dialed"};
+    if (!anchors_.holds(caller) && !anchors_.holds(*partner_id))
+        return {grpc::StatusCode::PERMISSION_DENIED, "this node anchors neither node " +
+                                                         format_node_id(caller) + " nor node " +
+                                                         format_node_id(*partner_id)};
+    return relay_.serve(context, stream, caller, *partner_id,
+                        SteadyClock::now() + config_.exchange_timeout);
+}
+
+void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay) {
+    MutexLock lock(relays_mutex_);
+    relays_[round] = {partner, relay};
+    while (relays_.size() > PairingBook::kRoundsKept) relays_.erase(relays_.begin());
+}
+
+std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) const {
+    MutexLock lock(relays_mutex_);
+    const auto it = relays_.find(round);
+    if (it == relays_.end() || it->second.first != partner) return std::nullopt;
+    return it->second.second;
+}
+
+ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot,
+                                                  SteadyClock::time_point deadline) {
+    const auto relay_id = relay_for(slot.round, slot.partner);
+    if (!relay_id) return exchange_failed("no relay was agreed with the partner for the round");
+    const auto relay = table_.find(*relay_id);
+    if (!relay || relay->state == MemberState::Dead || relay->state == MemberState::Left)
+        return exchange_failed("its relay, node " + format_node_id(*relay_id) + ", is gone");
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
+    context.AddMetadata(kRelayToMetadata, format_node_id(slot.partner));
+    auth_.attach(context, "RelayExchange");
+    if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
+    ++exchanges_through_relay_;
+    auto result = open_exchange(channels_.get(relay->address, ChannelUse::Exchange), context, slot,
+                                ExchangeMethod::RelayExchange);
+    exchanges_.untrack(context);
+    if (!result.error.empty())
+        result.error = "through relay " + format_node_id(*relay_id) + ": " + result.error;
+    return result;
+}
+
 void RoundPeers::judged(uint64_t member, uint64_t round,
                         const std::optional<std::string>& refusal) {
     if (!refusal) {
@@ -388,6 +471,7 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         if (!partner) return exchange_failed("not a member this node knows");
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
+        if (needs_relay(table_.self(), *partner)) return exchange_through_relay(slot, deadline);
         if (!opens_exchange(table_.self(), *partner)) {
             // The partner's stream is awaited only once the partner says it holds the pairing too,
             // where it can be asked: a partner members cannot dial is waited for, up to the

@@ -26,6 +26,7 @@
 #include "peer/anchor_hub.h"
 #include "peer/auth.h"
 #include "peer/exchange.h"
+#include "peer/exchange_relay.h"
 #include "peer/failure_tally.h"
 #include "peer/identity.h"
 #include "peer/member_scores.h"
@@ -91,6 +92,11 @@ public:
     // Bytes of private members' round messages this node took in and served as their anchor, and
     // those it holds now (peer/round_deposits.h).
     uint64_t relayed_bytes() const { return deposits_.bytes_relayed(); }
+    // Exchanges between private members this node relayed (peer/exchange_relay.h), and their
+    // bytes; this node's own exchanges that went through a relay.
+    uint64_t relayed_exchanges() const { return relay_.exchanges_relayed(); }
+    uint64_t relayed_exchange_bytes() const { return relay_.bytes_relayed(); }
+    uint64_t exchanges_through_relay() const { return exchanges_through_relay_; }
     uint64_t deposited_bytes() const { return deposits_.bytes_held(); }
     // Pairing waits, exchanges, deposits and round-message waits end at once; later calls fail.
     void stop();
@@ -105,11 +111,20 @@ public:
                                       grpc::ServerWriter<v1::RoundMessageFrame>& writer);
     grpc::Status answer_deposit(uint64_t caller,
                                 grpc::ServerReader<v1::DepositRoundMessageFrame>& reader);
+    // One side of two private members' exchange, relayed by this node (RelayExchange): only
+    // between members neither of which can be dialed, one of which this node anchors.
+    grpc::Status answer_relay_exchange(grpc::ServerContext& context, ExchangeServerStream& stream,
+                                       uint64_t caller);
 
     // A proposal to a private member through its anchors (RelayPair, peer/anchors.h), in turn
-    // while time is left, until one carries it to the member and back.
+    // while time is left, until one carries it to the member and back; *via, when given, is then
+    // that anchor. From a private node the proposal names the anchor it goes through as the
+    // exchange's relay.
     grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
-                            SteadyClock::duration allowed, v1::PairResponse* response);
+                            SteadyClock::duration allowed, v1::PairResponse* response,
+                            uint64_t* via = nullptr);
+    // The relay agreed with `partner` for `round`, when the two cannot dial each other.
+    std::optional<uint64_t> relay_for(uint64_t round, uint64_t partner) const;
 
 private:
     // Our proposal to `to` for a round: the round's partner afterwards, if any, and whether `to`
@@ -134,6 +149,9 @@ private:
     // A proposal to a member at its address.
     grpc::Status call_pair(const std::string& address, const v1::PairRequest& request,
                            SteadyClock::duration allowed, v1::PairResponse* response);
+    // The exchange of `slot` through the relay agreed for it, this side's stream to the relay.
+    ExchangeResult exchange_through_relay(ExchangeSlot& slot, SteadyClock::time_point deadline);
+    void agree_relay(uint64_t round, uint64_t partner, uint64_t relay);
     // A private node's message of `round` to each of its anchors, each on a thread of its own
     // (the last round's are joined first).
     void deposit(uint64_t round, const RoundMessage& message, const std::vector<uint64_t>& anchors);
@@ -157,6 +175,11 @@ private:
     Mutex deposits_mutex_;
     std::vector<std::thread> deposit_threads_ ABSL_GUARDED_BY(deposits_mutex_);
     MemberScores scores_;
+    ExchangeRelay relay_;
+    std::atomic<uint64_t> exchanges_through_relay_{0};
+    mutable Mutex relays_mutex_;
+    // By round, the partner and the relay agreed with it, for the last few rounds.
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> relays_ ABSL_GUARDED_BY(relays_mutex_);
     std::atomic<bool> running_{true};
     mutable Mutex rates_mutex_;
     // By partner, from the last whole exchange.

@@ -155,8 +155,12 @@ bool Simulation::reaches(const Message& message) const {
 
 std::optional<uint32_t> Simulation::relay_anchor(const Message& message) const {
     const Node& to = nodes_[message.to];
-    if (message.kind != Kind::Pair || !to.unreachable || nodes_[message.from].unreachable)
-        return std::nullopt;
+    // A proposal to a private node goes through its anchor; so does an exchange between two
+    // private nodes (in starlingd through the anchor that passed their proposal on, one relay for
+    // both directions; here each direction through the receiver's).
+    const bool relayed = message.kind == Kind::Pair ||
+                         (message.kind == Kind::Exchange && nodes_[message.from].unreachable);
+    if (!relayed || !to.unreachable) return std::nullopt;
     for (const uint64_t id : to.core->table().self().anchors)
         if (const uint32_t anchor = index_of_.at(id); nodes_[anchor].status == Status::Up)
             return anchor;
@@ -178,11 +182,21 @@ void Simulation::send(Message message, Time now) {
         // answer comes back direct here, a hop shorter than through the anchor.)
         if (network_.cut(message.from, *anchor, now) || network_.cut(*anchor, message.to, now))
             return;
-        const Time at_anchor =
-            network_.arrival(message.from, *anchor, bytes, now, from.upload_free, rng_);
+        Node& via = nodes_[*anchor];
         Event event;
-        event.at = network_.arrival(*anchor, message.to, bytes, at_anchor,
-                                    nodes_[*anchor].upload_free, rng_);
+        if (bulk) {
+            // The relay passes each frame on as it comes: the slower hop's rate, both hops' delay.
+            const Time in =
+                network_.bulk_arrival(message.from, *anchor, bytes, now, from.upload_free);
+            const Time out =
+                network_.bulk_arrival(*anchor, message.to, bytes, now, via.upload_free);
+            event.at = std::max(in, out) + network_.round_trip(message.from, *anchor) / 2;
+        } else {
+            const Time at_anchor =
+                network_.arrival(message.from, *anchor, bytes, now, from.upload_free, rng_);
+            event.at =
+                network_.arrival(*anchor, message.to, bytes, at_anchor, via.upload_free, rng_);
+        }
         if (nodes_[message.to].slow) event.at += from_ms(config_.churn.slow_delay_ms);
         event.type = EventType::Deliver;
         event.node = message.to;

@@ -142,6 +142,11 @@ void Simulation::phase_end(uint32_t n, Time now) {
 }
 
 // RoundPeers::choose_partner's set-up, then its loop as events.
+std::vector<uint64_t> Simulation::unreachable_in_matching(const MemberTable& table) const {
+    if (!config_.network.direct_first) return {};
+    return table.private_pairable_ids();
+}
+
 void Simulation::choose(uint32_t n, Time now) {
     Node& node = nodes_[n];
     RoundState& rs = node.rounds;
@@ -151,21 +156,21 @@ void Simulation::choose(uint32_t n, Time now) {
     table.set_round(rs.round);
     const auto view = table.pairable_ids();
     const auto intended =
-        deterministic_partner(rs.round, view, node.id, table.private_pairable_ids());
+        deterministic_partner(rs.round, view, node.id, unreachable_in_matching(table));
     // As RoundPeers builds it: the view's members, self included (the order does not matter).
     std::vector<Member> pairable = table.pairable_others();
     pairable.push_back(table.self());
     const Member self = table.self();
-    std::erase_if(pairable, [&](const Member& m) { return !can_propose_to(self, m); });
+    std::erase_if(pairable, [&](const Member& m) { return !can_propose_to(m); });
     const uint64_t gap = config_.rounds.max_round_gap;
-    auto candidates =
-        random_candidates(pairable, node.id, rs.round, gap,
-                          rs.book->recent_partners(rs.round, kRecentPartnerRounds), rng_());
+    auto candidates = random_candidates(pairable, node.id, rs.round, gap,
+                                        rs.book->recent_partners(rs.round, kRecentPartnerRounds),
+                                        rng_(), callable(self) || !config_.network.direct_first);
     auto left_out = left_out_members(pairable, node.id, rs.round, gap, rng_());
     rs.nonce = rng_();
     rs.view_digest = membership_digest(view);
     const auto intended_member = intended ? table.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && can_propose_to(self, *intended_member) &&
+    const bool ask_intended = intended_member && can_propose_to(*intended_member) &&
                               !done_with(*intended_member, rs.round);
     rs.choice.emplace(PartnerChoice::Start{ask_intended ? intended : std::nullopt,
                                            std::move(candidates), std::move(left_out),
@@ -294,8 +299,8 @@ void Simulation::answer_pair(const Message& m, Time now) {
             const auto view = table.pairable_ids();
             PairingView ours{table.self().round, membership_digest(view), std::nullopt};
             if (asked.mode == PairMode::Deterministic)
-                ours.deterministic_partner =
-                    deterministic_partner(asked.round, view, node.id, table.private_pairable_ids());
+                ours.deterministic_partner = deterministic_partner(asked.round, view, node.id,
+                                                                   unreachable_in_matching(table));
             answer = rs.book->consider({caller, asked.round, asked.nonce, asked.mode, asked.digest},
                                        ours);
         }

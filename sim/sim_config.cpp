@@ -29,6 +29,9 @@ void visit_sim_config(V& v, SimConfig& c) {
     v("private_share", n.private_share,
       "share of nodes members cannot dial (behind NAT): calls to them are lost, their own go through",
       in_range(0, 1));
+    v("direct_first", n.direct_first,
+      "partner choice prefers pairs that can connect direct, as starlingd's does; false: it "
+      "ignores who is private (what the preference costs in mixing)");
     ChurnConfig& ch = c.churn;
     v.section("churn");
     v("joins_per_hour", ch.joins_per_hour, "new nodes joining, swarm-wide", at_least(0));

@@ -28,9 +28,12 @@ struct NetworkConfig {
     double partition_share = 0.5;
     // This share of the nodes cannot be dialed (behind NAT or a firewall, and knowing it: their
     // digests say private). A call to one is lost; its own calls and the answers to them go
-    // through, and so does an exchange it opens (peer/pairing.h, opens_exchange). The seeds are
-    // never private.
+    // through, and so does an exchange it opens (peer/pairing.h, opens_exchange), and two private
+    // nodes exchange through an anchor's relay. The seeds are never private.
     double private_share = 0.0;
+    // Whether partner choice prefers pairs that can connect direct, as starlingd's does: a study
+    // switch; without it, the matching and random requests ignore who is private.
+    bool direct_first = true;
 };
 
 // Poisson processes: each up node leaves, crashes or freezes at these rates, and new nodes join

@@ -246,6 +246,9 @@ private:
     // The anchor a proposal to a private node goes through (RoundPeers::relay_pair): the first
     // of its anchors that is up, when the proposer is callable.
     std::optional<uint32_t> relay_anchor(const Message& message) const;
+    // The private members the deterministic matching pairs around: the table's, or none when
+    // the study switches the preference for direct pairs off (NetworkConfig::direct_first).
+    std::vector<uint64_t> unreachable_in_matching(const MemberTable& table) const;
     void send(Message message, Time now);
     void record(const Event& event);
 

@@ -113,8 +113,13 @@ NodeMetrics::NodeMetrics(const std::string& listen)
         "Leave), without gRPC's framing");
     relayed_bytes_ = counter(
         r, "starling_relayed_bytes_total",
-        "Bytes of private members' DiLoCo round messages this node took in and served as their "
-        "anchor");
+        "Bytes this node carried for private members: their DiLoCo round messages taken in and "
+        "served as their anchor, and their exchanges passed on as a relay");
+    relayed_exchanges_ = counter(r, "starling_relayed_exchanges_total",
+                                 "Exchanges between two private members this node relayed");
+    exchanges_through_relay_ = counter(
+        r, "starling_exchanges_through_relay_total",
+        "This node's own exchanges that went through a relay (it and its partner both private)");
     exchange_seconds_ =
         seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ =
@@ -263,6 +268,8 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     local_health_->Set(static_cast<double>(swarm.local_health));
     follow(*membership_sent_bytes_, swarm.membership_sent_bytes);
     follow(*relayed_bytes_, swarm.relayed_bytes);
+    follow(*relayed_exchanges_, swarm.relayed_exchanges);
+    follow(*exchanges_through_relay_, swarm.exchanges_through_relay);
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }

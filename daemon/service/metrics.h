@@ -60,7 +60,8 @@ private:
         *tokens_per_second_, *compression_ratio_, *partner_distance_, *checkpoint_round_,
         *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,
-        *train_seconds_, *control_connections_closed_, *membership_sent_bytes_, *relayed_bytes_;
+        *train_seconds_, *control_connections_closed_, *membership_sent_bytes_, *relayed_bytes_,
+        *relayed_exchanges_, *exchanges_through_relay_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_, *anchors_,
         *anchored_members_, *local_health_;

@@ -163,6 +163,8 @@ v1::NodeStatus NodeState::status(const SwarmView& swarm) const {
     s.set_reachability_detail(swarm.reachability.detail);
     for (const uint64_t anchor : swarm.self.anchors) s.add_anchors(format_node_id(anchor));
     s.set_anchored_members(static_cast<uint32_t>(swarm.anchored_members));
+    s.set_relayed_exchanges(swarm.relayed_exchanges);
+    s.set_exchanges_through_relay(swarm.exchanges_through_relay);
     return s;
 }
 

@@ -66,6 +66,10 @@ void visit_peer_keys(V& v, NodeConfig& c) {
     v("relay_limit_mib", p.relay_limit_mib,
       "as an anchor, the MiB of its private members' DiLoCo messages held at once for others to "
       "fetch, each member an even share; 0: none");
+    v("relay_mbit", MegabitsPerSecond{p.relay_bytes_per_s},
+      "as an anchor, the rate at which it passes exchanges between two private members, all of "
+      "them together, each direction an even share; 0: it relays none",
+      at_least(0));
     v("max_unauthenticated_connections", p.connections.max_unauthenticated,
       "connections with no authenticated call yet, held at once; more are closed", at_least(1));
     v("max_unauthenticated_per_source", p.connections.max_unauthenticated_per_source,

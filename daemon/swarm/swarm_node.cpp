@@ -241,6 +241,8 @@ SwarmView SwarmNode::view() const {
     view.anchored_members = peer_->anchored_members();
     view.membership_sent_bytes = peer_->membership_sent_bytes();
     view.relayed_bytes = peer_->relayed_bytes();
+    view.relayed_exchanges = peer_->relayed_exchanges();
+    view.exchanges_through_relay = peer_->exchanges_through_relay();
     view.local_health = peer_->local_health();
     return view;
 }

@@ -112,9 +112,11 @@ struct SwarmView {
     ReachabilityVerdict
         reachability;             // whether members can dial this node (PeerNode::reachability)
     size_t anchored_members = 0;  // private members holding a stream to this node
-    uint64_t membership_sent_bytes = 0;  // PeerNode::membership_sent_bytes
-    uint64_t relayed_bytes = 0;          // PeerNode::relayed_bytes
-    int local_health = 0;                // PeerNode::local_health
+    uint64_t membership_sent_bytes = 0;    // PeerNode::membership_sent_bytes
+    uint64_t relayed_bytes = 0;            // PeerNode::relayed_bytes
+    uint64_t relayed_exchanges = 0;        // PeerNode::relayed_exchanges
+    uint64_t exchanges_through_relay = 0;  // PeerNode::exchanges_through_relay
+    int local_health = 0;                  // PeerNode::local_health
 };
 
 // The state at the start of a round: what a checkpoint holds. The snapshot is the one published

@@ -181,6 +181,9 @@ TEST_CASE("absent optional fields show as a dash and no failure row appears") {
     CHECK(rows.count("last failure") == 0);
     s.set_anchored_members(3);
     CHECK(rows_by_label(s).at("anchors") == "anchor of 3 private members");
+    s.set_relayed_exchanges(1);
+    CHECK(rows_by_label(s).at("anchors") ==
+          "anchor of 3 private members; relayed 1 exchange of private members");
 }
 
 TEST_CASE("the peers table has a header and one row per peer") {

@@ -13,6 +13,11 @@ With --method diloco the swarm runs DiLoCo instead, and every member's D must en
 member's mean: the hidden nodes deposit theirs with their anchors (peer/round_deposits.h), since
 nobody can fetch it from them.
 
+With --relay there are four hidden nodes (two behind NATs, two behind firewalls) beside the two
+public ones, so the rounds' matching leaves two hidden nodes to pair with each other: neither can
+dial the other, and their exchange must go through a public node's relay (peer/exchange_relay.h)
+and arrive whole.
+
 Exit 0 on success, 1 on a failed check, 77 (ctest's skip) without root, `ip` or `nft`.
 """
 
@@ -117,6 +122,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="directory of starlingd and starling")
     ap.add_argument("--method", choices=("noloco", "diloco"), default="noloco")
+    ap.add_argument("--relay", action="store_true",
+                    help="four hidden nodes, two of which must exchange through a relay")
     args = ap.parse_args()
     why = nat.why_unavailable()
     if why:
@@ -136,19 +143,20 @@ def main():
     config = work / "node.toml"
     config.write_text(cfgmod.derive((REPO / "configs" / "pico.toml").read_text(), overrides))
 
-    topo = nat.NatTopology(["nat", "firewall"])
+    topo = nat.NatTopology(["nat", "firewall"] * (2 if args.relay else 1))
     daemons = []
     try:
         topo.setup()
         say(topo.describe())
-        behind_nat, behind_firewall = topo.hidden
+        behind_nat, behind_firewall = topo.hidden[:2]
         seed = Daemon("seed", work, f"{topo.public_ip}:7700", topo.public_ns)
         public = Daemon("public", work, f"{topo.public_ip}:7701", topo.public_ns)
-        natted = Daemon("natted", work, f"{behind_nat.ip}:7700", behind_nat.ns)
-        walled = Daemon("walled", work, f"{behind_firewall.ip}:7700", behind_firewall.ns)
-        daemons = [seed, public, natted, walled]
+        names = ["natted", "walled", "natted2", "walled2"]
+        hidden = [Daemon(name, work, f"{h.ip}:7700", h.ns) for name, h in zip(names, topo.hidden)]
+        natted, walled = hidden[:2]
+        daemons = [seed, public, *hidden]
         seed.start(starlingd, config, [], env)
-        for d in (public, natted, walled):
+        for d in (public, *hidden):
             d.start(starlingd, config, [seed.listen], env)
 
         seen = {}
@@ -172,15 +180,15 @@ def main():
             ", ".join(f"{n}: {s['reachability']}" for n, s in got.items()))
         check(got["seed"]["reachability"] == "public", "the public seed is public")
         check(got["public"]["reachability"] == "public", "the other public node is public")
-        check(got["natted"]["reachability"] == "private", "the node behind NAT is private")
-        check(got["walled"]["reachability"] == "private", "the node behind the firewall is private")
+        for d in hidden:
+            check(got[d.name]["reachability"] == "private", f"{d.name}, behind {'NAT' if d.name.startswith('natted') else 'a firewall'}, is private")
         detail = got["natted"].get("reachability_detail", "")
         check(behind_nat.router_public_ip in detail and "behind NAT" in detail,
               f"the NATed node's detail names the address members see it from: {detail}")
         detail = got["walled"].get("reachability_detail", "")
         check(walled.listen in detail and "Open TCP port 7700" in detail,
               f"the firewalled node's detail says to open its port: {detail}")
-        for d in (natted, walled):
+        for d in hidden:
             warned = [ln for ln in d.log.read_text().splitlines()
                       if " warning " in ln and "peer: unreachable:" in ln]
             check(len(warned) >= 1, f"{d.name} warns that it is unreachable in its log: {warned[:1]}")
@@ -190,10 +198,10 @@ def main():
             if rc != 0:
                 return None
             peers = {p.get("address"): p.get("reachability") for p in json.loads(out).get("peers", [])}
-            return peers if all(peers.get(d.listen) == "private" for d in (natted, walled)) else None
+            return peers if all(peers.get(d.listen) == "private" for d in hidden) else None
 
-        wait_for("the seed's peers showing both hidden nodes private", 30, seed_sees_private)
-        say("ok: the seed's `starling peers` shows both hidden nodes private")
+        wait_for("the seed's peers showing every hidden node private", 30, seed_sees_private)
+        say("ok: the seed's `starling peers` shows every hidden node private")
 
         # Anchors: each hidden node holds a stream to both public nodes, names them in its digest,
         # and is probed through them rather than suspected at every probe.
@@ -201,21 +209,21 @@ def main():
         public_ids = sorted([ids["seed"], ids["public"]])
 
         def anchored():
-            for d in (natted, walled):
+            for d in hidden:
                 s = d.status(starling, env)
                 if s is None or sorted(s.get("anchors", [])) != public_ids:
                     return None
             held = [int((d.status(starling, env) or {}).get("anchored_members", 0)) for d in (seed, public)]
-            return held if held == [2, 2] else None
+            return held if held == [len(hidden)] * 2 else None
 
-        wait_for("both hidden nodes anchored at both public nodes", 30, anchored)
-        say("ok: both hidden nodes hold streams to both public nodes, which anchor two members each")
+        wait_for("every hidden node anchored at both public nodes", 30, anchored)
+        say(f"ok: every hidden node holds streams to both public nodes, which anchor {len(hidden)} members each")
         def seed_names_anchors():
             rc, out = seed.cli(starling, "peers", "--json", env=env)
             if rc != 0:
                 return None
             listed = {p.get("node_id"): sorted(p.get("anchors", [])) for p in json.loads(out).get("peers", [])}
-            return listed if all(listed.get(ids[d.name]) == public_ids for d in (natted, walled)) else None
+            return listed if all(listed.get(ids[d.name]) == public_ids for d in hidden) else None
 
         wait_for("the seed's peers naming each hidden node's anchors", 30, seed_names_anchors)
         say("ok: the seed's `starling peers` names each hidden node's anchors")
@@ -244,6 +252,32 @@ def main():
             quorums = wait_for("a round whose mean took all four D's at every member", 90,
                                all_four_gathered)
             say(f"ok: every member's last round took all four D's: {quorums}")
+            return 0
+
+        if args.relay:
+            # Two hidden nodes paired with each other: each logs a round with the other as its
+            # partner and the other's message received, and a public node counts the relay.
+            hidden_ids = {ids[d.name]: d.name for d in hidden}
+
+            def relayed():
+                for d in hidden:
+                    for ln in d.log.read_text().splitlines():
+                        if " | partner " not in ln or "solo:" in ln:
+                            continue
+                        partner = ln.split(" | partner ")[1].split(" ")[0]
+                        received = int(ln.split("received ")[1].split(" B")[0])
+                        if partner in hidden_ids and received > 0:
+                            relays = {r.name: int((r.status(starling, env) or {}).get("relayed_exchanges", 0))
+                                      for r in (seed, public)}
+                            through = int((d.status(starling, env) or {}).get("exchanges_through_relay", 0))
+                            if sum(relays.values()) > 0 and through > 0:
+                                return d.name, hidden_ids[partner], received, relays, through
+                return None
+
+            who, partner, received, relays, through = wait_for(
+                "an exchange between two hidden nodes through a relay", 120, relayed)
+            say(f"ok: {who} exchanged with {partner} through a relay ({received} bytes received); "
+                f"relayed exchanges by the public nodes: {relays}; {who}'s through a relay: {through}")
             return 0
 
         # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs

@@ -17,6 +17,7 @@
 #include "model/manifest.h"
 #include "codec/message.h"
 #include "peer/auth.h"
+#include "peer/exchange_relay.h"
 #include "peer/local_cluster.h"
 #include "peer/message_signature.h"
 #include "peer/round_messages.h"
@@ -549,4 +550,157 @@ TEST_CASE("a published round message is fetched only under its author's key") {
     CHECK(forged.refused);
     CHECK_THAT(forged.error, Catch::Contains("its signature is not node " +
                                              format_node_id(nodes.lower_id.node_id())));
+}
+
+namespace {
+
+// Two public nodes and four private ones (announcing addresses nobody can dial), once every node
+// sees every private one with its anchors, both public nodes.
+struct HiddenSwarm {
+    explicit HiddenSwarm(PeerConfig base = local_cluster_config()) : cluster(2, base) {
+        for (int i = 0; i < 4; i++) hidden.push_back(&add_private_node(cluster, ids[i]));
+        nodes = nodes_of(cluster);
+        wait_for("one view, every private node's anchors in it", 60000ms, [&] {
+            if (!all_see_all_alive(nodes) || !same_pairable_view(nodes)) return false;
+            for (const PeerNode* h : hidden) {
+                if (h->anchors().size() != 2) return false;
+                for (const PeerNode* n : nodes)
+                    for (const Member& m : n->members())
+                        if (m.node_id == h->node_id() &&
+                            (m.reachability != Reachability::Private || m.anchors != h->anchors()))
+                            return false;
+            }
+            return true;
+        });
+    }
+    NodeIdentity ids[4] = {NodeIdentity::generate(), NodeIdentity::generate(),
+                           NodeIdentity::generate(), NodeIdentity::generate()};
+    LocalCluster cluster;
+    std::vector<PeerNode*> hidden;
+    std::vector<PeerNode*> nodes;
+};
+
+// A RelayExchange call to `relay` in the name of `caller` for `partner` (0: none named), writing
+// one frame of `round` and nothing else; the call's status.
+grpc::Status call_relay(const PeerConfig& base, const NodeIdentity& caller, PeerNode& relay,
+                        uint64_t partner, uint64_t round) {
+    SwarmAuth auth(base.swarm_secret, caller);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    if (partner != 0) context.AddMetadata(kRelayToMetadata, format_node_id(partner));
+    auth.attach(context, "RelayExchange");
+    const auto stream = open_exchange_stream(swarm_channel(relay.address()), context,
+                                             ExchangeMethod::RelayExchange);
+    ExchangeWireFrame frame;
+    frame.fields.set_round(round);
+    frame.fields.set_abort("a test's frame");
+    stream->Write(frame);
+    stream->WritesDone();
+    while (stream->Read(&frame)) {
+    }
+    return stream->Finish();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "two private nodes pair through an anchor and exchange through it, as they would direct") {
+    HiddenSwarm swarm;
+    const auto& nodes = swarm.nodes;
+    std::map<uint64_t, size_t> index_of;
+    for (size_t i = 0; i < nodes.size(); ++i) index_of[nodes[i]->node_id()] = i;
+    std::vector<uint64_t> unreachable;
+    for (const PeerNode* h : swarm.hidden) unreachable.push_back(h->node_id());
+    const auto is_private = [&](size_t i) { return i >= 2; };
+    const auto view = nodes.front()->pairable_ids();
+    uint64_t relayed_pairs = 0;
+    for (const uint64_t round : {1u, 2u, 3u}) {
+        INFO("round " << round);
+        std::vector<std::unique_ptr<Side>> sides;
+        for (size_t i = 0; i < nodes.size(); ++i)
+            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec::Codec::Q8,
+                                                   nodes[i]->node_id(), round,
+                                                   static_cast<uint32_t>(round * 100 + i)));
+        std::vector<std::optional<uint64_t>> partners(nodes.size());
+        std::vector<ExchangeResult> results(nodes.size());
+        std::vector<std::thread> threads;
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            threads.emplace_back([&, i] {
+                const auto partner = nodes[i]->rounds().choose_partner(round);
+                if (!partner) return;
+                partners[i] = partner->node_id;
+                results[i] = nodes[i]->rounds().exchange(sides[i]->slot(partner->node_id));
+            });
+        }
+        for (auto& thread : threads) thread.join();
+        // Each public node with a private one, and the two private ones left together.
+        for (size_t i = 0; i < nodes.size(); ++i) {
+            REQUIRE(partners[i] ==
+                    deterministic_partner(round, view, nodes[i]->node_id(), unreachable));
+            const size_t j = index_of.at(*partners[i]);
+            INFO("node " << i << " with node " << j << ": " << results[i].error);
+            if (is_private(i) && is_private(j)) {
+                ++relayed_pairs;
+                const auto relay = nodes[i]->rounds().relay_for(round, *partners[i]);
+                REQUIRE(relay.has_value());
+                CHECK(relay == nodes[j]->rounds().relay_for(round, nodes[i]->node_id()));
+                CHECK((*relay == nodes[0]->node_id() || *relay == nodes[1]->node_id()));
+            }
+            CHECK(results[i].delivered);
+            CHECK(results[i].received);
+            CHECK(same_bits(sides[i]->received, sides[j]->decoded_directly()));
+            CHECK(results[i].bytes_received == sides[j]->message_bytes());
+        }
+    }
+    relayed_pairs /= 2;
+    CHECK(relayed_pairs == 3);
+    uint64_t relayed = 0, through = 0, relayed_bytes = 0;
+    for (size_t i = 0; i < 2; i++) {
+        relayed += nodes[i]->relayed_exchanges();
+        relayed_bytes += nodes[i]->relayed_bytes();
+    }
+    for (const PeerNode* h : swarm.hidden) through += h->exchanges_through_relay();
+    CHECK(relayed == relayed_pairs);
+    CHECK(through == 2 * relayed_pairs);
+    // Each relayed exchange carries both messages, their frames' own fields besides.
+    const uint64_t messages =
+        2 * relayed_pairs * Side(one_chunk_model(), codec::Codec::Q8, 1, 1, 1).message_bytes();
+    CHECK(relayed_bytes >= messages);
+    CHECK(relayed_bytes < messages + 2 * relayed_pairs * 4096);
+}
+
+TEST_CASE("a relay refuses what is not an exchange between two private members it anchors") {
+    PeerConfig base = local_cluster_config();
+    SECTION("a relay that relays nothing") {
+        base.relay_bytes_per_s = 0;
+        HiddenSwarm swarm(base);
+        const grpc::Status status =
+            call_relay(base, swarm.ids[0], *swarm.nodes[0], swarm.hidden[1]->node_id(), 1);
+        CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+        CHECK_THAT(status.error_message(), Catch::Contains("relay_mbit is 0"));
+    }
+    SECTION("one relay") {
+        HiddenSwarm swarm(base);
+        PeerNode& relay = *swarm.nodes[0];
+        // No partner named.
+        grpc::Status status = call_relay(base, swarm.ids[0], relay, 0, 1);
+        CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+        CHECK_THAT(status.error_message(), Catch::Contains(kRelayToMetadata));
+        // A partner that can be dialed: a private member can stream to it itself.
+        status = call_relay(base, swarm.ids[0], relay, swarm.nodes[1]->node_id(), 1);
+        CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        CHECK_THAT(status.error_message(), Catch::Contains("cannot be dialed"));
+        // A caller that is no member.
+        const NodeIdentity stranger = NodeIdentity::generate();
+        status = call_relay(base, stranger, relay, swarm.hidden[1]->node_id(), 1);
+        CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+        CHECK_THAT(status.error_message(), Catch::Contains("not both members"));
+        // A partner that never comes: refused once the exchange timeout has passed, not held.
+        const auto start = std::chrono::steady_clock::now();
+        status = call_relay(base, swarm.ids[0], relay, swarm.hidden[1]->node_id(), 1);
+        CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+        CHECK_THAT(status.error_message(), Catch::Contains("did not come to the relay"));
+        CHECK(std::chrono::steady_clock::now() - start >= base.exchange_timeout);
+        CHECK(relay.relayed_exchanges() == 0);
+    }
 }

@@ -239,7 +239,10 @@ TEST_CASE("Exchange's place among service Peer's methods is the generated one") 
     const auto* service = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
         v1::Peer::service_full_name());
     REQUIRE(service != nullptr);
-    CHECK(service->method(exchange_method_index())->full_name() == "starling.v1.Peer.Exchange");
+    CHECK(service->method(exchange_method_index(ExchangeMethod::Exchange))->full_name() ==
+          "starling.v1.Peer.Exchange");
+    CHECK(service->method(exchange_method_index(ExchangeMethod::RelayExchange))->full_name() ==
+          "starling.v1.Peer.RelayExchange");
 }
 
 TEST_CASE(

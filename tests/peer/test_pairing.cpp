@@ -69,26 +69,31 @@ TEST_CASE("with private members, deterministic pairs join each private member to
             return std::find(hidden.begin(), hidden.end(), id) != hidden.end();
         };
         const size_t publics = view.size() - hidden.size();
+        const size_t crossing = std::min(hidden.size(), publics);
         std::set<std::set<std::vector<uint64_t>>> matchings;
         for (uint64_t round = 0; round < 20; ++round) {
-            size_t crossed = 0, open = 0, alone = 0;
+            size_t crossed = 0, open = 0, relayed = 0, alone = 0;
             std::set<std::vector<uint64_t>> pairs;
             for (const uint64_t id : view) {
                 const auto partner = deterministic_partner(round, view, id, hidden);
                 if (!partner) {
-                    // Only a private member is left alone, and only when public ones ran out.
-                    CHECK(is_private(id));
                     ++alone;
                     continue;
                 }
                 REQUIRE(deterministic_partner(round, view, *partner, hidden) == id);
-                CHECK_FALSE((is_private(id) && is_private(*partner)));
                 pairs.insert({std::min(id, *partner), std::max(id, *partner)});
-                (is_private(id) != is_private(*partner) ? crossed : open)++;
+                if (is_private(id) != is_private(*partner))
+                    ++crossed;
+                else
+                    (is_private(id) ? relayed : open)++;
             }
-            CHECK(crossed == 2 * std::min(hidden.size(), publics));
-            CHECK(alone == hidden.size() - std::min(hidden.size(), publics));
-            CHECK(open == 2 * ((publics - std::min(hidden.size(), publics)) / 2));
+            // As many direct pairs as the kinds allow; the rest pair among their kind, private
+            // ones through a relay, and one is alone when an odd number is left.
+            CHECK(crossed == 2 * crossing);
+            CHECK(open == 2 * ((publics - crossing) / 2));
+            CHECK(relayed == 2 * ((hidden.size() - crossing) / 2));
+            CHECK(alone == view.size() - crossed - open - relayed);
+            CHECK(alone <= 1);
             matchings.insert(pairs);
         }
         // The draw changes with the round, as deterministic_groups' does.
@@ -283,6 +288,18 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
     // Only recent partners within reach: they are still candidates.
     CHECK(random_candidates(pairable, 11, 10, 0, std::vector<uint64_t>{22, 44, 55, 66}, 3).size() ==
           4);
+    // A private node asks private members after all the others, recent partners included: an
+    // exchange with them takes a relay. A public one asks them as any other.
+    pairable[1].reachability = Reachability::Private;  // 22
+    pairable[3].reachability = Reachability::Private;  // 44, a recent partner
+    for (uint64_t seed = 0; seed < 16; seed++) {
+        const auto order = random_candidates(pairable, 11, 10, 1, recent, seed, false);
+        REQUIRE(order.size() == 4);
+        CHECK(order == std::vector<uint64_t>{55, 66, 22, 44});
+        const auto as_public = random_candidates(pairable, 11, 10, 1, recent, seed, true);
+        CHECK(std::set<uint64_t>(as_public.begin(), as_public.begin() + 2) ==
+              std::set<uint64_t>{22, 55});
+    }
 }
 
 // As many adopters as members: every node adopts every left-out member.
@@ -676,17 +693,22 @@ TEST_CASE("a node members cannot dial opens its exchanges, proposed to only thro
     CHECK_FALSE(opens_exchange(low, high));
     CHECK_FALSE(callable(high));
     CHECK(callable(low));
-    CHECK(can_propose_to(high, low));
-    CHECK_FALSE(can_propose_to(low, high));  // no anchors named yet
+    CHECK(can_propose_to(low));
+    CHECK_FALSE(can_propose_to(high));  // no anchors named yet
     high.anchors = {7};
-    CHECK(can_propose_to(low, high));
-    // Both private: neither can reach the other; the rule stays symmetric (the lower id opens).
+    CHECK(can_propose_to(high));
+    CHECK_FALSE(needs_relay(low, high));
+    CHECK_FALSE(needs_relay(high, low));
+    // Both private: neither can reach the other, so they exchange through a relay; the rule
+    // stays symmetric (the lower id opens).
     low.reachability = Reachability::Private;
     CHECK(opens_exchange(low, high));
     CHECK_FALSE(opens_exchange(high, low));
+    CHECK(needs_relay(low, high));
+    CHECK(needs_relay(high, low));
+    CHECK_FALSE(can_propose_to(low));  // proposed to through its anchors: none named yet
     low.anchors = {8};
-    CHECK_FALSE(can_propose_to(low, high));
-    CHECK_FALSE(can_propose_to(high, low));
+    CHECK(can_propose_to(low));
     Member unknown;
     CHECK(callable(unknown));
 }
