@@ -12,6 +12,11 @@ Kinds of router:
   "nat"       masquerade: the node's connections leave from PUB.(10+k), and nothing from outside
               reaches it (Linux conntrack keeps the port where it can and lets in only replies to
               a connection the node opened: endpoint-dependent filtering, a port-restricted NAT)
+  "cone"      masquerade that keeps the node's port, and lets in anything sent to a port the
+              node has used outbound, from any host (endpoint-independent mapping and filtering:
+              a full-cone NAT)
+  "symmetric" masquerade that draws a fresh port for each connection (endpoint-dependent
+              mapping), and lets in only replies
   "firewall"  no translation: the node keeps its own routable address (the internet routes
               PRIV_k through the router), but inbound connections (SYNs) are dropped
   "open"      no translation and no filter: a routable node any host can dial, behind the same
@@ -29,7 +34,8 @@ import subprocess
 from chaoslib.netlink import run, taken_networks
 
 KINDS = ("nat", "firewall")  # the kinds that hide a node (chaos --natted takes them in turn)
-ALL_KINDS = KINDS + ("open",)
+ALL_KINDS = KINDS + ("cone", "symmetric", "open")
+TRANSLATING = ("nat", "cone", "symmetric")  # seen outside at the router's address
 ROUTABLE = ("firewall", "open")  # the internet routes the node's own address to its router
 
 RULES = {
@@ -41,17 +47,54 @@ table ip starling_nat {{
   }}
 }}
 """,
+    # The ports the node has sent from are kept in a set: a connection from outside to one of
+    # them goes to the node, whoever sends it.
+    "cone": """
+table ip starling_nat {{
+  set used {{
+    type inet_service; flags timeout; timeout 300s;
+  }}
+  chain prerouting {{
+    type nat hook prerouting priority -100;
+    iifname "{pub}" tcp dport @used dnat to {node}
+  }}
+  chain outbound {{
+    type filter hook forward priority -10;
+    iifname "{priv}" meta l4proto tcp update @used {{ tcp sport }}
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority 100;
+    oifname "{pub}" masquerade
+  }}
+}}
+""",
+    "symmetric": """
+table ip starling_nat {{
+  chain postrouting {{
+    type nat hook postrouting priority 100;
+    oifname "{pub}" masquerade random
+  }}
+}}
+""",
     "firewall": "",
     "open": "",
 }
 
-# Both kinds let the node out and only replies back in.
+# Every kind lets the node out and only replies back in (and, in a full cone, what its
+# prerouting sent to the node). A connection from outside to the router itself is dropped, not
+# answered with a reset, as routers with no service open do: a reset would also end the router's
+# record of the node's own connection to the same address and port, which a hole punch needs.
 FORWARD = """
 table ip starling_filter {{
   chain forwarding {{
     type filter hook forward priority 0; policy drop;
     iifname "{priv}" accept
     ct state established,related accept
+    ct status dnat accept
+  }}
+  chain input {{
+    type filter hook input priority 0;
+    iifname "{pub}" ct state new tcp flags & (syn | ack) == syn drop
   }}
 }}
 """
@@ -82,7 +125,7 @@ class Hidden:
         self.nodes_held = 0  # chaos --natted: the nodes this slot has held, each on a port of its own
 
     def describe(self):
-        seen = self.router_public_ip if self.kind == "nat" else self.ip
+        seen = self.router_public_ip if self.kind in TRANSLATING else self.ip
         return f"{self.ns}: {self.ip} behind {self.kind} router {self.router_ns} (seen outside as {seen})"
 
 
@@ -163,7 +206,8 @@ class NatTopology:
         run(*n, "route", "add", "default", "via", router_private_ip)
         run("ip", "netns", "exec", h.router_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         if h.kind != "open":
-            rules = RULES[h.kind].format(pub=h.pub_dev) + FORWARD.format(priv=h.priv_dev)
+            rules = (RULES[h.kind].format(pub=h.pub_dev, priv=h.priv_dev, node=h.ip)
+                     + FORWARD.format(pub=h.pub_dev, priv=h.priv_dev))
             p = subprocess.run(["ip", "netns", "exec", h.router_ns, "nft", "-f", "-"], input=rules,
                                capture_output=True, text=True)
             if p.returncode != 0:
