@@ -121,6 +121,11 @@ public:
         uint64_t caller = 0;
         if (auto status = admit(context, "RelayPair", *request, &caller); !status.ok())
             return status;
+        // A proposal that names this node as its exchange's relay is refused here when this node
+        // relays none, so that the proposer tries the member's next anchor.
+        if (request->pair().relay() == node_.node_id() && node_.config_.relay_bytes_per_s <= 0)
+            return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    "this node relays no exchange ([peer].relay_mbit is 0)"};
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             context->deadline() - std::chrono::system_clock::now());
         auto answer = node_.anchor_hub_.pair(request->target_id(), caller, request->pair(),

@@ -225,9 +225,10 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
     const bool through_relay = needs_relay(table_.self(), target);
     grpc::Status status{grpc::StatusCode::UNAVAILABLE,
                         "node " + format_node_id(target.node_id) + " names no anchor"};
-    // Its anchors in turn, while time is left. One that lost its stream says so at once, and one
+    // Its anchors in turn, while time is left. One that lost its stream says so at once, one
     // that cannot be reached (killed, or gone from the network, and not yet known dead) fails
-    // at once: the proposal went no further than either, so the next anchor may carry it.
+    // at once, and so does one named as the relay that relays nothing: the proposal went no
+    // further than either, so the next anchor may carry it.
     for (const uint64_t id : target.anchors) {
         const auto left = deadline - SteadyClock::now();
         if (left <= SteadyClock::duration::zero()) break;
@@ -250,7 +251,8 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
                      ->RelayPair(&context, relayed, response);
         if (status.ok() && via) *via = id;
         if (status.ok() || (status.error_code() != grpc::StatusCode::NOT_FOUND &&
-                            status.error_code() != grpc::StatusCode::UNAVAILABLE))
+                            status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                            status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED))
             break;
     }
     return status;

@@ -674,10 +674,27 @@ TEST_CASE("a relay refuses what is not an exchange between two private members i
     SECTION("a relay that relays nothing") {
         base.relay_bytes_per_s = 0;
         HiddenSwarm swarm(base);
-        const grpc::Status status =
+        grpc::Status status =
             call_relay(base, swarm.ids[0], *swarm.nodes[0], swarm.hidden[1]->node_id(), 1);
         CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
         CHECK_THAT(status.error_message(), Catch::Contains("relay_mbit is 0"));
+        // A proposal that would name it as the relay is refused before it reaches the member, at
+        // each anchor in turn, so the two never believe they are paired.
+        PeerNode& proposer = *swarm.hidden[0];
+        std::optional<Member> target;
+        for (const Member& m : proposer.members())
+            if (m.node_id == swarm.hidden[1]->node_id()) target = m;
+        REQUIRE(target.has_value());
+        v1::PairRequest request;
+        request.set_round(1);
+        request.set_mode(v1::PAIR_MODE_RANDOM);
+        v1::PairResponse response;
+        uint64_t via = 0;
+        status = proposer.rounds().relay_pair(*target, request, 2s, &response, &via);
+        CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+        CHECK_THAT(status.error_message(), Catch::Contains("relays no exchange"));
+        CHECK(via == 0);
+        CHECK(swarm.hidden[1]->rounds().relay_for(1, proposer.node_id()) == std::nullopt);
     }
     SECTION("one relay") {
         HiddenSwarm swarm(base);
