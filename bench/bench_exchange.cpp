@@ -6,13 +6,18 @@
 //   bench_exchange loopback [--reps 5]                 both nodes in this process, on 127.0.0.1
 //   bench_exchange tcp --connect HOST:PORT --out FILE  iperf3 through a path, for node --baseline
 //   bench_exchange node --listen ... --secret S ...    one node of two, one per process
-// bench/exchange_wan runs the last two across an emulated wide-area link.
+//   bench_exchange relay --listen ... --secret S       a public member that relays the two nodes'
+//                                                      exchange when neither can be dialed
+// bench/exchange_wan runs the last two across an emulated wide-area link, bench/exchange_nat
+// through NAT, firewalls and a relay.
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -302,11 +307,21 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     // reversal), so the rounds wait for them: both public, or one private with the anchor through
     // which a proposal reaches it (the other may then stay unknown: only a member that is not
     // private can dial it back, and there is none).
+    // Beside a relay (a third member, of no model), both nodes must have theirs: two private
+    // nodes exchange through it, and one still unknown would be dialed at its address.
     wait_until("both nodes' reachability", wait, [&] {
         const auto seen = node.members();
         const auto is = [](Reachability r) {
             return [r](const Member& m) { return m.reachability == r; };
         };
+        const auto decided = [&](const Member& m) {
+            return is(Reachability::Public)(m) ||
+                   (is(Reachability::Private)(m) && !m.anchors.empty());
+        };
+        if (seen.size() > 2)
+            return std::all_of(seen.begin(), seen.end(), [&](const Member& m) {
+                return decided(m) || (m.node_id != node.node_id() && m.node_id != partner);
+            });
         return std::all_of(seen.begin(), seen.end(), is(Reachability::Public)) ||
                std::any_of(seen.begin(), seen.end(), [&](const Member& m) {
                    return is(Reachability::Private)(m) && !m.anchors.empty();
@@ -317,9 +332,11 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     const auto other = std::find_if(seen.begin(), seen.end(),
                                     [&](const Member& m) { return m.node_id == partner; });
     if (other == seen.end()) throw Error("node " + format_node_id(partner) + " left");
-    std::printf("node %s (%s, %s the stream) with node %s (%s)\n",
-                format_node_id(node.node_id()).c_str(), reachability_name(self.reachability),
-                opens_exchange(self, *other) ? "opens" : "answers", format_node_id(partner).c_str(),
+    const char* stream = needs_relay(self, *other)      ? "through a relay"
+                         : opens_exchange(self, *other) ? "opens the stream"
+                                                        : "answers the stream";
+    std::printf("node %s (%s, %s) with node %s (%s)\n", format_node_id(node.node_id()).c_str(),
+                reachability_name(self.reachability), stream, format_node_id(partner).c_str(),
                 reachability_name(other->reachability));
     print_message(model);
     if (baseline) print_tcp("on this path (" + options.baseline + ")", *baseline);
@@ -361,6 +378,39 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     if (!options.out.empty()) write_json(options.out, report);
     // The partner may still be reading our last receipt: leave once it has surely arrived.
     std::this_thread::sleep_for(2s);
+    node.leave();
+    return 0;
+}
+
+// --- relay: a public member of no model, whose relay the two nodes' exchange goes through -------
+
+std::atomic<bool> relay_stopping{false};
+
+int relay(const NodeOptions& options, double relay_mbit) {
+    PeerConfig config;
+    config.listen = options.listen;
+    config.announce = options.announce;
+    config.seeds = options.seeds;
+    config.swarm_id = "bench-exchange";
+    config.swarm_secret = options.secret;
+    config.fingerprint = "relay only";  // never paired: the two nodes pair with each other
+    config.exchange_timeout = 120s;
+    config.relay_bytes_per_s = relay_mbit * 125000;
+    PeerNode node(config);
+    node.start();
+    std::signal(SIGTERM, [](int) { relay_stopping = true; });
+    std::signal(SIGINT, [](int) { relay_stopping = true; });
+    const auto started = Clock::now();
+    while (!relay_stopping && Clock::now() - started < std::chrono::seconds(options.wait_s))
+        std::this_thread::sleep_for(100ms);
+    std::printf("relay %s: %llu exchanges relayed, %.1f MB passed on\n",
+                format_node_id(node.node_id()).c_str(),
+                static_cast<unsigned long long>(node.relayed_exchanges()),
+                static_cast<double>(node.relayed_bytes()) / 1e6);
+    if (!options.out.empty())
+        write_json(options.out, {{"node", format_node_id(node.node_id())},
+                                 {"relayed_exchanges", node.relayed_exchanges()},
+                                 {"relayed_bytes", node.relayed_bytes()}});
     node.leave();
     return 0;
 }
@@ -466,6 +516,18 @@ int main(int argc, char** argv) {
         ->add_option("--wait-s", node_options.wait_s,
                      "longest wait for the other node, and to pair")
         ->capture_default_str();
+    NodeOptions relay_options;
+    double relay_mbit = 10000;
+    CLI::App* relay_cmd = app.add_subcommand(
+        "relay", "a public member of no model, through which two private nodes exchange");
+    relay_cmd->add_option("--listen", relay_options.listen, "host:port to serve on")->required();
+    relay_cmd->add_option("--announce", relay_options.announce, "host:port the nodes dial");
+    relay_cmd->add_option("--secret", relay_options.secret, "swarm secret, the nodes'")->required();
+    relay_cmd->add_option("--out", relay_options.out, "where to write what it relayed (JSON)");
+    relay_cmd->add_option("--relay-mbit", relay_mbit, "its [peer].relay_mbit")
+        ->capture_default_str();
+    relay_cmd->add_option("--wait-s", relay_options.wait_s, "how long it serves at most")
+        ->capture_default_str();
     bool verbose = false;
     app.add_flag("--verbose", verbose, "the peer layer's debug log (pairing, anchors) on stderr");
     CLI11_PARSE(app, argc, argv);
@@ -476,6 +538,7 @@ int main(int argc, char** argv) {
         const ModelConfig shape = load_train_config(config_path).model;
         if (loopback_cmd->parsed()) return loopback(shape, reps, tcp_seconds, tcp_reps);
         if (signature_cmd->parsed()) return signature(shape, reps);
+        if (relay_cmd->parsed()) return relay(relay_options, relay_mbit);
         return node(shape, node_options);
     } catch (const std::exception& e) {
         std::fflush(stdout);

@@ -24,8 +24,12 @@ ReachabilityVerdict judge_reachability(const std::string& announced,
     std::vector<std::string> failures;
     std::set<std::string> observed;
     bool something_else = false;
+    size_t unanswered = 0;
     for (const DialBackResult& r : results) {
-        if (!r.answered) continue;
+        if (!r.answered) {
+            ++unanswered;
+            continue;
+        }
         if (!r.observed.empty()) observed.insert(r.observed);
         if (r.arrived)
             return {Reachability::Public,
@@ -40,7 +44,11 @@ ReachabilityVerdict judge_reachability(const std::string& announced,
             failures.push_back(fmt::format("{}: {}", format_node_id(r.helper), r.error));
         }
     }
-    const size_t needed = std::max<size_t>(1, std::min(kPrivateAfterFailures, others));
+    // A member whose call failed cannot be asked: most likely it cannot be dialed either (in a
+    // swarm of one public node and several private ones, each private node waited on the others'
+    // answers for good). Every other member means every other that could be asked.
+    const size_t askable = others - std::min(others, unanswered);
+    const size_t needed = std::max<size_t>(1, std::min(kPrivateAfterFailures, askable));
     if (failures.size() < needed) return {Reachability::Unknown, "", std::move(observed)};
     const std::string shown =
         fmt::format("members could not dial this node's announced address {} ({}){}", announced,

@@ -37,8 +37,9 @@ inline constexpr size_t kPrivateAfterFailures = 2;
 
 // Public as soon as one member's dial reached this node (the nonce it carried arrived here, so no
 // other box answered in this node's place); Private once kPrivateAfterFailures members, or all
-// `others` when fewer, tried and none reached it; Unknown otherwise (calls that failed prove
-// nothing either way).
+// `others` that could be asked when fewer, tried and none reached it; Unknown otherwise. A call
+// that failed proves nothing either way, but its member could not be asked: with one public
+// member and the rest private, that public member's failed dial is the verdict.
 ReachabilityVerdict judge_reachability(const std::string& announced,
                                        const std::vector<DialBackResult>& results, size_t others);
 

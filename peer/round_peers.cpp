@@ -373,12 +373,13 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
     if (!partner_id)
         return {grpc::StatusCode::INVALID_ARGUMENT,
                 std::string("a relayed exchange names its partner in ") + kRelayToMetadata};
+    // A relay passes frames it never decodes: the two must be members, of any model.
     const auto member = table_.find(caller);
     const auto partner = table_.find(*partner_id);
-    if (!member || !table_.compatible(*member) || !partner || !table_.compatible(*partner))
-        return {grpc::StatusCode::PERMISSION_DENIED,
-                "nodes " + format_node_id(caller) + " and " + format_node_id(*partner_id) +
-                    " are not both members of this model and swarm"};
+    if (!member || !partner)
+        return {grpc::StatusCode::PERMISSION_DENIED, "nodes " + format_node_id(caller) + " and " +
+                                                         format_node_id(*partner_id) +
+                                                         " are not both members this node knows"};
     if (callable(*member) || callable(*partner))
         return {grpc::StatusCode::PERMISSION_DENIED,
                 "this node relays exchanges only between members that cannot be dialed"};

@@ -81,6 +81,19 @@ TEST_CASE("calls that failed prove nothing either way") {
     CHECK(judge_reachability("10.0.0.5:7000", {}, 0).state == Reachability::Unknown);
 }
 
+TEST_CASE("members that cannot be called are not waited for: one public member's dial decides") {
+    // One public member, which could not dial this node, and two private ones not yet known as
+    // such, whose calls fail: they cannot be asked, so the public one's answer is every answer.
+    const std::vector<DialBackResult> results = {answered(1, "Network is unreachable", false),
+                                                 unanswered(2), unanswered(3)};
+    CHECK(judge_reachability("10.0.0.5:7000", results, 3).state == Reachability::Private);
+    // Among more members that can be asked, one failed dial is still not enough.
+    CHECK(judge_reachability("10.0.0.5:7000", results, 5).state == Reachability::Unknown);
+    // A dial that reached this node wins whatever failed.
+    const std::vector<DialBackResult> reached = {answered(1, "", true), unanswered(2)};
+    CHECK(judge_reachability("10.0.0.5:7000", reached, 2).state == Reachability::Public);
+}
+
 TEST_CASE("a dial that connected but never reached this node says another box answers there") {
     const std::vector<DialBackResult> results = {answered(1, "", false), answered(2, "", false)};
     const ReachabilityVerdict verdict = judge_reachability("10.0.0.5:7000", results, 4);
