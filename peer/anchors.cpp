@@ -36,6 +36,17 @@ std::vector<uint64_t> choose_anchors(
         if (chosen.size() >= want) break;
         chosen.push_back(id);
     }
+    // A suspected anchor is kept while nobody else can take its place: dropping it would leave
+    // the node no way in (a swarm with one public member, whose late answers on a busy box made
+    // it suspect), and one that died is declared dead within the suspicion timeout.
+    for (const uint64_t id : current) {
+        const auto it = std::find_if(members.begin(), members.end(),
+                                     [&](const Member& m) { return m.node_id == id; });
+        if (chosen.size() < want && it != members.end() && it->state == MemberState::Suspect &&
+            callable(*it) && !refused.contains(id) &&
+            std::find(chosen.begin(), chosen.end(), id) == chosen.end())
+            chosen.push_back(id);
+    }
     return chosen;
 }
 

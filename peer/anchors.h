@@ -28,8 +28,9 @@ inline constexpr size_t kAnchorStreamsMax = 8;
 // dropped for a shift in latency), then members that said they are public, then those that said
 // nothing yet, each group by the round trip this node measured to them (`round_trip_ms`; never
 // measured last), then by a hash of `self` and their id, so private members that measured nothing
-// yet spread over the public ones. `members` are the other members; `refused` are left out (an
-// anchor that turned this node away lately, as it held all the streams it takes).
+// yet spread over the public ones; a current anchor that is suspected last, only while nobody
+// else fills its place. `members` are the other members; `refused` are left out (an anchor that
+// turned this node away lately, as it held all the streams it takes).
 std::vector<uint64_t> choose_anchors(
     uint64_t self, const std::vector<Member>& members, const std::vector<uint64_t>& current,
     const std::function<std::optional<double>(uint64_t)>& round_trip_ms,

@@ -100,6 +100,25 @@ TEST_CASE("anchors: a current anchor is kept while alive, whatever a newer round
     CHECK(choose_anchors(100, {}, {1, 2}, rtt, {}).empty());
 }
 
+TEST_CASE("anchors: a suspected anchor is kept only while nobody else can take its place") {
+    const std::vector<Member> alone{member(1, Reachability::Public, MemberState::Suspect),
+                                    member(2, Reachability::Private)};
+    const auto rtt = round_trips({{1, 5.0}});
+    // The only public member, suspected: still the anchor, rather than none.
+    CHECK(choose_anchors(100, alone, {1}, rtt, {}) == std::vector<uint64_t>{1});
+    // Never taken up while suspected, and dropped once dead or refusing.
+    CHECK(choose_anchors(100, alone, {}, rtt, {}).empty());
+    CHECK(choose_anchors(100, alone, {1}, rtt, {1}).empty());
+    const std::vector<Member> dead{member(1, Reachability::Public, MemberState::Dead)};
+    CHECK(choose_anchors(100, dead, {1}, rtt, {}).empty());
+    // With a live public member to take its place, the suspected one goes.
+    std::vector<Member> more = alone;
+    more.push_back(member(3, Reachability::Public));
+    CHECK(choose_anchors(100, more, {1}, rtt, {}, 1) == std::vector<uint64_t>{3});
+    // Two wanted: the live one, then the suspected one kept for the place nobody else fills.
+    CHECK(choose_anchors(100, more, {1}, rtt, {}) == std::vector<uint64_t>{3, 1});
+}
+
 TEST_CASE("swim: a private member is pinged only by its anchors and probed through them") {
     SwimCore core(member(100), MembershipLimits{1000ms, 5000ms, 4096}, SwimSettings{}, 7);
     for (uint64_t id = 1; id <= 6; id++) core.table().merge(member(id), t0);
