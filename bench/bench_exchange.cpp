@@ -286,18 +286,23 @@ void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::se
     });
 }
 
-int node(const ModelConfig& shape, const NodeOptions& options) {
-    const auto baseline = read_baseline(options.baseline);
-    const DeltaModel model(shape);
+// A bench process's node: `options`' addresses and secret, exchanges of up to two minutes.
+PeerConfig bench_node_config(const NodeOptions& options, std::string fingerprint) {
     PeerConfig config;
     config.listen = options.listen;
     config.announce = options.announce;
     config.seeds = options.seeds;
     config.swarm_id = "bench-exchange";
     config.swarm_secret = options.secret;
-    config.fingerprint = model.manifest.fingerprint();
+    config.fingerprint = std::move(fingerprint);
     config.exchange_timeout = 120s;
-    PeerNode node(config);
+    return config;
+}
+
+int node(const ModelConfig& shape, const NodeOptions& options) {
+    const auto baseline = read_baseline(options.baseline);
+    const DeltaModel model(shape);
+    PeerNode node(bench_node_config(options, model.manifest.fingerprint()));
     node.start();
     const std::chrono::seconds wait(options.wait_s);
     wait_until("a second node joining", wait, [&] { return node.pairable_ids().size() == 2; });
@@ -387,14 +392,8 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
 std::atomic<bool> relay_stopping{false};
 
 int relay(const NodeOptions& options, double relay_mbit) {
-    PeerConfig config;
-    config.listen = options.listen;
-    config.announce = options.announce;
-    config.seeds = options.seeds;
-    config.swarm_id = "bench-exchange";
-    config.swarm_secret = options.secret;
-    config.fingerprint = "relay only";  // never paired: the two nodes pair with each other
-    config.exchange_timeout = 120s;
+    // Of no model, so never paired: the two nodes pair with each other.
+    PeerConfig config = bench_node_config(options, "relay only");
     config.relay_bytes_per_s = relay_mbit * 125000;
     PeerNode node(config);
     node.start();

@@ -41,20 +41,21 @@ grpc::Status within_cap(const google::protobuf::Message& request, size_t cap) {
 
 class PeerNode::Service final : public v1::Peer::Service {
 public:
-    // Exchange streams carry wire frames (peer/exchange_frame.h), not protobuf messages.
     explicit Service(PeerNode& node) : node_(node) {
+        serve_frames(ExchangeMethod::Exchange, &Service::exchange);
+        serve_frames(ExchangeMethod::RelayExchange, &Service::relay_exchange);
+    }
+
+    // Exchange streams carry wire frames (peer/exchange_frame.h), not protobuf messages.
+    void serve_frames(ExchangeMethod method,
+                      grpc::Status (Service::*handler)(grpc::ServerContext*,
+                                                       ExchangeServerStream*)) {
         MarkMethodStreamed(
-            exchange_method_index(ExchangeMethod::Exchange),
+            exchange_method_index(method),
             new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
-                [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
-                    return service->exchange(context, stream);
-                },
-                this));
-        MarkMethodStreamed(
-            exchange_method_index(ExchangeMethod::RelayExchange),
-            new grpc::internal::BidiStreamingHandler<Service, ExchangeWireFrame, ExchangeWireFrame>(
-                [](Service* service, grpc::ServerContext* context, ExchangeServerStream* stream) {
-                    return service->relay_exchange(context, stream);
+                [handler](Service* service, grpc::ServerContext* context,
+                          ExchangeServerStream* stream) {
+                    return (service->*handler)(context, stream);
                 },
                 this));
     }

@@ -196,7 +196,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
                                           : relay_pair(*target, request, allowed, &response, &via);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
-    if (accepted && needs_relay(table_.self(), *target)) agree_relay(round, to, via);
+    if (accepted && via != 0) agree_relay(round, to, via);
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
         pairing_.await_partner(round, deadline);
@@ -238,7 +238,6 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
                               std::chrono::duration_cast<std::chrono::milliseconds>(left));
             if (!answer) continue;
             *response = std::move(*answer);
-            if (via) *via = id;
             return grpc::Status::OK;
         }
         const auto anchor = table_.find(id);
@@ -249,7 +248,7 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
         auth_.attach(context, "RelayPair");
         status = v1::Peer::NewStub(channels_.get(anchor->address))
                      ->RelayPair(&context, relayed, response);
-        if (status.ok() && via) *via = id;
+        if (status.ok() && through_relay && via) *via = id;
         if (status.ok() || (status.error_code() != grpc::StatusCode::NOT_FOUND &&
                             status.error_code() != grpc::StatusCode::UNAVAILABLE &&
                             status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED))
@@ -298,8 +297,9 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
                                                                table_.private_pairable_ids());
         const Member self = table_.self();
         const auto& anchors = self.anchors;
-        if (needs_relay(self, *member) &&
-            std::find(anchors.begin(), anchors.end(), request.relay()) == anchors.end()) {
+        const bool names_anchor =
+            std::find(anchors.begin(), anchors.end(), request.relay()) != anchors.end();
+        if ((request.relay() != 0 || needs_relay(self, *member)) && !names_anchor) {
             // Neither side can dial the other: they meet at the anchor that passed this on.
             answer.reason = "node " + format_node_id(caller) +
                             " names no anchor of this node as the relay of its proposal";
@@ -307,7 +307,9 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
             answer = pairing_.consider(
                 {caller, request.round(), request.nonce(), mode, request.membership_digest()},
                 ours);
-            if (answer.accepted && needs_relay(self, *member))
+            // The agreement, not this node's view of the proposer at the exchange, decides the
+            // path: both sides then take the same one.
+            if (answer.accepted && request.relay() != 0)
                 agree_relay(request.round(), caller, request.relay());
         }
     }
@@ -404,13 +406,11 @@ std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) 
     return it->second.second;
 }
 
-ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot,
+ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot, uint64_t relay_id,
                                                   SteadyClock::time_point deadline) {
-    const auto relay_id = relay_for(slot.round, slot.partner);
-    if (!relay_id) return exchange_failed("no relay was agreed with the partner for the round");
-    const auto relay = table_.find(*relay_id);
+    const auto relay = table_.find(relay_id);
     if (!relay || relay->state == MemberState::Dead || relay->state == MemberState::Left)
-        return exchange_failed("its relay, node " + format_node_id(*relay_id) + ", is gone");
+        return exchange_failed("its relay, node " + format_node_id(relay_id) + ", is gone");
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
     context.AddMetadata(kRelayToMetadata, format_node_id(slot.partner));
@@ -421,7 +421,7 @@ ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot,
                                 ExchangeMethod::RelayExchange);
     exchanges_.untrack(context);
     if (!result.error.empty())
-        result.error = "through relay " + format_node_id(*relay_id) + ": " + result.error;
+        result.error = "through relay " + format_node_id(relay_id) + ": " + result.error;
     return result;
 }
 
@@ -474,7 +474,10 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         if (!partner) return exchange_failed("not a member this node knows");
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
-        if (needs_relay(table_.self(), *partner)) return exchange_through_relay(slot, deadline);
+        if (const auto relay = relay_for(slot.round, slot.partner))
+            return exchange_through_relay(slot, *relay, deadline);
+        if (needs_relay(table_.self(), *partner))
+            return exchange_failed("no relay was agreed with the partner for the round");
         if (!opens_exchange(table_.self(), *partner)) {
             // The partner's stream is awaited only once the partner says it holds the pairing too,
             // where it can be asked: a partner members cannot dial is waited for, up to the

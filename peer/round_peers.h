@@ -117,9 +117,9 @@ public:
                                        uint64_t caller);
 
     // A proposal to a private member through its anchors (RelayPair, peer/anchors.h), in turn
-    // while time is left, until one carries it to the member and back; *via, when given, is then
-    // that anchor. From a private node the proposal names the anchor it goes through as the
-    // exchange's relay.
+    // while time is left, until one carries it to the member and back. From a private node the
+    // proposal names the anchor it goes through as the exchange's relay, and *via, when given, is
+    // then that anchor (0 when no relay was named).
     grpc::Status relay_pair(const Member& target, const v1::PairRequest& request,
                             SteadyClock::duration allowed, v1::PairResponse* response,
                             uint64_t* via = nullptr);
@@ -150,7 +150,8 @@ private:
     grpc::Status call_pair(const std::string& address, const v1::PairRequest& request,
                            SteadyClock::duration allowed, v1::PairResponse* response);
     // The exchange of `slot` through the relay agreed for it, this side's stream to the relay.
-    ExchangeResult exchange_through_relay(ExchangeSlot& slot, SteadyClock::time_point deadline);
+    ExchangeResult exchange_through_relay(ExchangeSlot& slot, uint64_t relay,
+                                          SteadyClock::time_point deadline);
     void agree_relay(uint64_t round, uint64_t partner, uint64_t relay);
     // A private node's message of `round` to each of its anchors, each on a thread of its own
     // (the last round's are joined first).

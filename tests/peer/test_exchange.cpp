@@ -155,6 +155,43 @@ std::pair<Timed, Timed> exchange_both(PeerNode& a, ExchangeSlot slot_a, PeerNode
     return {std::move(at_a), std::move(at_b)};
 }
 
+// One side per node for `round`, each with an arena of its own.
+std::vector<std::unique_ptr<Side>> sides_of(const std::vector<PeerNode*>& nodes, uint64_t round,
+                                            codec::Codec codec) {
+    std::vector<std::unique_ptr<Side>> sides;
+    for (size_t i = 0; i < nodes.size(); ++i)
+        sides.push_back(std::make_unique<Side>(one_chunk_model(), codec, nodes[i]->node_id(), round,
+                                               static_cast<uint32_t>(round * 100 + i)));
+    return sides;
+}
+
+struct RoundOutcome {
+    std::vector<std::optional<uint64_t>> partners;  // in the order of the nodes
+    std::vector<ExchangeResult> results;
+};
+
+// choose_partner(round) and then the exchange with the partner on every node at once, one thread
+// each, as nodes of a swarm do; node i sends sides[i]'s message and says it trained 1000 + i
+// tokens.
+RoundOutcome pair_and_exchange(const std::vector<PeerNode*>& nodes, uint64_t round,
+                               const std::vector<std::unique_ptr<Side>>& sides) {
+    RoundOutcome out{std::vector<std::optional<uint64_t>>(nodes.size()),
+                     std::vector<ExchangeResult>(nodes.size())};
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        threads.emplace_back([&, i] {
+            const auto partner = nodes[i]->rounds().choose_partner(round);
+            if (!partner) return;
+            out.partners[i] = partner->node_id;
+            ExchangeSlot slot = sides[i]->slot(partner->node_id);
+            slot.tokens = 1000 + i;  // said with the header, to weigh the outer step
+            out.results[i] = nodes[i]->rounds().exchange(std::move(slot));
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    return out;
+}
+
 // The deadline bound: the exchange timeout and a few moments for a cancelled stream to end on a
 // busy machine.
 std::chrono::milliseconds deadline_bound(const LocalCluster& cluster) {
@@ -175,24 +212,8 @@ TEST_CASE(
     for (const auto& [round, codec] :
          {std::pair{1u, codec::Codec::Q8}, std::pair{2u, codec::Codec::F32}}) {
         INFO("round " << round << ", " << codec::codec_name(codec));
-        std::vector<std::unique_ptr<Side>> sides;
-        for (size_t i = 0; i < nodes.size(); ++i)
-            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec, nodes[i]->node_id(),
-                                                   round, static_cast<uint32_t>(round * 100 + i)));
-        std::vector<std::optional<uint64_t>> partners(nodes.size());
-        std::vector<ExchangeResult> results(nodes.size());
-        std::vector<std::thread> threads;
-        for (size_t i = 0; i < nodes.size(); ++i) {
-            threads.emplace_back([&, i] {
-                const auto partner = nodes[i]->rounds().choose_partner(round);
-                if (!partner) return;
-                partners[i] = partner->node_id;
-                ExchangeSlot slot = sides[i]->slot(partner->node_id);
-                slot.tokens = 1000 + i;  // said with the header, to weigh the outer step
-                results[i] = nodes[i]->rounds().exchange(std::move(slot));
-            });
-        }
-        for (auto& thread : threads) thread.join();
+        const auto sides = sides_of(nodes, round, codec);
+        const auto [partners, results] = pair_and_exchange(nodes, round, sides);
         for (size_t i = 0; i < nodes.size(); ++i) {
             REQUIRE(partners[i].has_value());
             const size_t j = index_of.at(*partners[i]);
@@ -616,23 +637,8 @@ TEST_CASE(
     uint64_t relayed_pairs = 0;
     for (const uint64_t round : {1u, 2u, 3u}) {
         INFO("round " << round);
-        std::vector<std::unique_ptr<Side>> sides;
-        for (size_t i = 0; i < nodes.size(); ++i)
-            sides.push_back(std::make_unique<Side>(one_chunk_model(), codec::Codec::Q8,
-                                                   nodes[i]->node_id(), round,
-                                                   static_cast<uint32_t>(round * 100 + i)));
-        std::vector<std::optional<uint64_t>> partners(nodes.size());
-        std::vector<ExchangeResult> results(nodes.size());
-        std::vector<std::thread> threads;
-        for (size_t i = 0; i < nodes.size(); ++i) {
-            threads.emplace_back([&, i] {
-                const auto partner = nodes[i]->rounds().choose_partner(round);
-                if (!partner) return;
-                partners[i] = partner->node_id;
-                results[i] = nodes[i]->rounds().exchange(sides[i]->slot(partner->node_id));
-            });
-        }
-        for (auto& thread : threads) thread.join();
+        const auto sides = sides_of(nodes, round, codec::Codec::Q8);
+        const auto [partners, results] = pair_and_exchange(nodes, round, sides);
         // Each public node with a private one, and the two private ones left together.
         for (size_t i = 0; i < nodes.size(); ++i) {
             REQUIRE(partners[i] ==
