@@ -99,15 +99,15 @@ void ReachabilityWatch::run() {
 
 bool ReachabilityWatch::check() {
     const Member self = table_.self();
-    // A member that says it is private cannot be called: only the others are asked.
+    // A member that says it is private cannot be called: only the others are asked, and only they
+    // count towards the failed dials a verdict needs (counted, a private member left a node with
+    // one public member to ask waiting for good for a second failure).
     std::vector<Member> helpers;
-    size_t alive_others = 0;
-    for (Member& m : table_.reachable_others()) {
-        if (m.state != MemberState::Alive) continue;
-        alive_others++;
-        if (m.reachability != Reachability::Private) helpers.push_back(std::move(m));
-    }
+    for (Member& m : table_.reachable_others())
+        if (m.state == MemberState::Alive && m.reachability != Reachability::Private)
+            helpers.push_back(std::move(m));
     if (helpers.empty()) return false;
+    const size_t askable = helpers.size();
     std::shuffle(helpers.begin(), helpers.end(), rng_);
     if (helpers.size() > kDialBackHelpers) helpers.resize(kDialBackHelpers);
 
@@ -129,7 +129,7 @@ bool ReachabilityWatch::check() {
         }));
     std::vector<DialBackResult> results;
     for (auto& ask : asks) results.push_back(ask.get());
-    ReachabilityVerdict verdict = judge_reachability(self.address, results, alive_others);
+    ReachabilityVerdict verdict = judge_reachability(self.address, results, askable);
     if (verdict.state == Reachability::Unknown) return true;
     if (verdict.state == Reachability::Private)
         verdict.detail += ". " + reachability_advice(self.address, verdict);

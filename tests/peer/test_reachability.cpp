@@ -200,3 +200,35 @@ TEST_CASE("a node whose announced address reaches another listener learns it is 
              [&] { return node.reachability().state == Reachability::Private; });
     CHECK_THAT(node.reachability().detail, Catch::Contains("another process or machine answers"));
 }
+
+TEST_CASE("a private node beside another learns it is private from the one public member") {
+    // The public member is the only one that can be asked: the first private node's verdict
+    // must not make the second wait for a second failed dial that nobody can make.
+    LocalCluster cluster(1);
+    auto hidden = [&] {
+        PeerConfig config = cluster.base();
+        config.seeds = {cluster.node(0).address()};
+        config.announce = "127.0.0.1:" + std::to_string(free_port());
+        return config;
+    };
+    auto alive_and_private = [](const PeerNode& observer, uint64_t node_id) {
+        for (const Member& m : observer.members())
+            if (m.node_id == node_id)
+                return m.state == MemberState::Alive && m.reachability == Reachability::Private;
+        return false;
+    };
+    PeerNode& first = cluster.add(hidden());
+    wait_for("the first one known alive and private", 30000ms,
+             [&] { return alive_and_private(cluster.node(0), first.node_id()); });
+    PeerNode& second = cluster.add(hidden());
+    wait_for("the second one's verdict", 30000ms,
+             [&] { return second.reachability().state == Reachability::Private; });
+    CHECK_THAT(second.reachability().detail,
+               Catch::Contains(format_node_id(cluster.node(0).node_id())));
+    // And the two private nodes, which can only reach each other through the public one, come
+    // to hold each other alive.
+    wait_for("each private node alive to the other", 30000ms, [&] {
+        return alive_and_private(second, first.node_id()) &&
+               alive_and_private(first, second.node_id());
+    });
+}
