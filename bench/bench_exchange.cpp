@@ -23,6 +23,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <memory>
 #include <thread>
 #include <tuple>
 
@@ -275,15 +276,22 @@ std::optional<TcpRates> read_baseline(const std::string& path) {
     return TcpRates{doc["one_way_bps"].get<double>(), doc["bidir_bps"].get<double>()};
 }
 
-// Pairs for `round` with `partner`, asking again while the other process catches up.
-void pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::seconds limit) {
-    wait_until(("pairing for round " + std::to_string(round)).c_str(), limit, [&] {
+// Pairs with `partner` for `round`, or for the next round after a choice that went solo, as a
+// daemon's next round would: a member that chose for a round is done with it in the others' views
+// (done_with), so asking for the same round again pairs with nobody. Both processes go solo in
+// the same rounds (a pairing is mutual), so they stay in step while the other catches up (a late
+// start, a suspicion before its reachability was known). Returns the round they paired for.
+uint64_t pair_with(PeerNode& node, uint64_t partner, uint64_t round, std::chrono::seconds limit) {
+    const uint64_t first = round;
+    wait_until(("pairing from round " + std::to_string(first)).c_str(), limit, [&] {
         const auto chosen = node.rounds().choose_partner(round);
         if (chosen && chosen->node_id != partner)
             throw Error("round " + std::to_string(round) + ": paired with an unexpected node " +
                         format_node_id(chosen->node_id));
+        if (!chosen) round++;
         return chosen.has_value();
     });
+    return round;
 }
 
 // A bench process's node: `options`' addresses and secret, exchanges of up to two minutes.
@@ -352,10 +360,17 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     uint64_t round = 0;
     for (Encoding encoding : kEncodings) {
         const auto counted = run_reps(encoding, options.reps, [&] {
-            RoundMessages messages(model, node.node_id(), partner, ++round, encoding, received);
-            pair_with(node, partner, round, wait);
+            // Made before pairing, so neither side encodes while the other waits; again for a
+            // later round where the choices went solo.
+            auto messages = std::make_unique<RoundMessages>(model, node.node_id(), partner, ++round,
+                                                            encoding, received);
+            if (const uint64_t paired = pair_with(node, partner, round, wait); paired != round) {
+                round = paired;
+                messages = std::make_unique<RoundMessages>(model, node.node_id(), partner, round,
+                                                           encoding, received);
+            }
             const auto [result, seconds, usage] =
-                timed([&] { return node.rounds().exchange(messages.slot()); });
+                timed([&] { return node.rounds().exchange(messages->slot()); });
             check(result, "this node");
             return Rep{round,
                        seconds,
