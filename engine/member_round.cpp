@@ -351,6 +351,12 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
             "member {:016x}: its D points away from the others', left out (cosine with their "
             "sum {:.3f}, below {} times the median member's {:.3f})",
             authors[k], step.cosines[k], kMinCosineOfMedian, step.median_cosine);
+    for (const size_t k : step.stale)
+        refusals[k] = fmt::format(
+            "member {:016x}: its D points the last outer step's way more than the others' do, "
+            "left out as a round old (its cosine with the momentum less that with their sum "
+            "{:.3f}, above the median member's {:.3f} by more than {})",
+            authors[k], step.staleness[k], step.median_staleness, kStaleMargin);
     // Every member leaves out the same D's; the judgements name the member that sent them (a
     // quarantine here names it and stops pairing with it, while the quorum still gathers its D
     // so that every member averages the same ones).

@@ -237,27 +237,46 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     // judges the same D's alike, so each still takes the same step.
     std::vector<std::span<const float>> members;
     for (const size_t k : kept) members.push_back(decoded[k]);
+    result.staleness.assign(decoded.size(), std::numeric_limits<double>::quiet_NaN());
     if (kept.size() >= 3) {
         weighted_sum(scratch, members, shares);
-        std::vector<double> kept_cosines;
+        // The last outer step, as every member holds it (a joiner copies it with phi).
+        const double momentum_norm = euclidean_distance(momentum, {});
+        const bool momentum_usable = momentum_norm > 0.0 && std::isfinite(momentum_norm);
+        std::vector<double> kept_cosines, kept_staleness;
         for (size_t m = 0; m < kept.size(); m++) {
             const std::span<const float> d = members[m];
-            double dot = 0.0, others_squared = 0.0;
+            double dot = 0.0, others_squared = 0.0, momentum_dot = 0.0;
             for (size_t i = 0; i < d.size(); i++) {
                 const double others = static_cast<double>(scratch[i]) - double(shares[m]) * d[i];
                 dot += others * d[i];
                 others_squared += others * others;
+                momentum_dot += double(momentum[i]) * d[i];
             }
             const double norm_product = std::sqrt(others_squared) * kept_norms[m];
             kept_cosines.push_back(norm_product > 0.0 ? dot / norm_product : 0.0);
             result.cosines[kept[m]] = kept_cosines.back();
+            // A D of zero (a free rider's) points nowhere: not judged stale, nor counted.
+            kept_staleness.push_back(momentum_usable && kept_norms[m] > 0.0
+                                         ? momentum_dot / (momentum_norm * kept_norms[m]) -
+                                               kept_cosines.back()
+                                         : std::numeric_limits<double>::quiet_NaN());
+            result.staleness[kept[m]] = kept_staleness.back();
         }
         result.median_cosine = lower_median(kept_cosines);
+        std::vector<double> judged_staleness;
+        for (const double x : kept_staleness)
+            if (!std::isnan(x)) judged_staleness.push_back(x);
+        const bool judge_stale = judged_staleness.size() >= 3;
+        if (judge_stale) result.median_staleness = lower_median(judged_staleness);
         for (size_t m = kept.size(); m-- > 0;) {
             const bool off_course = result.median_cosine > 0.0 &&
                                     kept_cosines[m] < kMinCosineOfMedian * result.median_cosine;
-            if (!off_course && !far[m]) continue;
-            auto& list = far[m] ? result.too_large : result.off_course;
+            // NaN compares false: a D not judged is never stale.
+            const bool stale =
+                judge_stale && kept_staleness[m] > result.median_staleness + kStaleMargin;
+            if (!off_course && !far[m] && !stale) continue;
+            auto& list = far[m] ? result.too_large : off_course ? result.off_course : result.stale;
             list.insert(list.begin(), kept[m]);
             const auto at = static_cast<std::ptrdiff_t>(m);
             members.erase(members.begin() + at);

@@ -338,6 +338,16 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     if (method == "noloco") CHECK(check_logged_held_out_scores(run.logs) >= 1);
 }
 
+TEST_CASE("a DiLoCo member that sends its D of the round before is left out, quarantined and named",
+          "[integration]") {
+    // Its D is honest but a round old: its norm and direction pass, and only the staleness test
+    // tells it (it points the last outer step's way more than the others' D's do).
+    const FaultyRun run =
+        run_with_faulty_member("diloco", {}, {faulty_starlingd_binary(), "--fault", "replay"});
+    check_named_and_quarantined(run);
+    CHECK(!lines_with(run.logs, {"left out as a round old"}).empty());
+}
+
 // The damage the faulty member still does, against a control swarm of the three honest nodes
 // alone (what the honest nodes would have trained without it; a fourth honest node would train a
 // third more tokens): the mean of the honest nodes' validation losses over rounds 121-240.

@@ -546,6 +546,80 @@ TEST_CASE("diloco_outer_step leaves out a D that points away from the others'") 
     CHECK(std::isnan(two.cosines[0]));
 }
 
+TEST_CASE("diloco_outer_step leaves out a D kept back a round") {
+    const size_t n = 64;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};  // phi += mean D
+    // The last round's trend and this round's, which has turned: cosine 0.6 between them. Five
+    // honest D's follow this round's trend, each with its own wiggle; a sixth is the last round's
+    // trend with a wiggle of its own (what a member replaying its earlier D sends). The momentum
+    // holds the last step: the last round's trend.
+    std::vector<float> last(n), now(n);
+    for (size_t i = 0; i < n; i++) {
+        const float u = i % 2 ? 1.0f : -1.0f, w = i < n / 2 ? 1.0f : -1.0f;
+        last[i] = u;
+        now[i] = 0.6f * u + 0.8f * w;
+    }
+    auto wiggled = [&](const std::vector<float>& trend, size_t k) {
+        std::vector<float> d(n);
+        for (size_t i = 0; i < n; i++) d[i] = trend[i] + 0.5f * std::sin(float(i * (k + 3)));
+        return d;
+    };
+    std::vector<std::vector<float>> ds;
+    for (size_t k = 0; k < 5; k++) ds.push_back(wiggled(now, k));
+    ds.insert(ds.begin() + 2, wiggled(last, 7));
+    const std::vector<std::span<const float>> decoded(ds.begin(), ds.end());
+    std::vector<float> phi(n, 0.0f), momentum = last, scratch(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
+    CHECK(step.stale == std::vector<size_t>{2});
+    CHECK(step.off_course.empty());
+    CHECK(step.members == 5);
+
+    // Each staleness by hand: the cosine with the momentum less that with the others' sum, each D
+    // in that sum clipped to the median norm.
+    auto dot = [](std::span<const float> a, std::span<const float> b) {
+        double s = 0.0;
+        for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
+        return s;
+    };
+    std::vector<double> norms;
+    for (const auto d : decoded) norms.push_back(std::sqrt(dot(d, d)));
+    std::vector<double> sorted = norms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_norm = sorted[2];
+    std::vector<double> staleness;
+    for (size_t m = 0; m < ds.size(); m++) {
+        std::vector<float> others(n, 0.0f);
+        for (size_t k = 0; k < ds.size(); k++)
+            if (k != m)
+                for (size_t i = 0; i < n; i++)
+                    others[i] += float(ds[k][i] * std::min(1.0, median_norm / norms[k]));
+        const double with_momentum = dot(ds[m], last) / (norms[m] * std::sqrt(dot(last, last)));
+        const double with_others = dot(ds[m], others) / (norms[m] * std::sqrt(dot(others, others)));
+        staleness.push_back(with_momentum - with_others);
+        CHECK(step.staleness[m] == Approx(staleness.back()).margin(1e-4));
+    }
+    std::sort(staleness.begin(), staleness.end());
+    CHECK(step.median_staleness == Approx(staleness[2]).margin(1e-4));
+    CHECK(step.staleness[2] > step.median_staleness + 0.5);
+
+    SECTION("where the trend holds, a round-old D is a current one and nobody is left out") {
+        std::vector<float> same_momentum = now, phi_same(n, 0.0f);
+        std::vector<std::vector<float>> current = ds;
+        current[2] = wiggled(now, 7);
+        const std::vector<std::span<const float>> all(current.begin(), current.end());
+        const DiLoCoStep kept = diloco_outer_step(config, all, phi_same, same_momentum, scratch);
+        CHECK(kept.stale.empty());
+        CHECK(kept.members == 6);
+    }
+    SECTION("with no momentum yet, nothing is judged stale") {
+        std::vector<float> zero(n, 0.0f), phi_first(n, 0.0f);
+        const DiLoCoStep first = diloco_outer_step(config, decoded, phi_first, zero, scratch);
+        CHECK(first.stale.empty());
+        CHECK(std::isnan(first.staleness[2]));
+        CHECK(first.members == 6);
+    }
+}
+
 TEST_CASE("with judge off, the outer steps take every message as it comes") {
     const size_t n = 16;
     const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
