@@ -1,9 +1,9 @@
 // What each of the round's defences (docs/security.md) adds to a round, against the training the
 // round holds, measured on one replica in one run: NoLoCo's sane() distances and held-out check
-// of one partner, DiLoCo's clip and direction test over the members' D's (the judged step less the
-// plain mean), and the signature each node makes of its message and checks of each message it
-// takes. A round's training is H times the median inner step measured here. Medians of --reps
-// repetitions after one warm-up; needs the config's data (train and validation shards).
+// of one partner, DiLoCo's clip, direction and staleness tests over the members' D's (the judged
+// step less the plain mean), and the signature each node makes of its message and checks of each
+// message it takes. A round's training is H times the median inner step measured here. Medians of
+// --reps repetitions after one warm-up; needs the config's data (train and validation shards).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -123,7 +123,7 @@ int run(int argc, char** argv) {
     engine.method = OuterMethod::DiLoCo;
     const double diloco_signature_s =
         signature_seconds(engine, replica.manifest(), own_d, members - 1, reps);
-    print_row("clip and direction test (judged step - plain)", judged_s - plain_s, diloco_round);
+    print_row("clip, direction and staleness (judged - plain)", judged_s - plain_s, diloco_round);
     print_row("signature: own made, every other's checked", diloco_signature_s, diloco_round);
     print_row("all of them", judged_s - plain_s + diloco_signature_s, diloco_round);
     return 0;
