@@ -21,9 +21,9 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <memory>
 #include <thread>
 #include <tuple>
 
