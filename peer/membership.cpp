@@ -423,6 +423,14 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
     return ids;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> MemberTable::pairable_rounds() const {
+    MutexLock lock(mutex_);
+    std::vector<std::pair<uint64_t, uint64_t>> rounds;
+    for (const Entry& e : others_)
+        if (pairable_locked(e)) rounds.emplace_back(e.node_id(), e.round);
+    return rounds;
+}
+
 std::vector<uint64_t> MemberTable::private_pairable_ids() const {
     MutexLock lock(mutex_);
     std::vector<uint64_t> ids;

@@ -135,6 +135,8 @@ public:
     // Members a round may pair with: ALIVE and compatible (same fingerprint, protocol, swarm id),
     // self included.
     std::vector<uint64_t> pairable_ids() const;
+    // The pairable others' ids and rounds, without copying the members.
+    std::vector<std::pair<uint64_t, uint64_t>> pairable_rounds() const;
     // Those of them, self included, that say members cannot dial them (not callable).
     std::vector<uint64_t> private_pairable_ids() const;
     // Those members but self, whole, in one pass (in table order).

@@ -48,27 +48,23 @@ double slower_refresh_seconds(double phase_seconds) {
     return std::clamp(phase_seconds / 100.0, 0.01, 0.25);
 }
 
-std::vector<uint64_t> RefreshRotation::next(const std::vector<uint64_t>& slower) {
-    refreshes_++;
-    // Refresh numbers start at 1, so 0 stands for never asked. Keyed by (refresh, place) so that
-    // a partial sort picks what a stable sort by refresh would, in O(S log fanout): a node of a
-    // large swarm waits for thousands of members at the start of a wait.
-    std::vector<std::pair<uint64_t, size_t>> keyed;
-    keyed.reserve(slower.size());
-    for (size_t place = 0; place < slower.size(); ++place) {
-        const auto it = last_asked_.find(slower[place]);
-        keyed.emplace_back(it == last_asked_.end() ? uint64_t{0} : it->second, place);
-    }
-    const size_t count = std::min(keyed.size(), kRefreshFanout);
-    std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(count),
-                      keyed.end());
+SlowerWait::SlowerWait(const std::vector<uint64_t>& slower)
+    : queue_(slower.begin(), slower.end()) {}
+
+std::vector<uint64_t> SlowerWait::next(const StillSlower& still_slower) {
     std::vector<uint64_t> batch;
-    batch.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-        batch.push_back(slower[keyed[i].second]);
-        last_asked_[batch.back()] = refreshes_;
+    while (batch.size() < kRefreshFanout && !queue_.empty()) {
+        const uint64_t id = queue_.front();
+        queue_.pop_front();
+        if (still_slower(id)) batch.push_back(id);
     }
+    queue_.insert(queue_.end(), batch.begin(), batch.end());
     return batch;
+}
+
+bool SlowerWait::over(const StillSlower& still_slower) {
+    while (!queue_.empty() && !still_slower(queue_.front())) queue_.pop_front();
+    return queue_.empty();
 }
 
 bool is_slower_in_reach(uint64_t round, uint64_t training, uint64_t max_round_gap) {

@@ -7,8 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "peer/membership.h"
@@ -70,14 +71,24 @@ double slower_refresh_seconds(double phase_seconds);
 // doubled the median wait before a phase (0.35 s to 0.75 s) and made rounds 8% longer, where 8
 // kept both as they were.
 inline constexpr size_t kRefreshFanout = 8;
-class RefreshRotation {
+
+// One wait for the members slower when it began. A member found no longer slower is dropped for
+// good (rounds only go up). Each refresh and each check looks at the members at the front of the
+// queue only, up to the first still slower: the whole wait costs O(S) looks for S slower members,
+// where looking at every one at each refresh cost O(S) a refresh, and thousands of nodes waiting
+// for thousands of members made the simulator quadratic in N.
+class SlowerWait {
 public:
-    // The members to ask this time, out of those still `slower`, counted as asked now.
-    std::vector<uint64_t> next(const std::vector<uint64_t>& slower);
+    using StillSlower = std::function<bool(uint64_t node_id)>;
+    SlowerWait() = default;
+    explicit SlowerWait(const std::vector<uint64_t>& slower);
+    // The members to ask this time, out of those `still_slower`, counted as asked now.
+    std::vector<uint64_t> next(const StillSlower& still_slower);
+    // Whether no member it waits for is still slower.
+    bool over(const StillSlower& still_slower);
 
 private:
-    uint64_t refreshes_ = 0;
-    std::unordered_map<uint64_t, uint64_t> last_asked_;  // node id -> refresh it was asked in
+    std::deque<uint64_t> queue_;  // the front was asked longest ago, or never
 };
 
 }  // namespace starling

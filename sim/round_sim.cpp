@@ -74,14 +74,15 @@ void Simulation::next_round(uint32_t n, Time now) {
 
 void Simulation::wait_or_train(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    rs.slower = slower_in_reach(nodes_[n].core->table().pairable_others(), rs.round,
-                                config_.rounds.max_round_gap);
-    if (rs.slower.empty()) return start_phase(n, now);
+    std::vector<uint64_t> slower;
+    for (const auto& [id, round] : nodes_[n].core->table().pairable_rounds())
+        if (is_slower_in_reach(round, rs.round, config_.rounds.max_round_gap)) slower.push_back(id);
+    if (slower.empty()) return start_phase(n, now);
     if (now >= warmup_) ++figures_.slower_waits;
     if (rs.stage != Stage::Waiting) rs.wait_start = now;
     rs.stage = Stage::Waiting;
     rs.wait = Wait::Slower;
-    rs.refresh = RefreshRotation{};
+    rs.slower = SlowerWait(slower);
     rs.wait_until =
         now + from_s(std::min(config_.rounds.pace_timeout_s, kSlowerWaitPhases * rs.phase_s));
     schedule_round(n, now, EventType::PaceCheck);
@@ -96,24 +97,23 @@ void Simulation::pace_check(uint32_t n, Time now) {
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
-    // NodeRunner asks some of the slower members directly (refresh, RefreshRotation), at once and
-    // then every slower_refresh_seconds: their rounds as they say them now, a Ping and its answer
-    // each, counted as membership traffic (not sent as events: the answer is taken as of now). The
-    // others' rounds are as gossip brought them. Only those slower when the wait began are looked
-    // at again (rounds only go up, so no other member becomes slower meanwhile, but for a rare one
-    // copied or skipped into reach).
+    // NodeRunner asks some of the slower members directly (refresh, SlowerWait), at once and then
+    // every slower_refresh_seconds: their rounds as they say them now, a Ping and its answer each,
+    // counted as membership traffic (not sent as events: the answer is taken as of now). The
+    // others' rounds are as gossip brought them. As in NodeRunner, only those slower when the wait
+    // began are waited for.
     MemberTable& table = nodes_[n].core->table();
-    for (const uint64_t id : rs.refresh.next(rs.slower)) {
+    const auto still_slower = [&](uint64_t id) {
+        const auto round = table.alive_round(id);
+        return round && is_slower_in_reach(*round, rs.round, gap);
+    };
+    for (const uint64_t id : rs.slower.next(still_slower)) {
         const Node& member = nodes_[index_of_.at(id)];
         if (member.status != Status::Up) continue;
         table.note_round(id, member.core->table().self().round);
         count_refresh(member, now);
     }
-    std::erase_if(rs.slower, [&](uint64_t id) {
-        const auto round = table.alive_round(id);
-        return !round || !is_slower_in_reach(*round, rs.round, gap);
-    });
-    if (rs.slower.empty() || now >= rs.wait_until) return start_phase(n, now);
+    if (rs.slower.over(still_slower) || now >= rs.wait_until) return start_phase(n, now);
     schedule_round(n, now + from_s(slower_refresh_seconds(rs.phase_s)), EventType::PaceCheck);
 }
 

@@ -154,8 +154,7 @@ struct RoundState {
     double phase_s = 0;  // the last phase's length
     Wait wait = Wait::Ahead;
     Time wait_until{};
-    std::vector<uint64_t> slower;  // the members a Wait::Slower waits for
-    RefreshRotation refresh;       // which of them it asks next
+    SlowerWait slower;  // the members a Wait::Slower waits for, and which of them it asks next
     // What the last state copy cost in rounds (the swarm's median moved on meanwhile), and the
     // median when the copy in progress began.
     std::optional<uint64_t> copy_cost, median_before_copy;

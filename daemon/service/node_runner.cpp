@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <unordered_set>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -242,13 +243,17 @@ void NodeRunner::wait_for_slower() {
     // Asked directly: gossip would carry their new rounds an interval or more late, and every
     // round would lose that much training time.
     const double every = slower_refresh_seconds(node_->phase_seconds());
-    RefreshRotation rotation;
-    while (!slower.empty() && Clock::now() < deadline) {
+    SlowerWait wait(slower);
+    std::unordered_set<uint64_t> still(slower.begin(), slower.end());
+    const auto still_slower = [&](uint64_t id) { return still.contains(id); };
+    while (Clock::now() < deadline) {
         const auto asked = Clock::now();
-        node_->refresh(rotation.next(slower));
+        node_->refresh(wait.next(still_slower));
         slower = slower_now();
+        still = {slower.begin(), slower.end()};
+        if (wait.over(still_slower)) return;
         const double left = every - std::chrono::duration<double>(Clock::now() - asked).count();
-        if (!slower.empty() && !sleep_unless_draining(std::max(left, 0.0))) return;
+        if (!sleep_unless_draining(std::max(left, 0.0))) return;
     }
 }
 

@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <numeric>
+#include <set>
 
 #include "peer/round_pacing.h"
 
@@ -108,21 +109,57 @@ TEST_CASE(
     "pacing: a waiting node asks a few slower members at a time, those asked longest ago first",
     "[pacing]") {
     static_assert(kRefreshFanout == 8);
-    RefreshRotation rotation;
     std::vector<uint64_t> slower(12);
     std::iota(slower.begin(), slower.end(), 10);  // 10 to 21
-    CHECK(rotation.next(slower) == std::vector<uint64_t>{10, 11, 12, 13, 14, 15, 16, 17});
+    std::set<uint64_t> still(slower.begin(), slower.end());
+    const auto still_slower = [&](uint64_t id) { return still.contains(id); };
+    SlowerWait wait(slower);
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{10, 11, 12, 13, 14, 15, 16, 17});
     // 18 to 21 were never asked; then 10 to 13, asked in the first refresh.
-    CHECK(rotation.next(slower) == std::vector<uint64_t>{18, 19, 20, 21, 10, 11, 12, 13});
-    // 14 to 17 were asked in the first refresh; 10 to 13 and 18 to 21 in the second, taken in
-    // the order given.
-    CHECK(rotation.next(slower) == std::vector<uint64_t>{14, 15, 16, 17, 10, 11, 12, 13});
-    // 10 and 11 moved on (no longer slower); 18 to 21 were asked in the second refresh, the
-    // others in the third.
-    const std::vector<uint64_t> still(slower.begin() + 2, slower.end());
-    CHECK(rotation.next(still) == std::vector<uint64_t>{18, 19, 20, 21, 12, 13, 14, 15});
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{18, 19, 20, 21, 10, 11, 12, 13});
+    // 14 to 17 were asked in the first refresh, then 18 to 21 in the second, in the order asked.
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{14, 15, 16, 17, 18, 19, 20, 21});
+    // 10 and 11 moved on (no longer slower) and are passed over; a member slower only now was not
+    // slower when the wait began, and is not waited for.
+    still.erase(10);
+    still.erase(11);
+    still.insert(30);
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{12, 13, 14, 15, 16, 17, 18, 19});
+    CHECK_FALSE(wait.over(still_slower));
     // Fewer than the fan-out: all of them, every time.
-    CHECK(rotation.next({14, 30}) == std::vector<uint64_t>{30, 14});
-    CHECK(rotation.next({14}) == std::vector<uint64_t>{14});
-    CHECK(rotation.next({}).empty());
+    still = {14, 20};
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{20, 14});
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{20, 14});
+    CHECK_FALSE(wait.over(still_slower));
+    still = {14};
+    CHECK_FALSE(wait.over(still_slower));
+    CHECK(wait.next(still_slower) == std::vector<uint64_t>{14});
+    still.clear();
+    CHECK(wait.over(still_slower));
+    CHECK(wait.next(still_slower).empty());
+    CHECK(SlowerWait(std::vector<uint64_t>{}).over(still_slower));
+}
+
+TEST_CASE("pacing: a wait looks at each member it drops once, not at every refresh", "[pacing]") {
+    // 1,000 slower members of which one stays slower: each refresh and check looks at the front
+    // of the queue only, so the whole wait looks about once at each member, and a few times at
+    // the one left, where looking at all of them every time would be 1,000 looks per refresh.
+    std::vector<uint64_t> slower(1000);
+    std::iota(slower.begin(), slower.end(), 0);
+    std::set<uint64_t> still(slower.begin(), slower.end());
+    size_t looks = 0;
+    const auto still_slower = [&](uint64_t id) {
+        ++looks;
+        return still.contains(id);
+    };
+    SlowerWait wait(slower);
+    CHECK(wait.next(still_slower).size() == 8);
+    still = {999};
+    for (int refresh = 0; refresh < 100; ++refresh) {
+        CHECK(wait.next(still_slower) == std::vector<uint64_t>{999});
+        CHECK_FALSE(wait.over(still_slower));
+    }
+    CHECK(looks <= 1000 + 8 + 200);
+    still.clear();
+    CHECK(wait.over(still_slower));
 }
