@@ -19,7 +19,29 @@ const char* member_state_name(MemberState state) {
     return "unknown";
 }
 
+namespace {
+
+PairingFacts facts_of(uint64_t node_id, uint64_t round, uint64_t paired_through,
+                      uint64_t solo_through, Reachability reachability, bool anchored) {
+    const bool can_call = reachability != Reachability::Private;
+    return {node_id, round, paired_through, solo_through, can_call, can_call || anchored};
+}
+
+}  // namespace
+
 bool callable(const Member& m) { return m.reachability != Reachability::Private; }
+
+PairingFacts pairing_facts(const Member& m) {
+    return facts_of(m.node_id, m.round, m.paired_through, m.solo_through, m.reachability,
+                    !m.anchors.empty());
+}
+
+std::vector<PairingFacts> pairing_facts(const std::vector<Member>& members) {
+    std::vector<PairingFacts> facts;
+    facts.reserve(members.size());
+    for (const Member& m : members) facts.push_back(pairing_facts(m));
+    return facts;
+}
 
 namespace {
 
@@ -196,11 +218,62 @@ MemberTable::Entry* MemberTable::find_locked(uint64_t node_id) {
     return it == index_.end() ? nullptr : &others_[it->second];
 }
 
-void MemberTable::track_locked(const Entry& entry) {
+void MemberTable::track_locked(Entry& entry) {
+    entry.compatible = compatible_card(*entry.card);
     if (entry.state == MemberState::Alive)
         timed_.erase(entry.node_id());
     else
         timed_.insert(entry.node_id());
+    note_pairable_change_locked(entry.node_id());
+}
+
+void MemberTable::note_pairable_change_locked(uint64_t node_id) {
+    if (pairable_stale_) return;
+    // Past a sixteenth of the table a rebuild costs less than the merge.
+    if (pairable_changed_.size() >= std::max<size_t>(64, others_.size() / 16)) {
+        pairable_stale_ = true;
+        pairable_changed_.clear();
+        return;
+    }
+    pairable_changed_.push_back(node_id);
+}
+
+void MemberTable::refresh_pairable_locked() const {
+    const auto pairable = [&](uint64_t id) {
+        const auto it = index_.find(id);
+        return it != index_.end() && pairable_locked(others_[it->second]);
+    };
+    if (pairable_stale_) {
+        pairable_sorted_.clear();
+        for (const Entry& e : others_)
+            if (pairable_locked(e)) pairable_sorted_.push_back(e.node_id());
+        std::sort(pairable_sorted_.begin(), pairable_sorted_.end());
+        pairable_stale_ = false;
+        pairable_changed_.clear();
+        return;
+    }
+    if (pairable_changed_.empty()) return;
+    std::sort(pairable_changed_.begin(), pairable_changed_.end());
+    pairable_changed_.erase(std::unique(pairable_changed_.begin(), pairable_changed_.end()),
+                            pairable_changed_.end());
+    // One pass over both sorted lists: the unchanged kept, the changed as they are now.
+    std::vector<uint64_t> merged;
+    merged.reserve(pairable_sorted_.size() + pairable_changed_.size());
+    auto changed = pairable_changed_.begin();
+    for (const uint64_t id : pairable_sorted_) {
+        for (; changed != pairable_changed_.end() && *changed < id; ++changed)
+            if (pairable(*changed)) merged.push_back(*changed);
+        if (changed != pairable_changed_.end() && *changed == id) {
+            if (pairable(id)) merged.push_back(id);
+            ++changed;
+            continue;
+        }
+        merged.push_back(id);
+    }
+    for (; changed != pairable_changed_.end(); ++changed)
+        if (pairable(*changed)) merged.push_back(*changed);
+    pairable_sorted_ = std::move(merged);
+    pairable_changed_.clear();
 }
 
 void MemberTable::insert_locked(Entry entry) {
@@ -214,6 +287,7 @@ void MemberTable::erase_locked(uint64_t node_id) {
     const size_t place = it->second;
     index_.erase(it);
     timed_.erase(node_id);
+    note_pairable_change_locked(node_id);
     if (place + 1 != others_.size()) {
         others_[place] = std::move(others_.back());
         index_[others_[place].node_id()] = place;
@@ -410,25 +484,30 @@ bool MemberTable::compatible_with(std::string_view fingerprint, uint32_t protoco
 }
 
 bool MemberTable::pairable_locked(const Entry& e) const {
-    return e.state == MemberState::Alive && compatible_card(*e.card);
+    return e.state == MemberState::Alive && e.compatible;
 }
 
 std::vector<uint64_t> MemberTable::pairable_ids() const {
     MutexLock lock(mutex_);
+    refresh_pairable_locked();
     std::vector<uint64_t> ids;
+    ids.reserve(pairable_sorted_.size() + 1);
+    const auto self_place =
+        std::lower_bound(pairable_sorted_.begin(), pairable_sorted_.end(), self_.node_id);
+    ids.insert(ids.end(), pairable_sorted_.begin(), self_place);
     if (self_.state == MemberState::Alive) ids.push_back(self_.node_id);
-    for (const Entry& e : others_)
-        if (pairable_locked(e)) ids.push_back(e.node_id());
-    std::sort(ids.begin(), ids.end());
+    ids.insert(ids.end(), self_place, pairable_sorted_.end());
     return ids;
 }
 
-std::vector<std::pair<uint64_t, uint64_t>> MemberTable::pairable_rounds() const {
+std::vector<PairingFacts> MemberTable::pairable_facts() const {
     MutexLock lock(mutex_);
-    std::vector<std::pair<uint64_t, uint64_t>> rounds;
+    std::vector<PairingFacts> facts;
     for (const Entry& e : others_)
-        if (pairable_locked(e)) rounds.emplace_back(e.node_id(), e.round);
-    return rounds;
+        if (pairable_locked(e))
+            facts.push_back(facts_of(e.node_id(), e.round, e.paired_through, e.solo_through,
+                                     e.reachability, !e.anchors.empty()));
+    return facts;
 }
 
 std::vector<uint64_t> MemberTable::private_pairable_ids() const {
@@ -440,14 +519,6 @@ std::vector<uint64_t> MemberTable::private_pairable_ids() const {
             ids.push_back(e.node_id());
     std::sort(ids.begin(), ids.end());
     return ids;
-}
-
-std::vector<Member> MemberTable::pairable_others() const {
-    MutexLock lock(mutex_);
-    std::vector<Member> members;
-    for (const Entry& e : others_)
-        if (pairable_locked(e)) members.push_back(member_of(e));
-    return members;
 }
 
 std::vector<double> MemberTable::pairable_step_seconds() const {

@@ -36,21 +36,19 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
                                               uint64_t self,
                                               std::span<const uint64_t> unreachable) {
     if (std::find(view.begin(), view.end(), self) == view.end()) return std::nullopt;
-    const auto groups = deterministic_groups(round, view, 2);
+    const auto order = deterministic_order(round, view, 2);
     const auto is_private = [&](uint64_t id) {
         return std::find(unreachable.begin(), unreachable.end(), id) != unreachable.end();
     };
     if (std::none_of(view.begin(), view.end(), is_private)) {
-        for (const auto& group : groups) {
-            if (std::find(group.begin(), group.end(), self) == group.end()) continue;
-            if (group.size() < 2) return std::nullopt;
-            return group[0] == self ? group[1] : group[0];
-        }
-        return std::nullopt;
+        const size_t place =
+            static_cast<size_t>(std::find(order.begin(), order.end(), self) - order.begin());
+        const size_t other = place ^ 1;  // the other place of its pair
+        if (other >= order.size()) return std::nullopt;
+        return order[other];
     }
     std::vector<uint64_t> hidden, open;  // in the groups' order
-    for (const auto& group : groups)
-        for (const uint64_t id : group) (is_private(id) ? hidden : open).push_back(id);
+    for (const uint64_t id : order) (is_private(id) ? hidden : open).push_back(id);
     const size_t crossed = std::min(hidden.size(), open.size());
     for (size_t i = 0; i < crossed; i++) {
         if (hidden[i] == self) return open[i];
@@ -65,11 +63,13 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
     return std::nullopt;
 }
 
-bool done_with(const Member& m, uint64_t round) {
+bool done_with(const PairingFacts& m, uint64_t round) {
     return m.round > round || std::max(m.paired_through, m.solo_through) > round;
 }
 
-bool can_propose_to(const Member& m) { return callable(m) || !m.anchors.empty(); }
+bool done_with(const Member& m, uint64_t round) { return done_with(pairing_facts(m), round); }
+
+bool can_propose_to(const Member& m) { return pairing_facts(m).proposable; }
 
 bool needs_relay(const Member& self, const Member& partner) {
     return !callable(self) && !callable(partner);
@@ -80,16 +80,16 @@ bool opens_exchange(const Member& self, const Member& partner) {
     return self.node_id < partner.node_id;
 }
 
-std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
+std::vector<uint64_t> random_candidates(std::span<const PairingFacts> pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed,
                                         bool self_callable) {
     std::vector<uint64_t> fresh, again, fresh_relayed, again_relayed;
-    for (const Member& m : pairable) {
+    for (const PairingFacts& m : pairable) {
         if (m.node_id == self || distance(m.round, round) > max_round_gap || done_with(m, round))
             continue;
         const bool was_partner = std::find(recent.begin(), recent.end(), m.node_id) != recent.end();
-        const bool relayed = !self_callable && !callable(m);
+        const bool relayed = !self_callable && !m.callable;
         (relayed ? (was_partner ? again_relayed : fresh_relayed) : (was_partner ? again : fresh))
             .push_back(m.node_id);
     }
@@ -104,11 +104,11 @@ bool adopts(uint64_t self, uint64_t left_out, uint64_t round, size_t members, do
     return static_cast<double>(draw) < share * 18446744073709551616.0;  // 2^64
 }
 
-std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
+std::vector<uint64_t> left_out_members(std::span<const PairingFacts> pairable, uint64_t self,
                                        uint64_t round, uint64_t max_round_gap, uint64_t seed,
                                        double adopters) {
     std::vector<uint64_t> at_round, behind;
-    for (const Member& m : pairable) {
+    for (const PairingFacts& m : pairable) {
         if (m.node_id == self || done_with(m, round) || round - m.round > max_round_gap) continue;
         if (solo_last(m) && adopts(self, m.node_id, round, pairable.size(), adopters))
             (m.round == round ? at_round : behind).push_back(m.node_id);

@@ -78,6 +78,7 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
 // A node that comes late to a round then learns at once that nobody is left to ask, instead of
 // spending its whole pair timeout asking each member in turn and arriving late at the next round
 // too (the simulator found such a node solo round after round on a wide-area network).
+bool done_with(const PairingFacts& m, uint64_t round);
 bool done_with(const Member& m, uint64_t round);
 
 // Whether a member can be proposed to: at its address when it is callable, else through its
@@ -101,7 +102,7 @@ bool opens_exchange(const Member& self, const Member& partner);
 // never favours new partners for mixing without leaving a small swarm, where the recent partners
 // are most members, short of any. A node members cannot dial (`self_callable` false) asks the
 // private members after all of those, as an exchange with them takes a relay's capacity.
-std::vector<uint64_t> random_candidates(const std::vector<Member>& pairable, uint64_t self,
+std::vector<uint64_t> random_candidates(std::span<const PairingFacts> pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed,
                                         bool self_callable = true);
@@ -124,7 +125,7 @@ bool adopts(uint64_t self, uint64_t left_out, uint64_t round, size_t members, do
 // first, a swarm on a wide-area network spent most of its pair timeout in proposals to the same
 // few members, each busy with its own (the simulator found 84-88% of choices paired at 100 nodes,
 // 95-96% without the rule).
-std::vector<uint64_t> left_out_members(const std::vector<Member>& pairable, uint64_t self,
+std::vector<uint64_t> left_out_members(std::span<const PairingFacts> pairable, uint64_t self,
                                        uint64_t round, uint64_t max_round_gap, uint64_t seed,
                                        double adopters = kLeftOutAdopters);
 

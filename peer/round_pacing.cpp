@@ -8,12 +8,15 @@ namespace starling {
 double automatic_round_seconds(std::vector<double> step_seconds, int inner_steps,
                                double uneven_margin, bool budget_now) {
     if (step_seconds.size() < 2) return 0.0;
-    std::sort(step_seconds.begin(), step_seconds.end());
+    const auto [fastest, slowest] = std::minmax_element(step_seconds.begin(), step_seconds.end());
     const double margin = budget_now ? uneven_margin / 2.0 : uneven_margin;
-    if (step_seconds.back() <= (1.0 + margin) * step_seconds.front()) return 0.0;
+    if (*slowest <= (1.0 + margin) * *fastest) return 0.0;
+    // Selected, not sorted: each phase of every node reads the step times of the whole swarm.
     const size_t n = step_seconds.size();
+    const auto upper = step_seconds.begin() + static_cast<std::ptrdiff_t>(n / 2);
+    std::nth_element(step_seconds.begin(), upper, step_seconds.end());
     const double median =
-        n % 2 == 1 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2.0;
+        n % 2 == 1 ? *upper : (*std::max_element(step_seconds.begin(), upper) + *upper) / 2.0;
     return inner_steps * median;
 }
 
@@ -23,10 +26,10 @@ int phase_steps_in(double budget, double step_seconds, int inner_steps) {
     return static_cast<int>(std::clamp(fits, 1.0, 16.0 * inner_steps));
 }
 
-std::optional<uint64_t> median_round(const std::vector<Member>& others) {
+std::optional<uint64_t> median_round(std::span<const PairingFacts> others) {
     std::vector<uint64_t> rounds;
     rounds.reserve(others.size());
-    for (const Member& m : others) rounds.push_back(m.round);
+    for (const PairingFacts& m : others) rounds.push_back(m.round);
     if (rounds.empty()) return std::nullopt;
     std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
     return rounds[rounds.size() / 2];
@@ -38,8 +41,8 @@ CatchUp catch_up(std::optional<uint64_t> median, uint64_t round, uint64_t max_ro
     return copy_cost_rounds && *median - round <= *copy_cost_rounds ? CatchUp::Skip : CatchUp::Copy;
 }
 
-bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t max_round_gap) {
-    return !others.empty() && std::all_of(others.begin(), others.end(), [&](const Member& m) {
+bool ahead_of_all(std::span<const PairingFacts> others, uint64_t round, uint64_t max_round_gap) {
+    return !others.empty() && std::all_of(others.begin(), others.end(), [&](const PairingFacts& m) {
         return m.round + max_round_gap < round;
     });
 }
@@ -71,10 +74,10 @@ bool is_slower_in_reach(uint64_t round, uint64_t training, uint64_t max_round_ga
     return round + 1 < training && round + 1 + max_round_gap >= training;
 }
 
-std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
+std::vector<uint64_t> slower_in_reach(std::span<const PairingFacts> others, uint64_t training,
                                       uint64_t max_round_gap) {
     std::vector<uint64_t> slower;
-    for (const Member& m : others)
+    for (const PairingFacts& m : others)
         if (is_slower_in_reach(m.round, training, max_round_gap)) slower.push_back(m.node_id);
     return slower;
 }

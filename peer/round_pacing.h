@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "peer/membership.h"
@@ -33,7 +34,7 @@ int phase_steps_in(double budget, double step_seconds, int inner_steps);
 // Where a node stands against the swarm before each round (starlingd's NodeRunner, and the
 // simulator, decide from these): the median round of the compatible members other than this
 // node (none when there are none)...
-std::optional<uint64_t> median_round(const std::vector<Member>& others);
+std::optional<uint64_t> median_round(std::span<const PairingFacts> others);
 
 // ...what a node does when that median is more than max_round_gap ahead, where it can never pair
 // again: nothing when it is not; go on from the median round with its own state when a state copy
@@ -44,13 +45,13 @@ CatchUp catch_up(std::optional<uint64_t> median, uint64_t round, uint64_t max_ro
 
 // ...whether it is ahead of every member by more than max_round_gap (it then waits, up to
 // pace_timeout_s, for one to come within reach instead of running on alone)...
-bool ahead_of_all(const std::vector<Member>& others, uint64_t round, uint64_t max_round_gap);
+bool ahead_of_all(std::span<const PairingFacts> others, uint64_t round, uint64_t max_round_gap);
 
 // ...and, before it trains round `training`, the members within max_round_gap of training - 1
 // that have not chosen a partner for it yet (they advertise the round they last chose for): with
 // NoLoCo it waits for them, at most kSlowerWaitPhases of its own inner phases.
 inline constexpr double kSlowerWaitPhases = 2.0;
-std::vector<uint64_t> slower_in_reach(const std::vector<Member>& others, uint64_t training,
+std::vector<uint64_t> slower_in_reach(std::span<const PairingFacts> others, uint64_t training,
                                       uint64_t max_round_gap);
 // Whether a member that says `round` is one of them.
 bool is_slower_in_reach(uint64_t round, uint64_t training, uint64_t max_round_gap);

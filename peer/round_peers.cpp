@@ -126,11 +126,11 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     const auto intended =
         deterministic_partner(round, view, node_id_, table_.private_pairable_ids());
     const Member self = table_.self();
-    std::vector<Member> pairable;
+    std::vector<PairingFacts> pairable;
     for (uint64_t id : view)
-        if (auto member = table_.find(id);
+        if (const auto member = table_.find(id);
             member && can_propose_to(*member) && !scores_.quarantined(id, round))
-            pairable.push_back(std::move(*member));
+            pairable.push_back(pairing_facts(*member));
     const auto candidates = random_candidates(pairable, node_id_, round, config_.max_round_gap,
                                               pairing_.recent_partners(round, kRecentPartnerRounds),
                                               random_u64(), callable(self));

@@ -46,7 +46,7 @@ void Simulation::start_rounds(uint32_t n, Time now, uint64_t round, double phi) 
 void Simulation::next_round(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
-    const auto others = nodes_[n].core->table().pairable_others();
+    const auto others = nodes_[n].core->table().pairable_facts();
     const auto median = median_round(others);
     switch (catch_up(median, rs.round, gap, rs.copy_cost)) {
         case CatchUp::None: break;
@@ -74,9 +74,8 @@ void Simulation::next_round(uint32_t n, Time now) {
 
 void Simulation::wait_or_train(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    std::vector<uint64_t> slower;
-    for (const auto& [id, round] : nodes_[n].core->table().pairable_rounds())
-        if (is_slower_in_reach(round, rs.round, config_.rounds.max_round_gap)) slower.push_back(id);
+    const auto slower = slower_in_reach(nodes_[n].core->table().pairable_facts(), rs.round,
+                                        config_.rounds.max_round_gap);
     if (slower.empty()) return start_phase(n, now);
     if (now >= warmup_) ++figures_.slower_waits;
     if (rs.stage != Stage::Waiting) rs.wait_start = now;
@@ -93,7 +92,7 @@ void Simulation::pace_check(uint32_t n, Time now) {
     const uint64_t gap = config_.rounds.max_round_gap;
     if (rs.wait == Wait::Ahead) {
         if (now >= rs.wait_until ||
-            !ahead_of_all(nodes_[n].core->table().pairable_others(), rs.round, gap))
+            !ahead_of_all(nodes_[n].core->table().pairable_facts(), rs.round, gap))
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
@@ -158,10 +157,10 @@ void Simulation::choose(uint32_t n, Time now) {
     const auto intended =
         deterministic_partner(rs.round, view, node.id, unreachable_in_matching(table));
     // As RoundPeers builds it: the view's members, self included (the order does not matter).
-    std::vector<Member> pairable = table.pairable_others();
-    pairable.push_back(table.self());
+    std::vector<PairingFacts> pairable = table.pairable_facts();
     const Member self = table.self();
-    std::erase_if(pairable, [&](const Member& m) { return !can_propose_to(m); });
+    pairable.push_back(pairing_facts(self));
+    std::erase_if(pairable, [](const PairingFacts& m) { return !m.proposable; });
     const uint64_t gap = config_.rounds.max_round_gap;
     auto candidates = random_candidates(pairable, node.id, rs.round, gap,
                                         rs.book->recent_partners(rs.round, kRecentPartnerRounds),
@@ -349,7 +348,7 @@ void Simulation::request_state(uint32_t n, Time now) {
 // swarm's median round when the copy landed still too far ahead.
 void Simulation::adopt_state(uint32_t n, uint64_t round, double phi, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    const auto median = median_round(nodes_[n].core->table().pairable_others());
+    const auto median = median_round(nodes_[n].core->table().pairable_facts());
     if (median && rs.median_before_copy)
         rs.copy_cost = *median > *rs.median_before_copy ? *median - *rs.median_before_copy : 0;
     rs.median_before_copy.reset();

@@ -132,10 +132,10 @@ bool NodeRunner::sleep_unless_draining(double seconds) {
     return !drain_.load();
 }
 
-std::vector<Member> NodeRunner::compatible_others() const {
-    std::vector<Member> others;
-    for (KnownPeer& peer : node_->view().others)
-        if (peer.pairable) others.push_back(std::move(peer.member));
+std::vector<PairingFacts> NodeRunner::compatible_others() const {
+    std::vector<PairingFacts> others;
+    for (const KnownPeer& peer : node_->view().others)
+        if (peer.pairable) others.push_back(pairing_facts(peer.member));
     return others;
 }
 
@@ -144,7 +144,7 @@ void NodeRunner::join_at_start() {
     const auto deadline = Clock::now() + std::chrono::duration<double>(config_.join_timeout_s);
     while (compatible_others().empty() && Clock::now() < deadline)
         if (!sleep_unless_draining(0.1)) return;
-    const std::vector<Member> others = compatible_others();
+    const std::vector<PairingFacts> others = compatible_others();
     if (others.empty()) {
         spdlog::warn(
             "no compatible member answered within {} s; starting from the initial weights and joining "
@@ -154,7 +154,7 @@ void NodeRunner::join_at_start() {
     }
     // Members still at round 0 hold the initial weights this node has too.
     uint64_t newest = 0;
-    for (const Member& m : others) newest = std::max(newest, m.round);
+    for (const PairingFacts& m : others) newest = std::max(newest, m.round);
     if (newest > node_->round())
         copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
 }

@@ -73,7 +73,7 @@ public:
 
 private:
     // Compatible ALIVE members other than this node.
-    std::vector<Member> compatible_others() const;
+    std::vector<PairingFacts> compatible_others() const;
     // A first start with seeds: waits for a member, then copies the swarm's state unless the
     // swarm is still at round 0 (whose weights this node has too).
     void join_at_start();

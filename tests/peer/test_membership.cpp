@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
+#include <random>
 
 #include "peer/membership.h"
 
@@ -225,6 +227,79 @@ TEST_CASE("only alive, compatible members are pairable") {
     REQUIRE(table.pairable_ids() == std::vector<uint64_t>{1, 100});
     REQUIRE(table.all().size() == 7);  // the incompatible ones are still listed
     REQUIRE(table.reachable_others().size() == 5);
+}
+
+TEST_CASE("the sorted pairable view kept between reads matches one built from the whole table") {
+    // The view is merged from the members that changed since the last read, or rebuilt past a
+    // sixteenth of the table; a second computation from all() checks it after random changes.
+    MemberTable table = table_with_limits({1000ms, 5000ms, 4096});
+    std::mt19937_64 rng(7);
+    const auto from_scratch = [&] {
+        std::vector<uint64_t> ids;
+        for (const Member& m : table.all())
+            if (m.state == MemberState::Alive && table.compatible(m)) ids.push_back(m.node_id);
+        std::sort(ids.begin(), ids.end());
+        return ids;
+    };
+    auto now = t0;
+    std::map<uint64_t, uint64_t> incarnations;
+    size_t reads = 0;
+    for (int step = 0; step < 4000; ++step) {
+        const uint64_t id = 1 + rng() % 300;
+        const uint64_t incarnation = incarnations[id] += rng() % 3;
+        switch (rng() % 6) {
+            case 0:
+            case 1: table.merge(member(id, incarnation, MemberState::Alive), now); break;
+            case 2: table.suspect(id, now); break;
+            case 3: {
+                Member m = member(id, incarnation + 1, MemberState::Alive);
+                m.fingerprint = "g";  // another model: listed, never pairable
+                table.merge(m, now);
+                break;
+            }
+            case 4: table.merge(member(id, incarnation, MemberState::Left), now); break;
+            default: now += 700ms; table.expire(now);  // suspects die, the gone are purged
+        }
+        // Reads after one change, after a few and after many, so both paths run.
+        if (rng() % (step < 2000 ? 2 : 150) == 0) {
+            ++reads;
+            REQUIRE(table.pairable_ids() == from_scratch());
+        }
+    }
+    CHECK(reads > 1000);
+    CHECK(table.pairable_ids() == from_scratch());
+}
+
+TEST_CASE("what pairing reads of the pairable members matches the members themselves") {
+    MemberTable table = table_with_limits();
+    Member open = member(1, 5, MemberState::Alive);
+    open.round = 9;
+    open.paired_through = 8;
+    open.solo_through = 9;
+    Member anchored = member(2, 5, MemberState::Alive);
+    anchored.reachability = Reachability::Private;
+    anchored.anchors = {1};
+    anchored.round = 10;
+    Member unreachable = member(3, 5, MemberState::Alive);
+    unreachable.reachability = Reachability::Private;
+    Member other_model = member(4, 5, MemberState::Alive);
+    other_model.fingerprint = "g";
+    for (const Member& m : {open, anchored, unreachable, other_model}) table.merge(m, t0);
+    table.merge(member(5, 5, MemberState::Alive), t0);
+    table.suspect(5, t0);
+    auto facts = table.pairable_facts();
+    std::sort(facts.begin(), facts.end(),
+              [](const PairingFacts& a, const PairingFacts& b) { return a.node_id < b.node_id; });
+    // Only the three alive, compatible others; their facts as pairing_facts reads the members.
+    CHECK(facts ==
+          pairing_facts(std::vector<Member>{*table.find(1), *table.find(2), *table.find(3)}));
+    // By hand: the rounds as merged; callable unless private; proposable when callable or
+    // anchored.
+    CHECK(facts[0] == PairingFacts{1, 9, 8, 9, true, true});
+    CHECK(facts[1] == PairingFacts{2, 10, 0, 0, false, true});
+    CHECK(facts[2] == PairingFacts{3, 0, 0, 0, false, false});
+    CHECK(solo_last(facts[0]));
+    CHECK_FALSE(solo_last(facts[1]));
 }
 
 TEST_CASE("members that say another method are not pairable; one that says none is") {

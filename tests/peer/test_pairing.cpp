@@ -271,7 +271,7 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
     const std::vector<uint64_t> recent{44, 66};
     std::set<std::vector<uint64_t>> orders;
     for (uint64_t seed = 0; seed < 32; seed++) {
-        const auto order = random_candidates(pairable, 11, 10, 1, recent, seed);
+        const auto order = random_candidates(pairing_facts(pairable), 11, 10, 1, recent, seed);
         REQUIRE(order.size() == 4);
         CHECK(std::set<uint64_t>(order.begin(), order.begin() + 2) == std::set<uint64_t>{22, 55});
         CHECK(std::set<uint64_t>(order.begin() + 2, order.end()) == std::set<uint64_t>{44, 66});
@@ -279,24 +279,27 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
         // The member table's order does not change the draw.
         auto reversed = pairable;
         std::reverse(reversed.begin(), reversed.end());
-        CHECK(random_candidates(reversed, 11, 10, 1, recent, seed) == order);
+        CHECK(random_candidates(pairing_facts(reversed), 11, 10, 1, recent, seed) == order);
     }
     CHECK(orders.size() == 4);  // both halves shuffled: 2 x 2 orders
-    auto wide = random_candidates(pairable, 11, 10, 3, {}, 7);
+    auto wide = random_candidates(pairing_facts(pairable), 11, 10, 3, {}, 7);
     std::sort(wide.begin(), wide.end());
     CHECK(wide == std::vector<uint64_t>{22, 33, 44, 55, 66});
     // Only recent partners within reach: they are still candidates.
-    CHECK(random_candidates(pairable, 11, 10, 0, std::vector<uint64_t>{22, 44, 55, 66}, 3).size() ==
-          4);
+    CHECK(random_candidates(pairing_facts(pairable), 11, 10, 0,
+                            std::vector<uint64_t>{22, 44, 55, 66}, 3)
+              .size() == 4);
     // A private node asks private members after all the others, recent partners included: an
     // exchange with them takes a relay. A public one asks them as any other.
     pairable[1].reachability = Reachability::Private;  // 22
     pairable[3].reachability = Reachability::Private;  // 44, a recent partner
     for (uint64_t seed = 0; seed < 16; seed++) {
-        const auto order = random_candidates(pairable, 11, 10, 1, recent, seed, false);
+        const auto order =
+            random_candidates(pairing_facts(pairable), 11, 10, 1, recent, seed, false);
         REQUIRE(order.size() == 4);
         CHECK(order == std::vector<uint64_t>{55, 66, 22, 44});
-        const auto as_public = random_candidates(pairable, 11, 10, 1, recent, seed, true);
+        const auto as_public =
+            random_candidates(pairing_facts(pairable), 11, 10, 1, recent, seed, true);
         CHECK(std::set<uint64_t>(as_public.begin(), as_public.begin() + 2) ==
               std::set<uint64_t>{22, 55});
     }
@@ -336,25 +339,25 @@ TEST_CASE("left-out members: solo in their last choice, within the gap, never ah
     }
     std::set<std::vector<uint64_t>> orders;
     for (uint64_t seed = 0; seed < 32; seed++) {
-        const auto order = left_out_members(pairable, 11, 10, 1, seed, kEveryone);
+        const auto order = left_out_members(pairing_facts(pairable), 11, 10, 1, seed, kEveryone);
         REQUIRE(order.size() == 3);
         // Those at the round first: they are choosing now or about to.
         CHECK(std::set<uint64_t>(order.begin(), order.begin() + 2) == std::set<uint64_t>{33, 77});
         CHECK(order[2] == 44);
         auto reversed = pairable;
         std::reverse(reversed.begin(), reversed.end());
-        CHECK(left_out_members(reversed, 11, 10, 1, seed, kEveryone) == order);
+        CHECK(left_out_members(pairing_facts(reversed), 11, 10, 1, seed, kEveryone) == order);
         orders.insert(order);
     }
     CHECK(orders.size() == 2);
     // With a gap of 0 only those at the round count; with 2, the one two rounds behind too.
-    auto narrow = left_out_members(pairable, 11, 10, 0, 3, kEveryone);
+    auto narrow = left_out_members(pairing_facts(pairable), 11, 10, 0, 3, kEveryone);
     std::sort(narrow.begin(), narrow.end());
     CHECK(narrow == std::vector<uint64_t>{33, 77});
-    CHECK(left_out_members(pairable, 11, 10, 2, 3, kEveryone).size() == 4);
+    CHECK(left_out_members(pairing_facts(pairable), 11, 10, 2, 3, kEveryone).size() == 4);
     // Everyone paired last round: nobody is left out.
     for (Member& m : pairable) m.paired_through = m.solo_through + 1;
-    CHECK(left_out_members(pairable, 11, 10, 1, 3, kEveryone).empty());
+    CHECK(left_out_members(pairing_facts(pairable), 11, 10, 1, 3, kEveryone).empty());
 }
 
 TEST_CASE("left-out members are adopted by about kLeftOutAdopters members each, anew each round") {

@@ -12,14 +12,10 @@ using namespace starling;
 
 namespace {
 
-std::vector<Member> at_rounds(std::vector<uint64_t> rounds) {
-    std::vector<Member> members;
-    for (size_t i = 0; i < rounds.size(); i++) {
-        Member m;
-        m.node_id = 100 + i;
-        m.round = rounds[i];
-        members.push_back(m);
-    }
+std::vector<PairingFacts> at_rounds(std::vector<uint64_t> rounds) {
+    std::vector<PairingFacts> members;
+    for (size_t i = 0; i < rounds.size(); i++)
+        members.push_back({.node_id = 100 + i, .round = rounds[i]});
     return members;
 }
 
