@@ -238,11 +238,12 @@ void MemberTable::note_pairable_change_locked(uint64_t node_id) {
     pairable_changed_.push_back(node_id);
 }
 
+bool MemberTable::pairable_id_locked(uint64_t node_id) const {
+    const auto it = index_.find(node_id);
+    return it != index_.end() && pairable_locked(others_[it->second]);
+}
+
 void MemberTable::refresh_pairable_locked() const {
-    const auto pairable = [&](uint64_t id) {
-        const auto it = index_.find(id);
-        return it != index_.end() && pairable_locked(others_[it->second]);
-    };
     if (pairable_stale_) {
         pairable_sorted_.clear();
         for (const Entry& e : others_)
@@ -262,16 +263,16 @@ void MemberTable::refresh_pairable_locked() const {
     auto changed = pairable_changed_.begin();
     for (const uint64_t id : pairable_sorted_) {
         for (; changed != pairable_changed_.end() && *changed < id; ++changed)
-            if (pairable(*changed)) merged.push_back(*changed);
+            if (pairable_id_locked(*changed)) merged.push_back(*changed);
         if (changed != pairable_changed_.end() && *changed == id) {
-            if (pairable(id)) merged.push_back(id);
+            if (pairable_id_locked(id)) merged.push_back(id);
             ++changed;
             continue;
         }
         merged.push_back(id);
     }
     for (; changed != pairable_changed_.end(); ++changed)
-        if (pairable(*changed)) merged.push_back(*changed);
+        if (pairable_id_locked(*changed)) merged.push_back(*changed);
     pairable_sorted_ = std::move(merged);
     pairable_changed_.clear();
 }
@@ -444,12 +445,16 @@ std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
     // Draws with rejection while the table is large next to k; when that keeps missing (most
     // entries gone) or the table is small, a shuffle of every usable entry.
     if (others_.size() > 4 * k) {
-        std::set<size_t> drawn;
+        // A few dozen places: a scan finds a repeat without a node allocated per draw.
+        std::vector<size_t> drawn;
+        drawn.reserve(k);
         std::uniform_int_distribution<size_t> place(0, others_.size() - 1);
         for (size_t tries = 0; chosen.size() < k && tries < 8 * k; ++tries) {
             const size_t i = place(rng);
-            if (usable(others_[i]) && drawn.insert(i).second)
-                chosen.push_back(member_of(others_[i]));
+            if (!usable(others_[i]) || std::find(drawn.begin(), drawn.end(), i) != drawn.end())
+                continue;
+            drawn.push_back(i);
+            chosen.push_back(member_of(others_[i]));
         }
         if (chosen.size() == k) return chosen;
         chosen.clear();

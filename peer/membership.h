@@ -10,6 +10,7 @@
 // departed nodes cannot circulate forever.
 #pragma once
 
+#include <absl/container/btree_set.h>
 #include <absl/container/flat_hash_map.h>
 
 #include <chrono>
@@ -17,7 +18,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -187,6 +187,7 @@ private:
     bool compatible_card(const Card& card) const;
     // ALIVE and compatible: what every pairable_* list keeps.
     bool pairable_locked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    bool pairable_id_locked(uint64_t node_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     bool compatible_with(std::string_view fingerprint, uint32_t protocol_version,
                          std::string_view swarm_id, std::string_view method) const;
 
@@ -215,8 +216,10 @@ private:
     // Dense, so a member is drawn at random in O(1); `index_` maps an id to its place.
     std::vector<Entry> others_ ABSL_GUARDED_BY(mutex_);
     absl::flat_hash_map<uint64_t, size_t> index_ ABSL_GUARDED_BY(mutex_);
-    // The ids of members not ALIVE, the only ones expire() has to look at.
-    std::set<uint64_t> timed_ ABSL_GUARDED_BY(mutex_);
+    // The ids of members not ALIVE, the only ones expire() has to look at, at every protocol
+    // period: a B-tree, as a std::set's scattered nodes made that walk a quarter of a
+    // 10,000-node simulation.
+    absl::btree_set<uint64_t> timed_ ABSL_GUARDED_BY(mutex_);
     // The pairable others' ids, sorted, as of the last refresh, and the members whose pairable
     // state may have changed since (stale: rebuild it all). Each choice of a partner and each
     // proposal answered reads the sorted view, and sorting 10,000 ids each time was a third of a
