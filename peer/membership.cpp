@@ -318,18 +318,23 @@ std::vector<uint64_t> MemberTable::expire(SteadyClock::time_point now) {
         }
         if (gone(m.state) && now - m.since >= limits_.retention) {
             tombstones_[id] = {m.incarnation, now};
+            burials_.emplace_back(now, id);
             purged.push_back(id);
         }
     }
     for (const uint64_t id : purged) erase_locked(id);
-    // Tombstones outlive any digest still in flight by a wide margin, then go, so the table of
-    // them stays bounded too.
-    std::erase_if(tombstones_,
-                  [&](const auto& t) { return now - t.second.second >= 10 * limits_.retention; });
-    while (tombstones_.size() > limits_.max_members) {
-        tombstones_.erase(std::min_element(
-            tombstones_.begin(), tombstones_.end(),
-            [](const auto& a, const auto& b) { return a.second.second < b.second.second; }));
+    // Tombstones outlive any digest still in flight by a wide margin, then go, the oldest first
+    // past max_members, so the table of them stays bounded too. A burial whose tombstone went
+    // (a later incarnation came) or was dug again later is passed over.
+    while (!burials_.empty()) {
+        const auto [buried, id] = burials_.front();
+        const auto tomb = tombstones_.find(id);
+        const bool current = tomb != tombstones_.end() && tomb->second.second == buried;
+        if (current && now - buried < 10 * limits_.retention &&
+            tombstones_.size() <= limits_.max_members)
+            break;
+        if (current) tombstones_.erase(tomb);
+        burials_.pop_front();
     }
     return declared_dead;
 }

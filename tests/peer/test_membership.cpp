@@ -196,6 +196,34 @@ TEST_CASE(
     REQUIRE(state_of(table, 1) == MemberState::Alive);
 }
 
+TEST_CASE("tombstones last ten retentions, and past max_members the oldest go first") {
+    // Suspicion 1 s, retention 5 s, at most 4 members (3 others) and 4 tombstones. A tombstone
+    // shows when a stale ALIVE at the incarnation the member went at arrives: held, the member is
+    // listed dead again; gone, it is added as new.
+    const auto bury = [](MemberTable& table, uint64_t id, SteadyClock::time_point at) {
+        table.merge(member(id, 5, MemberState::Alive), at);
+        table.merge(member(id, 5, MemberState::Left), at);
+        table.expire(at + 5000ms);  // purged, buried at at + 5 s
+        REQUIRE_FALSE(table.find(id).has_value());
+    };
+    const auto stale_alive = [](MemberTable& table, uint64_t id, SteadyClock::time_point at) {
+        return table.merge(member(id, 5, MemberState::Alive), at);
+    };
+    MemberTable table = table_with_limits({1000ms, 5000ms, 4});
+    for (const uint64_t id : {1, 2, 3}) bury(table, id, t0);
+    table.expire(t0 + 5s + 49s);
+    CHECK(stale_alive(table, 1, t0 + 5s + 49s) == MemberTable::Merge::Updated);
+    CHECK(state_of(table, 1) == MemberState::Dead);
+    table.expire(t0 + 5s + 50s);
+    CHECK(stale_alive(table, 2, t0 + 5s + 50s) == MemberTable::Merge::Added);
+    CHECK(state_of(table, 2) == MemberState::Alive);
+
+    MemberTable capped = table_with_limits({1000ms, 5000ms, 4});
+    for (uint64_t id = 10; id < 15; ++id) bury(capped, id, t0 + std::chrono::seconds(id));
+    CHECK(stale_alive(capped, 10, t0 + 20s) == MemberTable::Merge::Added);
+    CHECK(stale_alive(capped, 11, t0 + 20s) == MemberTable::Merge::Updated);
+}
+
 TEST_CASE("a suspicion learned from gossip is timed from when this node learned it") {
     MemberTable table = table_with_limits();
     table.merge(member(1, 5, MemberState::Alive), t0);
