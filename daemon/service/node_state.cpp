@@ -53,8 +53,12 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     const MutexLock lock(mutex_);
     recent_losses_.push_back(round.train_loss);
     if (recent_losses_.size() > kRecentRounds) recent_losses_.pop_front();
-    round_ends_.emplace_back(ended, inner_step);
-    if (round_ends_.size() > kPaceRounds + 1) round_ends_.pop_front();
+    if (last_end_ && inner_step >= last_end_->second) {
+        paces_.emplace_back(seconds_between(last_end_->first, ended),
+                            inner_step - last_end_->second);
+        if (paces_.size() > kPaceRounds) paces_.pop_front();
+    }
+    last_end_.emplace(ended, inner_step);
     status_.set_round(next_round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
     status_.set_train_loss(round.train_loss);
@@ -84,12 +88,12 @@ void NodeState::record_round(const SwarmRound& round, uint64_t next_round, int64
     if (round.partner_distance) status_.set_partner_distance(*round.partner_distance);
 }
 
-void NodeState::set_position(uint64_t round, int64_t inner_step) {
+void NodeState::set_position(uint64_t round, int64_t inner_step, Clock::time_point now) {
     if (metrics_) metrics_->set_position(round, inner_step);
     const MutexLock lock(mutex_);
     status_.set_round(round);
     status_.set_inner_step(static_cast<uint64_t>(inner_step));
-    round_ends_.clear();
+    last_end_.emplace(now, inner_step);
 }
 
 void NodeState::record_val_loss(double loss) {
@@ -136,16 +140,16 @@ v1::NodeStatus NodeState::recorded(Clock::time_point now) const {
                                ? checkpoint_failure_
                                : s.last_failure() + "; " + checkpoint_failure_);
     for (double loss : recent_losses_) s.add_recent_train_losses(loss);
-    if (round_ends_.size() >= 2) {
-        const auto& [first_time, first_step] = round_ends_.front();
-        const auto& [last_time, last_step] = round_ends_.back();
-        if (last_step > first_step) {
-            const double per_step = seconds_between(first_time, last_time) /
-                                    static_cast<double>(last_step - first_step);
-            const double remaining =
-                static_cast<double>(s.total_steps()) - static_cast<double>(s.inner_step());
-            s.set_eta_seconds(std::max(0.0, remaining) * per_step);
-        }
+    double seconds = 0.0;
+    int64_t steps = 0;
+    for (const auto& [interval_seconds, interval_steps] : paces_) {
+        seconds += interval_seconds;
+        steps += interval_steps;
+    }
+    if (steps > 0) {
+        const double remaining =
+            static_cast<double>(s.total_steps()) - static_cast<double>(s.inner_step());
+        s.set_eta_seconds(std::max(0.0, remaining) * seconds / static_cast<double>(steps));
     }
     return s;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/mutex.h"
@@ -31,8 +32,9 @@ public:
     // fp32 weights (for the compression ratio), and when it ended (for the ETA).
     void record_round(const SwarmRound& round, uint64_t next_round, int64_t inner_step,
                       uint64_t weight_bytes, Clock::time_point ended = Clock::now());
-    // The round and inner step after a resume or a catch-up from the swarm; the pace starts over.
-    void set_position(uint64_t round, int64_t inner_step);
+    // The round and inner step after a resume or a catch-up from the swarm, reached at `now`: the
+    // next round's pace is measured from here, and the pace of the rounds before is kept.
+    void set_position(uint64_t round, int64_t inner_step, Clock::time_point now = Clock::now());
     void record_val_loss(double loss);
     void record_checkpoint(uint64_t round);
     // A checkpoint that could not be written: last_failure says so until one is written again.
@@ -73,8 +75,11 @@ private:
     // By partner id; only members still listed are reported.
     std::map<uint64_t, Exchanges> exchanges_ ABSL_GUARDED_BY(mutex_);
     std::deque<double> recent_losses_ ABSL_GUARDED_BY(mutex_);
-    // When each of the last rounds ended, at which step.
-    std::deque<std::pair<Clock::time_point, int64_t>> round_ends_ ABSL_GUARDED_BY(mutex_);
+    // Seconds and steps of each of the last rounds. A jump in position (a state copy, a skip)
+    // starts the next interval at the jump, so the pace measured before it is kept.
+    std::deque<std::pair<double, int64_t>> paces_ ABSL_GUARDED_BY(mutex_);
+    // When the last round ended or the position jumped, at which step.
+    std::optional<std::pair<Clock::time_point, int64_t>> last_end_ ABSL_GUARDED_BY(mutex_);
 };
 
 std::string_view node_phase_name(v1::NodePhase phase);  // "training", "exchanging", ...

@@ -21,7 +21,7 @@ uint64_t count_of(const FailureCounts& counts, FailureReason reason) {
 
 }  // namespace
 
-TEST_CASE("the ETA follows the pace of the last ten rounds and starts over after a catch-up") {
+TEST_CASE("the ETA follows the pace of the last ten rounds and keeps it across a catch-up") {
     v1::NodeStatus identity;
     identity.set_total_steps(1000);
     NodeState state(identity);
@@ -53,8 +53,16 @@ TEST_CASE("the ETA follows the pace of the last ten rounds and starts over after
     state.record_round(round, 13, 1200, 0, when + 20s);
     CHECK(state.recorded(when + 20s).eta_seconds() == 0.0);
 
-    state.set_position(100, 500);  // copied the state from the swarm
-    CHECK_FALSE(state.recorded().has_eta_seconds());
+    // Copied the state from the swarm 20 s later: the pace of the last ten rounds is kept (nine of
+    // 20 steps in 20 s, one of 960 steps in 20 s).
+    state.set_position(100, 500, when + 40s);
+    s = state.recorded(when + 40s);
+    REQUIRE(s.has_eta_seconds());
+    CHECK(s.eta_seconds() == Approx((1000 - 500) * 200.0 / 1140.0));
+
+    // The next round is measured from the jump, 20 steps in 10 s, not from the round before it.
+    state.record_round(round, 101, 520, 0, when + 50s);
+    CHECK(state.recorded(when + 50s).eta_seconds() == Approx((1000 - 520) * 190.0 / 1140.0));
 }
 
 TEST_CASE("the loss trend keeps the last 60 rounds, oldest first") {
