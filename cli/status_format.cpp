@@ -119,8 +119,8 @@ std::string exchanges_text(uint64_t n) {
     return fmt::format("{} exchange{}", n, n == 1 ? "" : "s");
 }
 
-// A private node's anchors, or how many private members this one anchors, and the exchanges that
-// went through a relay.
+// A private node's anchors, or how many private members this one anchors, the exchanges that went
+// through a relay, and the hole punches.
 std::string anchors_text(const v1::NodeStatus& s) {
     std::vector<std::string> parts;
     if (!s.anchors().empty())
@@ -130,6 +130,10 @@ std::string anchors_text(const v1::NodeStatus& s) {
                                     s.anchored_members() == 1 ? "" : "s"));
     if (s.exchanges_through_relay() > 0)
         parts.push_back(exchanges_text(s.exchanges_through_relay()) + " through a relay");
+    if (s.hole_punches() + s.failed_hole_punches() > 0)
+        parts.push_back(fmt::format("{} over a punched connection, {} of {} hole punches connected",
+                                    exchanges_text(s.punched_exchanges()), s.hole_punches(),
+                                    s.hole_punches() + s.failed_hole_punches()));
     if (s.relayed_exchanges() > 0)
         parts.push_back("relayed " + exchanges_text(s.relayed_exchanges()) + " of private members");
     return parts.empty() ? kAbsent : fmt::format("{}", fmt::join(parts, "; "));

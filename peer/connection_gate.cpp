@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "peer/address.h"
+#include "peer/hole_punch.h"
 #include "peer/listen_address.h"
 #include "peer/tcp_received.h"
 #include "common/errno_text.h"
@@ -81,8 +82,12 @@ Standing standing(int fd) {
 }  // namespace
 
 struct ConnectionGate::Arriving {
-    Arriving(asio::io_context& io, int accepted, int duplicate, std::string connection)
-        : fd(accepted), waiter(io, duplicate), key(std::move(connection)) {}
+    Arriving(asio::io_context& io, int accepted, int duplicate, std::string connection,
+             asio::ip::tcp::endpoint from)
+        : fd(accepted),
+          waiter(io, duplicate),
+          key(std::move(connection)),
+          remote(std::move(from)) {}
     ~Arriving() {
         if (fd >= 0) ::close(fd);
     }
@@ -92,6 +97,7 @@ struct ConnectionGate::Arriving {
     int fd;                                 // -1 once gRPC has it
     asio::posix::stream_descriptor waiter;  // a duplicate of fd, to wait on
     std::string key;
+    asio::ip::tcp::endpoint remote;
     std::vector<std::uint8_t> preamble;  // bytes of a dial-back preamble read so far
 };
 
@@ -227,7 +233,20 @@ void ConnectionGate::admit(int fd, const asio::ip::tcp::endpoint& remote) {
         forget(key);
         return;
     }
-    wait_for_first_bytes(std::make_shared<Arriving>(io_, fd, waiter, key));
+    wait_for_first_bytes(std::make_shared<Arriving>(io_, fd, waiter, key, remote));
+}
+
+void ConnectionGate::adopt(UniqueFd fd) {
+    sockaddr_storage address{};
+    socklen_t length = sizeof(address);
+    if (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) return;
+    asio::ip::tcp::endpoint remote;
+    std::memcpy(remote.data(), &address, std::min<size_t>(length, remote.capacity()));
+    remote.resize(length);
+    // Held by the handler, so a gate stopped before it runs still closes the socket.
+    asio::post(io_, [this, held = std::make_shared<UniqueFd>(std::move(fd)), remote] {
+        admit(held->release(), remote);
+    });
 }
 
 void ConnectionGate::wait_for_first_bytes(std::shared_ptr<Arriving> arriving) {
@@ -282,6 +301,12 @@ void ConnectionGate::read_first_bytes(std::shared_ptr<Arriving> arriving) {
         case Preamble::DialBack:
             if (inbox_) inbox_->arrived(nonce_of_preamble(a.preamble));
             break;
+        case Preamble::Observe: {
+            // A few bytes into an empty send buffer: the write does not block.
+            const std::string answer = observe_answer(a.remote);
+            (void)!::send(a.fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+            break;
+        }
         case Preamble::Other: break;  // the magic, then something else: nobody's
     }
     forget(a.key);

@@ -11,7 +11,8 @@
 //
 // A connection goes to gRPC once its first bytes show it is not a dial-back (peer/dial_back.h):
 // a TLS client speaks first, so this costs no round trip. A dial-back's nonce goes to the inbox
-// and its connection is closed.
+// and its connection is closed; an observe request is answered with the caller's address and port
+// as this side sees them (peer/hole_punch.h), and closed.
 #pragma once
 
 #include <asio.hpp>
@@ -30,6 +31,7 @@
 #include <unordered_map>
 
 #include "common/mutex.h"
+#include "common/unique_fd.h"
 #include "common/throttle.h"
 #include "peer/dial_back.h"
 
@@ -72,6 +74,9 @@ public:
                DialBackInbox* inbox = nullptr);
     // Stops accepting and lets go of the connections it watches (they stay gRPC's).
     void stop();
+    // A connected socket this node did not accept (a punched one, peer/hole_punch.h), admitted as
+    // if it had: counted against the caps until it authenticates, then gRPC's.
+    void adopt(UniqueFd fd);
 
     // A call on `call`'s connection proved its caller: the connection no longer counts against
     // the caps. Any thread; next to free when no connection is waiting to authenticate, as on

@@ -19,12 +19,17 @@ DialBackNonce random_dial_back_nonce() {
 Preamble classify_preamble(std::span<const std::uint8_t> first_bytes) {
     const size_t compared = std::min(first_bytes.size(), kDialBackMagic.size());
     if (compared == 0) return Preamble::Incomplete;
-    if (!std::equal(
-            first_bytes.begin(), first_bytes.begin() + static_cast<std::ptrdiff_t>(compared),
-            kDialBackMagic.begin(),
-            [](std::uint8_t byte, char magic) { return byte == static_cast<std::uint8_t>(magic); }))
-        return Preamble::Other;
-    return first_bytes.size() >= kDialBackPreambleBytes ? Preamble::DialBack : Preamble::Incomplete;
+    const auto begins = [&](std::string_view magic) {
+        return std::equal(first_bytes.begin(),
+                          first_bytes.begin() + static_cast<std::ptrdiff_t>(compared),
+                          magic.begin(), [](std::uint8_t byte, char expected) {
+                              return byte == static_cast<std::uint8_t>(expected);
+                          });
+    };
+    const bool dial_back = begins(kDialBackMagic);
+    if (!dial_back && !begins(kObserveMagic)) return Preamble::Other;
+    if (first_bytes.size() < kDialBackPreambleBytes) return Preamble::Incomplete;
+    return dial_back ? Preamble::DialBack : Preamble::Observe;
 }
 
 DialBackNonce nonce_of_preamble(std::span<const std::uint8_t> preamble) {

@@ -25,12 +25,16 @@ DialBackNonce random_dial_back_nonce();
 
 // 8 bytes no TLS record (first byte 0x16) nor HTTP/2 preface ("PRI ") begins with, then the nonce.
 inline constexpr std::string_view kDialBackMagic = "STRLDB1\n";
+// The same length, for a node asking where its connection comes from (peer/hole_punch.h); the
+// port answers with the caller's address and port as it sees them.
+inline constexpr std::string_view kObserveMagic = "STRLOB1\n";
 inline constexpr size_t kDialBackPreambleBytes = kDialBackMagic.size() + sizeof(DialBackNonce);
 
 enum class Preamble {
     Other,       // not a dial-back: the connection is gRPC's
-    Incomplete,  // the magic so far, but not all of the preamble yet
+    Incomplete,  // a magic so far, but not all of the preamble yet
     DialBack,    // the whole preamble: its nonce follows the magic
+    Observe,     // the whole preamble of an observe request
 };
 Preamble classify_preamble(std::span<const std::uint8_t> first_bytes);
 DialBackNonce nonce_of_preamble(std::span<const std::uint8_t> preamble);

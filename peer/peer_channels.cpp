@@ -45,6 +45,13 @@ std::shared_ptr<grpc::Channel> PeerChannels::to_seed_address(const std::string& 
     return grpc::CreateCustomChannel(target, credentials_, args);
 }
 
+grpc::ChannelArguments PeerChannels::exchange_arguments(const std::string& address) const {
+    grpc::ChannelArguments args = arguments(ChannelUse::Exchange);
+    if (const auto at = parse_host_port(address); tls_configured_ && at)
+        args.SetSslTargetNameOverride(at->host);
+    return args;
+}
+
 void PeerChannels::keep_only(const std::set<std::string>& wanted) {
     MutexLock lock(mutex_);
     std::erase_if(channels_,

@@ -41,6 +41,9 @@ public:
     // Forgets channels to addresses not in `wanted`. Calls in flight hold their own reference;
     // the connection closes when the last one ends.
     void keep_only(const std::set<std::string>& wanted);
+    // The arguments of an exchange channel to `address` on a connection this node did not dial
+    // (peer/punched_channel.h): verified (with TLS) against the address's host name.
+    grpc::ChannelArguments exchange_arguments(const std::string& address) const;
     size_t size() const;
 
     // Puts the TLS files at `tls`'s paths in use for connections made from now on, once they

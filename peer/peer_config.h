@@ -64,6 +64,10 @@ struct PeerConfig {
     // What an anchor passes between two private members that exchange through it
     // (peer/exchange_relay.h), all such exchanges together; 0: it relays none.
     double relay_bytes_per_s = 12.5e6;  // 100 Mbit/s
+    // Two private members that pair try to connect directly first (peer/hole_punch.h), for at
+    // most this long and a third of the exchange's budget, and go through the relay otherwise.
+    bool hole_punch = true;
+    std::chrono::milliseconds punch_timeout{3000};
     size_t snapshots_kept =
         2;  // so a joiner's fetch survives the next publish (and see SnapshotStore)
     RateLimit rate_limit;

@@ -269,7 +269,8 @@ void PeerNode::start() {
     membership_ = std::make_unique<MembershipProtocol>(config_, self, auth_, channels_, failures_,
                                                        anchor_hub_);
     rounds_ = std::make_unique<RoundPeers>(config_, identity_, membership_->table(), auth_,
-                                           channels_, failures_, anchor_hub_);
+                                           channels_, failures_, anchor_hub_,
+                                           [this](UniqueFd fd) { gate_->adopt(std::move(fd)); });
     reachability_ = std::make_unique<ReachabilityWatch>(membership_->table(), channels_, auth_);
     anchor_links_ = std::make_unique<AnchorLinks>(
         membership_->table(), channels_, auth_,

@@ -3,21 +3,39 @@
 #include <grpcpp/client_context.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <poll.h>
+
 #include <algorithm>
 #include <set>
 #include <thread>
 
+#include "common/error.h"
 #include "peer/identity.h"
 #include "peer/partner_choice.h"
 #include "peer/partners.h"
+#include "peer/punched_channel.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 
 namespace starling {
 
+namespace {
+
+// How long a private node's observed punch endpoint is used before it asks an anchor again.
+constexpr std::chrono::seconds kPunchEndpointAge{60};
+
+// Whether the far end of a connection has closed it (its read side ended or it reset).
+bool peer_hung_up(int fd) {
+    pollfd p{fd, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
 RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
                        SwarmAuth& auth, PeerChannels& channels, FailureTally& failures,
-                       AnchorHub& anchors)
+                       AnchorHub& anchors, std::function<void(UniqueFd)> adopt_punched)
     : config_(config),
       identity_(identity),
       node_id_(table.self().node_id),
@@ -28,7 +46,8 @@ RoundPeers::RoundPeers(const PeerConfig& config, const NodeIdentity& identity, M
       anchors_(anchors),
       pairing_(node_id_, config.max_round_gap),
       deposits_(uint64_t{config.relay_limit_mib} << 20),
-      relay_(config.relay_bytes_per_s) {}
+      relay_(config.relay_bytes_per_s),
+      adopt_punched_(std::move(adopt_punched)) {}
 
 RoundPeers::~RoundPeers() { stop(); }
 
@@ -80,6 +99,7 @@ void RoundPeers::forget_departed(const std::set<uint64_t>& members) {
 
 void RoundPeers::stop() {
     running_ = false;
+    stopping_ = true;
     pairing_.stop();
     exchanges_.stop();
     relay_.stop();
@@ -119,6 +139,7 @@ grpc::Status RoundPeers::answer_deposit(uint64_t caller,
 
 std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     if (!running_) return std::nullopt;
+    refresh_punch_endpoint();
     advertise(round);
     // The deterministic matching is over the whole view, which every member shares; a member this
     // node has quarantined is then neither proposed to nor asked.
@@ -189,6 +210,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
     request.set_membership_digest(digest);
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
                                                      : v1::PAIR_MODE_RANDOM);
+    if (needs_relay(table_.self(), *target)) request.set_punch_endpoint(punch_endpoint());
     v1::PairResponse response;
     const auto allowed = deadline - SteadyClock::now();
     uint64_t via = 0;
@@ -196,7 +218,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
                                           : relay_pair(*target, request, allowed, &response, &via);
     count_if_cut_off(status, allowed);
     const bool accepted = status.ok() && response.accepted();
-    if (accepted && via != 0) agree_relay(round, to, via);
+    if (accepted && via != 0) agree_relay(round, to, via, response.punch_endpoint());
     if (status.ok() && response.crossed()) {
         // Our proposal lost the tiebreak; theirs is on its way and we accept it on arrival.
         pairing_.await_partner(round, deadline);
@@ -280,6 +302,7 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
         return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
     table_.note_round(caller, request.round());  // it is choosing for this round: it is there
     PairAnswer answer;
+    std::string endpoint;  // this node's punch port, for a proposer that gave its own
     if (scores_.quarantined(caller, request.round())) {
         answer.reason = "node " + format_node_id(node_id_) + " does not pair with node " +
                         format_node_id(caller) + " for now: it refused its messages";
@@ -309,14 +332,17 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
                 ours);
             // The agreement, not this node's view of the proposer at the exchange, decides the
             // path: both sides then take the same one.
-            if (answer.accepted && request.relay() != 0)
-                agree_relay(request.round(), caller, request.relay());
+            if (answer.accepted && request.relay() != 0) {
+                agree_relay(request.round(), caller, request.relay(), request.punch_endpoint());
+                if (!request.punch_endpoint().empty()) endpoint = punch_endpoint();
+            }
         }
     }
     response->set_accepted(answer.accepted);
     response->set_crossed(answer.crossed);
     response->set_ask_again(answer.ask_again);
     response->set_reason(answer.reason);
+    response->set_punch_endpoint(endpoint);
     return grpc::Status::OK;
 }
 
@@ -393,17 +419,131 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
                         SteadyClock::now() + config_.exchange_timeout);
 }
 
-void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay) {
+void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
+                             std::string partner_endpoint) {
     MutexLock lock(relays_mutex_);
-    relays_[round] = {partner, relay};
+    relays_[round] = {partner, relay, std::move(partner_endpoint)};
     while (relays_.size() > PairingBook::kRoundsKept) relays_.erase(relays_.begin());
 }
 
 std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) const {
     MutexLock lock(relays_mutex_);
     const auto it = relays_.find(round);
-    if (it == relays_.end() || it->second.first != partner) return std::nullopt;
-    return it->second.second;
+    if (it == relays_.end() || it->second.partner != partner) return std::nullopt;
+    return it->second.relay;
+}
+
+std::string RoundPeers::partner_punch_endpoint(uint64_t round, uint64_t partner) const {
+    MutexLock lock(relays_mutex_);
+    const auto it = relays_.find(round);
+    return it == relays_.end() || it->second.partner != partner ? "" : it->second.partner_endpoint;
+}
+
+std::string RoundPeers::punch_endpoint() const {
+    MutexLock lock(punch_mutex_);
+    return punch_endpoint_;
+}
+
+void RoundPeers::refresh_punch_endpoint() {
+    const Member self = table_.self();
+    if (!config_.hole_punch || !adopt_punched_ || callable(self) || self.anchors.empty()) return;
+    std::shared_ptr<PunchPort> port;
+    {
+        MutexLock lock(punch_mutex_);
+        const auto now = SteadyClock::now();
+        if (punch_observed_ && now - *punch_observed_ < kPunchEndpointAge) return;
+        punch_observed_ = now;  // one try a minute, whatever comes of it
+        if (!punch_port_) {
+            try {
+                punch_port_ = std::make_shared<PunchPort>();
+            } catch (const Error& e) {
+                spdlog::warn("peer: no port for hole punching, private pairs use relays: {}",
+                             e.what());
+                return;
+            }
+        }
+        port = punch_port_;
+    }
+    std::string problems;
+    for (const uint64_t id : self.anchors) {
+        const auto anchor = table_.find(id);
+        if (!anchor || anchor->state != MemberState::Alive) continue;
+        try {
+            std::string seen = port->observe(anchor->address, config_.probe_timeout);
+            MutexLock lock(punch_mutex_);
+            if (seen != punch_endpoint_)
+                spdlog::info("peer: node {} sees this node's hole-punch port {} as {}",
+                             format_node_id(id), port->port(), seen);
+            punch_endpoint_ = std::move(seen);
+            return;
+        } catch (const Error& e) {
+            problems += std::string(problems.empty() ? "" : "; ") + e.what();
+        }
+    }
+    spdlog::debug("peer: where this node's hole-punch port is seen is not known: {}",
+                  problems.empty() ? "no anchor alive" : problems);
+}
+
+std::optional<ExchangeResult> RoundPeers::exchange_punched(ExchangeSlot& slot,
+                                                           const Member& partner,
+                                                           const std::string& endpoint,
+                                                           SteadyClock::time_point deadline) {
+    std::shared_ptr<PunchPort> port;
+    {
+        MutexLock lock(punch_mutex_);
+        if (punch_endpoint_.empty()) return std::nullopt;
+        port = punch_port_;
+    }
+    if (!port) return std::nullopt;
+    const auto now = SteadyClock::now();
+    const auto punch_deadline =
+        now + std::min<SteadyClock::duration>(config_.punch_timeout, (deadline - now) / 3);
+    UniqueFd connection;
+    try {
+        connection = port->punch(endpoint, node_id_, slot.partner, punch_deadline, &stopping_);
+    } catch (const Error& e) {
+        ++failed_hole_punches_;
+        spdlog::info(
+            "peer: round {}: no direct connection to node {}, exchanging through the relay: {}",
+            slot.round, format_node_id(slot.partner), e.what());
+        return std::nullopt;
+    }
+    ++hole_punches_;
+    ExchangeResult result;
+    bool unused = false;  // nothing went over the connection: the relay carries the exchange
+    if (opens_exchange(table_.self(), partner)) {
+        const PunchedChannel channel(std::move(connection), channels_.credentials(),
+                                     channels_.exchange_arguments(partner.address));
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
+        auth_.attach(context, "Exchange");
+        if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
+        result = open_exchange(channel.channel(), context, slot);
+        exchanges_.untrack(context);
+        unused = !result.error.empty() && result.bytes_sent == 0 && result.bytes_received == 0;
+    } else {
+        // The partner opens the exchange over the connection: the peer port's server takes this
+        // end. A duplicate tells whether the partner hung up instead (and went to the relay).
+        const UniqueFd watch(::fcntl(connection.get(), F_DUPFD_CLOEXEC, 0));
+        adopt_punched_(std::move(connection));
+        bool hung_up = false;
+        result = exchanges_.serve(slot, deadline, [&] {
+            const auto now_known = table_.find(slot.partner);
+            hung_up = watch && peer_hung_up(watch.get());
+            return hung_up || !now_known || now_known->state == MemberState::Dead ||
+                   now_known->state == MemberState::Left;
+        });
+        unused = hung_up && result.bytes_sent == 0 && result.bytes_received == 0;
+    }
+    if (unused) {
+        spdlog::info(
+            "peer: round {}: the connection punched to node {} carried nothing ({}), "
+            "exchanging through the relay",
+            slot.round, format_node_id(slot.partner), result.error);
+        return std::nullopt;
+    }
+    ++punched_exchanges_;
+    return result;
 }
 
 ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot, uint64_t relay_id,
@@ -474,8 +614,13 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         if (!partner) return exchange_failed("not a member this node knows");
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
-        if (const auto relay = relay_for(slot.round, slot.partner))
+        if (const auto relay = relay_for(slot.round, slot.partner)) {
+            if (const std::string endpoint = partner_punch_endpoint(slot.round, slot.partner);
+                !endpoint.empty())
+                if (auto punched = exchange_punched(slot, *partner, endpoint, deadline))
+                    return std::move(*punched);
             return exchange_through_relay(slot, *relay, deadline);
+        }
         if (needs_relay(table_.self(), *partner))
             return exchange_failed("no relay was agreed with the partner for the round");
         if (!opens_exchange(table_.self(), *partner)) {

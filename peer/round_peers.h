@@ -13,7 +13,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -28,6 +30,7 @@
 #include "peer/exchange.h"
 #include "peer/exchange_relay.h"
 #include "peer/failure_tally.h"
+#include "peer/hole_punch.h"
 #include "peer/identity.h"
 #include "peer/member_scores.h"
 #include "peer/membership.h"
@@ -43,9 +46,12 @@ namespace starling {
 class RoundPeers {
 public:
     // identity signs this node's messages and must outlive it; anchors: the streams private
-    // members hold to this node, down which this node's own proposals to them go.
+    // members hold to this node, down which this node's own proposals to them go;
+    // adopt_punched: hands a punched connection to the peer port's gRPC server
+    // (ConnectionGate::adopt), for a partner that opens its exchange over it.
     RoundPeers(const PeerConfig& config, const NodeIdentity& identity, MemberTable& table,
-               SwarmAuth& auth, PeerChannels& channels, FailureTally& failures, AnchorHub& anchors);
+               SwarmAuth& auth, PeerChannels& channels, FailureTally& failures, AnchorHub& anchors,
+               std::function<void(UniqueFd)> adopt_punched = {});
 
     // This node is at `round` from now on, in the digests it gives (a state copy adopted, rounds
     // skipped, a local round ended). Choosing a partner and publishing a round message say so
@@ -97,6 +103,11 @@ public:
     uint64_t relayed_exchanges() const { return relay_.exchanges_relayed(); }
     uint64_t relayed_exchange_bytes() const { return relay_.bytes_relayed(); }
     uint64_t exchanges_through_relay() const { return exchanges_through_relay_; }
+    // Hole punches to a private partner (peer/hole_punch.h) that connected, and that did not (the
+    // exchange then went through the relay); exchanges that ran over a punched connection.
+    uint64_t hole_punches() const { return hole_punches_; }
+    uint64_t failed_hole_punches() const { return failed_hole_punches_; }
+    uint64_t punched_exchanges() const { return punched_exchanges_; }
     uint64_t deposited_bytes() const { return deposits_.bytes_held(); }
     // Pairing waits, exchanges, deposits and round-message waits end at once; later calls fail.
     void stop();
@@ -152,7 +163,20 @@ private:
     // The exchange of `slot` through the relay agreed for it, this side's stream to the relay.
     ExchangeResult exchange_through_relay(ExchangeSlot& slot, uint64_t relay,
                                           SteadyClock::time_point deadline);
-    void agree_relay(uint64_t round, uint64_t partner, uint64_t relay);
+    // `partner_endpoint`: where the partner's punch port is seen, "" when it gave none.
+    void agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
+                     std::string partner_endpoint);
+    // The exchange of `slot` over a connection punched to the private partner at `endpoint`:
+    // nullopt when none connects or nothing went over it, and the relay is to carry it.
+    std::optional<ExchangeResult> exchange_punched(ExchangeSlot& slot, const Member& partner,
+                                                   const std::string& endpoint,
+                                                   SteadyClock::time_point deadline);
+    // A private node's punch port as one of its anchors sees it, asked again once a minute; what
+    // its proposals and answers through a relay give (punch_endpoint()), "" before it knows.
+    void refresh_punch_endpoint();
+    std::string punch_endpoint() const;
+    // The partner's punch endpoint agreed with the relay for `round`, "" when none.
+    std::string partner_punch_endpoint(uint64_t round, uint64_t partner) const;
     // A private node's message of `round` to each of its anchors, each on a thread of its own
     // (the last round's are joined first).
     void deposit(uint64_t round, const RoundMessage& message, const std::vector<uint64_t>& anchors);
@@ -178,9 +202,21 @@ private:
     MemberScores scores_;
     ExchangeRelay relay_;
     std::atomic<uint64_t> exchanges_through_relay_{0};
+    struct AgreedRelay {
+        uint64_t partner = 0, relay = 0;
+        std::string partner_endpoint;  // of its punch port, "" when it gave none
+    };
     mutable Mutex relays_mutex_;
     // By round, the partner and the relay agreed with it, for the last few rounds.
-    std::map<uint64_t, std::pair<uint64_t, uint64_t>> relays_ ABSL_GUARDED_BY(relays_mutex_);
+    std::map<uint64_t, AgreedRelay> relays_ ABSL_GUARDED_BY(relays_mutex_);
+    std::function<void(UniqueFd)> adopt_punched_;
+    mutable Mutex punch_mutex_;
+    // Made once this node learns it is private, when hole punching is on.
+    std::shared_ptr<PunchPort> punch_port_ ABSL_GUARDED_BY(punch_mutex_);
+    std::string punch_endpoint_ ABSL_GUARDED_BY(punch_mutex_);
+    std::optional<SteadyClock::time_point> punch_observed_ ABSL_GUARDED_BY(punch_mutex_);
+    std::atomic<uint64_t> hole_punches_{0}, failed_hole_punches_{0}, punched_exchanges_{0};
+    std::atomic<bool> stopping_{false};
     std::atomic<bool> running_{true};
     mutable Mutex rates_mutex_;
     // By partner, from the last whole exchange.

@@ -120,6 +120,13 @@ NodeMetrics::NodeMetrics(const std::string& listen)
     exchanges_through_relay_ = counter(
         r, "starling_exchanges_through_relay_total",
         "This node's own exchanges that went through a relay (it and its partner both private)");
+    hole_punches_ = counter(r, "starling_hole_punches_total",
+                            "Direct connections punched to a private partner through both NATs");
+    failed_hole_punches_ = counter(
+        r, "starling_failed_hole_punches_total",
+        "Hole punches to a private partner that did not connect (the exchange went through a relay)");
+    punched_exchanges_ = counter(r, "starling_punched_exchanges_total",
+                                 "This node's exchanges that ran over a punched connection");
     exchange_seconds_ =
         seconds_histogram(r, "starling_exchange_seconds", "Duration of exchanges with a partner");
     pair_seconds_ =
@@ -270,6 +277,9 @@ void NodeMetrics::record_peers(const SwarmView& swarm) {
     follow(*relayed_bytes_, swarm.relayed_bytes);
     follow(*relayed_exchanges_, swarm.relayed_exchanges);
     follow(*exchanges_through_relay_, swarm.exchanges_through_relay);
+    follow(*hole_punches_, swarm.hole_punches);
+    follow(*failed_hole_punches_, swarm.failed_hole_punches);
+    follow(*punched_exchanges_, swarm.punched_exchanges);
     for (const auto& [state, series] : reachability_)
         series->Set(state == swarm.reachability.state ? 1.0 : 0.0);
 }

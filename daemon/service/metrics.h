@@ -61,7 +61,8 @@ private:
         *checkpoint_time_;
     prometheus::Counter *paired_, *solo_, *bytes_sent_, *bytes_received_, *train_tokens_,
         *train_seconds_, *control_connections_closed_, *membership_sent_bytes_, *relayed_bytes_,
-        *relayed_exchanges_, *exchanges_through_relay_;
+        *relayed_exchanges_, *exchanges_through_relay_, *hole_punches_, *failed_hole_punches_,
+        *punched_exchanges_;
     prometheus::Histogram *exchange_seconds_, *pair_seconds_;
     prometheus::Gauge *alive_, *suspect_, *dead_, *left_, *quarantined_, *anchors_,
         *anchored_members_, *local_health_;

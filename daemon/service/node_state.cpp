@@ -169,6 +169,9 @@ v1::NodeStatus NodeState::status(const SwarmView& swarm) const {
     s.set_anchored_members(static_cast<uint32_t>(swarm.anchored_members));
     s.set_relayed_exchanges(swarm.relayed_exchanges);
     s.set_exchanges_through_relay(swarm.exchanges_through_relay);
+    s.set_hole_punches(swarm.hole_punches);
+    s.set_failed_hole_punches(swarm.failed_hole_punches);
+    s.set_punched_exchanges(swarm.punched_exchanges);
     return s;
 }
 

@@ -243,6 +243,9 @@ SwarmView SwarmNode::view() const {
     view.relayed_bytes = peer_->relayed_bytes();
     view.relayed_exchanges = peer_->relayed_exchanges();
     view.exchanges_through_relay = peer_->exchanges_through_relay();
+    view.hole_punches = peer_->rounds().hole_punches();
+    view.failed_hole_punches = peer_->rounds().failed_hole_punches();
+    view.punched_exchanges = peer_->rounds().punched_exchanges();
     view.local_health = peer_->local_health();
     return view;
 }

@@ -116,6 +116,9 @@ struct SwarmView {
     uint64_t relayed_bytes = 0;            // PeerNode::relayed_bytes
     uint64_t relayed_exchanges = 0;        // PeerNode::relayed_exchanges
     uint64_t exchanges_through_relay = 0;  // PeerNode::exchanges_through_relay
+    uint64_t hole_punches = 0;             // RoundPeers::hole_punches
+    uint64_t failed_hole_punches = 0;      // RoundPeers::failed_hole_punches
+    uint64_t punched_exchanges = 0;        // RoundPeers::punched_exchanges
     int local_health = 0;                  // PeerNode::local_health
 };
 

@@ -184,6 +184,17 @@ TEST_CASE("absent optional fields show as a dash and no failure row appears") {
     s.set_relayed_exchanges(1);
     CHECK(rows_by_label(s).at("anchors") ==
           "anchor of 3 private members; relayed 1 exchange of private members");
+
+    // A private node: its anchors, then its exchanges through a relay and over punched connections.
+    v1::NodeStatus hidden;
+    hidden.add_anchors("aaaaaaaaaaaaaaaa");
+    hidden.set_exchanges_through_relay(2);
+    hidden.set_hole_punches(3);
+    hidden.set_failed_hole_punches(1);
+    hidden.set_punched_exchanges(3);
+    CHECK(rows_by_label(hidden).at("anchors") ==
+          "aaaaaaaaaaaaaaaa; 2 exchanges through a relay; 3 exchanges over a punched connection, 3 "
+          "of 4 hole punches connected");
 }
 
 TEST_CASE("the peers table has a header and one row per peer") {

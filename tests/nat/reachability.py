@@ -15,8 +15,10 @@ nobody can fetch it from them.
 
 With --relay there are four hidden nodes (two behind NATs, two behind firewalls) beside the two
 public ones, so the rounds' matching leaves two hidden nodes to pair with each other: neither can
-dial the other, and their exchange must go through a public node's relay (peer/exchange_relay.h)
-and arrive whole.
+dial the other, and with hole punching off their exchange must go through a public node's relay
+(peer/exchange_relay.h) and arrive whole. With --punch the same swarm keeps hole punching on: two
+hidden nodes paired with each other must connect directly through their routers
+(peer/hole_punch.h) and exchange over that connection, and the hidden nodes' punches are counted.
 
 Exit 0 on success, 1 on a failed check, 77 (ctest's skip) without root, `ip` or `nft`.
 """
@@ -122,9 +124,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True, help="directory of starlingd and starling")
     ap.add_argument("--method", choices=("noloco", "diloco"), default="noloco")
-    ap.add_argument("--relay", action="store_true",
-                    help="four hidden nodes, two of which must exchange through a relay")
+    paths = ap.add_mutually_exclusive_group()
+    paths.add_argument("--relay", action="store_true",
+                       help="four hidden nodes, two of which must exchange through a relay")
+    paths.add_argument("--punch", action="store_true",
+                       help="four hidden nodes, two of which must exchange over a punched connection")
     args = ap.parse_args()
+    pair_hidden = args.relay or args.punch
     why = nat.why_unavailable()
     if why:
         say(f"skipped: {why}")
@@ -140,10 +146,11 @@ def main():
     overrides = cfgmod.chaos_overrides(data, 10_000_000)
     overrides["peer"]["swarm_id"] = "nat"
     overrides["swarm"]["method"] = args.method
+    overrides["peer"]["hole_punch"] = not args.relay
     config = work / "node.toml"
     config.write_text(cfgmod.derive((REPO / "configs" / "pico.toml").read_text(), overrides))
 
-    topo = nat.NatTopology(["nat", "firewall"] * (2 if args.relay else 1))
+    topo = nat.NatTopology(["nat", "firewall"] * (2 if pair_hidden else 1))
     daemons = []
     try:
         topo.setup()
@@ -278,6 +285,38 @@ def main():
                 "an exchange between two hidden nodes through a relay", 120, relayed)
             say(f"ok: {who} exchanged with {partner} through a relay ({received} bytes received); "
                 f"relayed exchanges by the public nodes: {relays}; {who}'s through a relay: {through}")
+            return 0
+
+        if args.punch:
+            # Two hidden nodes paired with each other: each logs a round with the other as its
+            # partner and the other's message received, and counts an exchange over a punched
+            # connection.
+            hidden_ids = {ids[d.name]: d.name for d in hidden}
+
+            def punched():
+                for d in hidden:
+                    for ln in d.log.read_text().splitlines():
+                        if " | partner " not in ln or "solo:" in ln:
+                            continue
+                        partner = ln.split(" | partner ")[1].split(" ")[0]
+                        received = int(ln.split("received ")[1].split(" B")[0])
+                        if partner in hidden_ids and received > 0:
+                            s = d.status(starling, env) or {}
+                            if int(s.get("punched_exchanges", 0)) > 0:
+                                return d.name, hidden_ids[partner], received, s
+                return None
+
+            who, partner, received, s = wait_for(
+                "an exchange between two hidden nodes over a punched connection", 120, punched)
+            say(f"ok: {who} exchanged with {partner} over a punched connection ({received} bytes "
+                f"received); its punches: {s.get('hole_punches', 0)} connected, "
+                f"{s.get('failed_hole_punches', 0)} failed, {s.get('punched_exchanges', 0)} "
+                f"exchanges over them, {s.get('exchanges_through_relay', 0)} through a relay")
+            counts = {d.name: {k: int((d.status(starling, env) or {}).get(k, 0))
+                               for k in ("hole_punches", "failed_hole_punches", "punched_exchanges",
+                                         "exchanges_through_relay")}
+                      for d in hidden}
+            say(f"hidden nodes' punches: {counts}")
             return 0
 
         # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs

@@ -625,8 +625,13 @@ grpc::Status call_relay(const PeerConfig& base, const NodeIdentity& caller, Peer
 }  // namespace
 
 TEST_CASE(
-    "two private nodes pair through an anchor and exchange through it, as they would direct") {
-    HiddenSwarm swarm;
+    "two private nodes pair through an anchor and exchange over a punched connection, or through "
+    "the anchor's relay without hole punching, as they would direct") {
+    const bool punch = GENERATE(true, false);
+    INFO((punch ? "hole punching on" : "hole punching off"));
+    PeerConfig base = local_cluster_config();
+    base.hole_punch = punch;
+    HiddenSwarm swarm(base);
     const auto& nodes = swarm.nodes;
     std::map<uint64_t, size_t> index_of;
     for (size_t i = 0; i < nodes.size(); ++i) index_of[nodes[i]->node_id()] = i;
@@ -665,7 +670,23 @@ TEST_CASE(
         relayed += nodes[i]->relayed_exchanges();
         relayed_bytes += nodes[i]->relayed_bytes();
     }
-    for (const PeerNode* h : swarm.hidden) through += h->exchanges_through_relay();
+    uint64_t punches = 0, failed_punches = 0, punched = 0;
+    for (const PeerNode* h : swarm.hidden) {
+        through += h->exchanges_through_relay();
+        punches += h->rounds().hole_punches();
+        failed_punches += h->rounds().failed_hole_punches();
+        punched += h->rounds().punched_exchanges();
+    }
+    if (punch) {
+        // On loopback every punch connects, and nothing goes through the relays.
+        CHECK(punches == 2 * relayed_pairs);
+        CHECK(failed_punches == 0);
+        CHECK(punched == 2 * relayed_pairs);
+        CHECK(relayed == 0);
+        CHECK(through == 0);
+        return;
+    }
+    CHECK(punches + failed_punches + punched == 0);
     CHECK(relayed == relayed_pairs);
     CHECK(through == 2 * relayed_pairs);
     // Each relayed exchange carries both messages, their frames' own fields besides.
