@@ -265,6 +265,7 @@ struct NodeOptions {
     int reps = 5;
     double link_gbit = 0;
     int wait_s = 60;
+    bool no_hole_punch = false;  // two private nodes exchange through the relay at once
 };
 
 std::optional<TcpRates> read_baseline(const std::string& path) {
@@ -304,6 +305,7 @@ PeerConfig bench_node_config(const NodeOptions& options, std::string fingerprint
     config.swarm_secret = options.secret;
     config.fingerprint = std::move(fingerprint);
     config.exchange_timeout = 120s;
+    config.hole_punch = !options.no_hole_punch;
     return config;
 }
 
@@ -345,9 +347,11 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     const auto other = std::find_if(seen.begin(), seen.end(),
                                     [&](const Member& m) { return m.node_id == partner; });
     if (other == seen.end()) throw Error("node " + format_node_id(partner) + " left");
-    const char* stream = needs_relay(self, *other)      ? "through a relay"
-                         : opens_exchange(self, *other) ? "opens the stream"
-                                                        : "answers the stream";
+    const char* stream = !needs_relay(self, *other)     ? (opens_exchange(self, *other)
+                                                               ? "opens the stream"
+                                                               : "answers the stream")
+                         : options.no_hole_punch ? "through a relay"
+                                                 : "punches, else through a relay";
     std::printf("node %s (%s, %s) with node %s (%s)\n", format_node_id(node.node_id()).c_str(),
                 reachability_name(self.reachability), stream, format_node_id(partner).c_str(),
                 reachability_name(other->reachability));
@@ -395,6 +399,18 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
                                            {"one_way_bps", summary.one_way_bps},
                                            {"both_bps", summary.both_bps}};
     }
+    const RoundPeers& rounds = node.rounds();
+    std::printf(
+        "hole punches: %llu connected, %llu failed; exchanges over a punched connection %llu, "
+        "through a relay %llu\n",
+        static_cast<unsigned long long>(rounds.hole_punches()),
+        static_cast<unsigned long long>(rounds.failed_hole_punches()),
+        static_cast<unsigned long long>(rounds.punched_exchanges()),
+        static_cast<unsigned long long>(rounds.exchanges_through_relay()));
+    report["hole_punches"] = rounds.hole_punches();
+    report["failed_hole_punches"] = rounds.failed_hole_punches();
+    report["punched_exchanges"] = rounds.punched_exchanges();
+    report["exchanges_through_relay"] = rounds.exchanges_through_relay();
     if (!options.out.empty()) write_json(options.out, report);
     // The partner may still be reading our last receipt: leave once it has surely arrived.
     std::this_thread::sleep_for(2s);
@@ -522,6 +538,8 @@ int main(int argc, char** argv) {
     node_cmd->add_option("--reps", node_options.reps, "exchanges per variant after a warm-up")
         ->capture_default_str();
     node_cmd->add_option("--out", node_options.out, "where to write the figures (JSON)");
+    node_cmd->add_flag("--no-hole-punch", node_options.no_hole_punch,
+                       "two private nodes exchange through the relay without trying to punch");
     node_cmd->add_option("--baseline", node_options.baseline,
                          "medians written by bench_exchange tcp on this path");
     node_cmd->add_option("--link-gbit", node_options.link_gbit,
