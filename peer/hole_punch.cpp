@@ -141,7 +141,6 @@ PunchPort::PunchPort(uint16_t port) : reserved_(reusable_socket(port)) {
 std::string PunchPort::observe(const std::string& anchor, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;
     const sockaddr_in to = ipv4_address(anchor, false);
-    const MutexLock lock(punching_);
     UniqueFd fd = reusable_socket(port_);
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0 &&
         errno != EINPROGRESS)
@@ -181,7 +180,7 @@ UniqueFd PunchPort::punch(const std::string& remote, uint64_t self_id, uint64_t 
         throw Error(fmt::format("cannot listen on port {} to punch: {}", port_, errno_text(errno)));
     const std::string mine = greeting(self_id, partner_id);
     const std::string theirs = greeting(partner_id, self_id);
-    std::string last_problem = "no answer";
+    std::string last_problem = "no answer", connected_problem;
     int attempts = 0;
     const auto stopped = [&] { return Clock::now() >= deadline || (cancelled && *cancelled); };
     while (!stopped()) {
@@ -219,25 +218,32 @@ UniqueFd PunchPort::punch(const std::string& remote, uint64_t self_id, uint64_t 
             std::this_thread::sleep_for(kSlice);
             continue;
         }
-        // Both greetings within a few round trips of the connection, or it is not the partner's.
-        const auto greeting_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(1));
+        // Both greetings within a second of the connection, or it is not the partner's. A
+        // connection that came but failed says more than the connects after it.
+        const auto greeting_deadline = Clock::now() + std::chrono::seconds(1);
         if (!write_all(connection.get(), mine, greeting_deadline)) {
-            last_problem = "the connection failed before the greeting";
+            connected_problem = "a connection failed before the greeting";
             continue;
         }
         const std::string heard =
             read_some(connection.get(), kGreetingBytes, greeting_deadline, true);
         if (heard != theirs) {
-            last_problem = heard.size() < kGreetingBytes ? "no greeting came"
-                                                         : "the greeting was not the partner's";
+            connected_problem = heard.size() < kGreetingBytes
+                                    ? "a connection came, but no greeting on it"
+                                    : "a connection came, but its greeting was not the partner's";
+            std::this_thread::sleep_for(kSlice);
             continue;
         }
         const int one = 1;
         ::setsockopt(connection.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         return connection;
     }
+    const std::string why = cancelled && *cancelled ? "stopped"
+                            : connected_problem.empty()
+                                ? last_problem
+                                : connected_problem + " (then: " + last_problem + ")";
     throw Error(fmt::format("no connection from port {} to {} in {} attempt(s): {}", port_, remote,
-                            attempts, cancelled && *cancelled ? "stopped" : last_problem));
+                            attempts, why));
 }
 
 }  // namespace starling

@@ -32,7 +32,8 @@ public:
     uint16_t port() const { return port_; }
 
     // "host:port" that the peer port at `anchor` (host:port) sees a connection from this port
-    // come from. Throws starling::Error naming the problem.
+    // come from. Throws starling::Error naming the problem. Runs beside a punch (another
+    // connection from the same port).
     std::string observe(const std::string& anchor, std::chrono::milliseconds timeout);
 
     // A connection from this port to `remote` (host:port, as an anchor observed the partner's

@@ -333,8 +333,10 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
             // The agreement, not this node's view of the proposer at the exchange, decides the
             // path: both sides then take the same one.
             if (answer.accepted && request.relay() != 0) {
-                agree_relay(request.round(), caller, request.relay(), request.punch_endpoint());
+                // Both punch only where both endpoints are known, so neither waits on the other.
                 if (!request.punch_endpoint().empty()) endpoint = punch_endpoint();
+                agree_relay(request.round(), caller, request.relay(),
+                            endpoint.empty() ? "" : request.punch_endpoint());
             }
         }
     }
@@ -512,13 +514,19 @@ std::optional<ExchangeResult> RoundPeers::exchange_punched(ExchangeSlot& slot,
     ExchangeResult result;
     bool unused = false;  // nothing went over the connection: the relay carries the exchange
     if (opens_exchange(table_.self(), partner)) {
-        const PunchedChannel channel(std::move(connection), channels_.credentials(),
-                                     channels_.exchange_arguments(partner.address));
+        std::optional<PunchedChannel> channel;
+        try {
+            channel.emplace(std::move(connection), channels_.credentials(),
+                            channels_.exchange_arguments(partner.address));
+        } catch (const Error& e) {
+            spdlog::warn("peer: round {}: {}; exchanging through the relay", slot.round, e.what());
+            return std::nullopt;
+        }
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
         auth_.attach(context, "Exchange");
         if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
-        result = open_exchange(channel.channel(), context, slot);
+        result = open_exchange(channel->channel(), context, slot);
         exchanges_.untrack(context);
         unused = !result.error.empty() && result.bytes_sent == 0 && result.bytes_received == 0;
     } else {
