@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <chrono>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,11 @@ struct SwimSettings {
     size_t full_view_max = 64;
     size_t digests_max = 32;
     int retransmit_factor = 3;  // SWIM's lambda
+    // A member alive for less than this whose reachability is still unknown is not probed yet: a
+    // joiner behind NAT learns it is private, and names the anchors to probe it through, within
+    // two dial-backs and a gossip or two; a ping of its address before then fails, and in a small
+    // swarm the suspicion that follows could declare it dead before its verdict is known.
+    std::chrono::milliseconds unknown_grace{10000};
 };
 
 class SwimCore {

@@ -23,6 +23,7 @@ Member member(uint64_t id, uint64_t incarnation = 5, MemberState state = MemberS
     m.fingerprint = "f";
     m.swarm_id = "s";
     m.instance = 1;
+    m.reachability = Reachability::Public;
     return m;
 }
 
@@ -55,6 +56,35 @@ TEST_CASE("swim: each period probes the next member of a round robin, which cove
     // Three whole round robins: every member exactly three times, this node never.
     for (uint64_t id = 1; id <= 9; id++) REQUIRE(probed.count(id) == 3);
     REQUIRE(probed.size() == 27);
+}
+
+TEST_CASE("swim: a member whose reachability is unknown is probed only once it has been alive for "
+          "the grace") {
+    SwimSettings settings;
+    settings.unknown_grace = 10s;
+    auto core = core_with(2, settings);
+    Member joiner = member(3);
+    joiner.reachability = Reachability::Unknown;
+    core->table().merge(joiner, t0);
+    const auto probed_within = [&](SteadyClock::time_point now) {
+        std::set<uint64_t> probed;
+        for (int period = 0; period < 3 * 3; period++)
+            if (const auto p = core->tick(now); p.probe) probed.insert(p.probe->node_id);
+        return probed;
+    };
+    CHECK(probed_within(t0 + 9999ms) == std::set<uint64_t>{1, 2});
+    CHECK(probed_within(t0 + 10s) == std::set<uint64_t>{1, 2, 3});
+    // Its verdict, private with an anchor, ends the grace: it is probed through the anchor.
+    joiner.reachability = Reachability::Private;
+    joiner.anchors = {1};
+    joiner.incarnation++;
+    core->table().merge(joiner, t0 + 1s);
+    CHECK(probed_within(t0 + 1s) == std::set<uint64_t>{1, 2, 3});
+    // A suspected member is probed whatever its reachability: its answer refutes.
+    Member suspect = member(4, 5, MemberState::Suspect);
+    suspect.reachability = Reachability::Unknown;
+    core->table().merge(suspect, t0 + 2s);
+    CHECK(probed_within(t0 + 2s).contains(4));
 }
 
 TEST_CASE("swim: a failed probe makes an alive member suspect, and the timeout makes it dead") {

@@ -115,7 +115,8 @@ def round_shares(parsed, churn_walls=(), calm_window_s=0.0):
 def natted_figures(parsed, churn_walls, calm_window_s):
     """The nodes behind NAT (--natted) against the public chaos nodes: each side's paired share,
     away from churn when both have rounds there, else over all rounds, and the median time of
-    a paired exchange. `parsed`: every chaos process with its log."""
+    a paired exchange; and the hidden processes' hole punches and exchanges through a relay, from
+    each one's last status. `parsed`: every chaos process with its log."""
     sides = {"natted": [(i, lg) for i, lg in parsed if i.node.hidden],
              "public": [(i, lg) for i, lg in parsed if not i.node.hidden and i.node.role == "chaos"]}
     shares = {k: round_shares(v, churn_walls, calm_window_s) for k, v in sides.items()}
@@ -128,6 +129,9 @@ def natted_figures(parsed, churn_walls, calm_window_s):
         out[k] = {"rounds": s["away_from_churn"]["rounds"] if calm else s["rounds"],
                   "paired_pct": s["away_from_churn"]["paired_pct"] if calm else s["paired_pct"],
                   "exchange_median_s": round(statistics.median(ex), 3) if ex else None}
+    counted = ("hole_punches", "failed_hole_punches", "punched_exchanges", "exchanges_through_relay")
+    out["paths"] = {k: sum(int((i.last_status or {}).get(k, 0)) for i, _ in sides["natted"])
+                    for k in counted}
     return out
 
 
@@ -311,6 +315,10 @@ def table(rep):
         rows.append(("behind NAT", f"{', '.join(nt['nodes'])}: {side(nt['natted'])}; public nodes {side(nt['public'])} "
                      f"({nt['over']}; checked over 50 rounds a side: at least 90% of the public share)",
                      rep["verdict"]["natted"]))
+        p = nt["paths"]
+        rows.append(("hidden pairs", f"hole punches {p['hole_punches']} of "
+                     f"{p['hole_punches'] + p['failed_hole_punches']} connected, exchanges over them "
+                     f"{p['punched_exchanges']}, through a relay {p['exchanges_through_relay']}", "info"))
     rows.append(("status polls", f"{rep['polls']['ok']} answered, {rep['polls']['failed']} not", "info"))
     width = max(len(r[0]) for r in rows)
     out = []
