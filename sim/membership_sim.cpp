@@ -30,7 +30,11 @@ uint32_t Simulation::add_node(Time now) {
     self.instance = mix64(self.node_id ^ static_cast<uint64_t>(now.count()));
     Node node;
     node.id = self.node_id;
-    node.core = std::make_unique<SwimCore>(self, config_.protocol.limits, config_.protocol.swim,
+    // The simulated nodes' verdicts are known from the start (below; without private nodes every
+    // one stands for a public node whose verdict came at once), so no member waits for one.
+    SwimSettings swim = config_.protocol.swim;
+    swim.unknown_grace = std::chrono::milliseconds(0);
+    node.core = std::make_unique<SwimCore>(self, config_.protocol.limits, swim,
                                            mix64(self.node_id ^ config_.seed));
     node.slow = std::uniform_real_distribution<double>(0, 1)(rng_) < config_.churn.slow_share;
     // Drawn only when asked for, so swarms without private nodes keep their traces.

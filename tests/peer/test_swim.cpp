@@ -58,8 +58,9 @@ TEST_CASE("swim: each period probes the next member of a round robin, which cove
     REQUIRE(probed.size() == 27);
 }
 
-TEST_CASE("swim: a member whose reachability is unknown is probed only once it has been alive for "
-          "the grace") {
+TEST_CASE(
+    "swim: a member whose reachability is unknown is probed only once it has been alive for "
+    "the grace") {
     SwimSettings settings;
     settings.unknown_grace = 10s;
     auto core = core_with(2, settings);
