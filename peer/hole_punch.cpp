@@ -211,7 +211,7 @@ UniqueFd PunchPort::punch(const std::string& remote, uint64_t self_id, uint64_t 
                     last_problem = errno_text(err);
                     break;
                 }
-                connection = std::move(dialer);
+                connection.reset(dialer.release());
             }
         }
         if (!connection) {
