@@ -424,21 +424,29 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
 void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
                              std::string partner_endpoint) {
     MutexLock lock(relays_mutex_);
-    relays_[round] = {partner, relay, std::move(partner_endpoint)};
-    while (relays_.size() > PairingBook::kRoundsKept) relays_.erase(relays_.begin());
+    // Kept by round and partner: a second agreement in one round (which the pairing should not
+    // make) must not take the first one's place, or that partner's exchange finds no relay.
+    const auto earlier = relays_.lower_bound({round, 0});
+    if (earlier != relays_.end() && earlier->first.first == round &&
+        earlier->first.second != partner)
+        spdlog::info("peer: round {}: a relay agreed with node {} after one with node {}", round,
+                     format_node_id(partner), format_node_id(earlier->first.second));
+    relays_[{round, partner}] = {relay, std::move(partner_endpoint)};
+    while (relays_.begin()->first.first + PairingBook::kRoundsKept <= round)
+        relays_.erase(relays_.begin());
 }
 
 std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) const {
     MutexLock lock(relays_mutex_);
-    const auto it = relays_.find(round);
-    if (it == relays_.end() || it->second.partner != partner) return std::nullopt;
+    const auto it = relays_.find({round, partner});
+    if (it == relays_.end()) return std::nullopt;
     return it->second.relay;
 }
 
 std::string RoundPeers::partner_punch_endpoint(uint64_t round, uint64_t partner) const {
     MutexLock lock(relays_mutex_);
-    const auto it = relays_.find(round);
-    return it == relays_.end() || it->second.partner != partner ? "" : it->second.partner_endpoint;
+    const auto it = relays_.find({round, partner});
+    return it == relays_.end() ? "" : it->second.partner_endpoint;
 }
 
 std::string RoundPeers::punch_endpoint() const {

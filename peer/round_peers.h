@@ -203,12 +203,12 @@ private:
     ExchangeRelay relay_;
     std::atomic<uint64_t> exchanges_through_relay_{0};
     struct AgreedRelay {
-        uint64_t partner = 0, relay = 0;
+        uint64_t relay = 0;
         std::string partner_endpoint;  // of its punch port, "" when it gave none
     };
     mutable Mutex relays_mutex_;
-    // By round, the partner and the relay agreed with it, for the last few rounds.
-    std::map<uint64_t, AgreedRelay> relays_ ABSL_GUARDED_BY(relays_mutex_);
+    // By round and partner, the relay agreed with it, for the last few rounds.
+    std::map<std::pair<uint64_t, uint64_t>, AgreedRelay> relays_ ABSL_GUARDED_BY(relays_mutex_);
     std::function<void(UniqueFd)> adopt_punched_;
     mutable Mutex punch_mutex_;
     // Made once this node learns it is private, when hole punching is on.
