@@ -75,6 +75,18 @@ bool needs_relay(const Member& self, const Member& partner) {
     return !callable(self) && !callable(partner);
 }
 
+std::string path_refusal(const Member& self, const Member& proposer, uint64_t relay,
+                         bool names_own_anchor) {
+    if ((relay != 0 || needs_relay(self, proposer)) && !names_own_anchor)
+        return "node " + format_node_id(proposer.node_id) +
+               " names no anchor of this node as the relay of its proposal";
+    if (relay == 0 && !callable(self) && proposer.reachability == Reachability::Unknown)
+        return "node " + format_node_id(proposer.node_id) +
+               "'s reachability is not known yet, and this node cannot be dialed: the two may "
+               "need a relay";
+    return "";
+}
+
 bool opens_exchange(const Member& self, const Member& partner) {
     if (callable(self) != callable(partner)) return !callable(self);
     return self.node_id < partner.node_id;

@@ -91,6 +91,15 @@ bool can_propose_to(const Member& m);
 // (peer/exchange_relay.h).
 bool needs_relay(const Member& self, const Member& partner);
 
+// Why `self` declines a proposal from `proposer` for the path it names (`relay`: the anchor it
+// went through, 0 for none; `names_own_anchor`: whether that is one of self's anchors), "" when
+// the path is one both can take. Two private members meet at one of self's anchors. A private
+// node also declines a proposal naming no relay from a member whose reachability it does not
+// know yet (one just started): were that member private too, neither could dial the other, and
+// both would learn it only at the exchange, with no relay agreed.
+std::string path_refusal(const Member& self, const Member& proposer, uint64_t relay,
+                         bool names_own_anchor);
+
 // Whether `self` opens the exchange stream with `partner` rather than wait for the partner's: a
 // node members cannot dial opens it to one they can (connection reversal, so the exchange still
 // runs direct); otherwise the lower id opens it.

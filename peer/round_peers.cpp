@@ -322,10 +322,9 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
         const auto& anchors = self.anchors;
         const bool names_anchor =
             std::find(anchors.begin(), anchors.end(), request.relay()) != anchors.end();
-        if ((request.relay() != 0 || needs_relay(self, *member)) && !names_anchor) {
-            // Neither side can dial the other: they meet at the anchor that passed this on.
-            answer.reason = "node " + format_node_id(caller) +
-                            " names no anchor of this node as the relay of its proposal";
+        if (std::string refusal = path_refusal(self, *member, request.relay(), names_anchor);
+            !refusal.empty()) {
+            answer.reason = std::move(refusal);
         } else {
             answer = pairing_.consider(
                 {caller, request.round(), request.nonce(), mode, request.membership_digest()},

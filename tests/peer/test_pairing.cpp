@@ -679,6 +679,32 @@ TEST_CASE("Pair from an unauthenticated caller, a non-member or another model is
     CHECK(require_mutual(nodes, choose_partners(nodes, 1)) == 0);
 }
 
+TEST_CASE("a private node takes a proposal only on a path both can take") {
+    Member self, proposer;
+    self.node_id = 1;
+    proposer.node_id = 2;
+    self.reachability = Reachability::Private;
+    self.anchors = {7};
+    // From a public member, direct (it waits for this node's stream): taken.
+    proposer.reachability = Reachability::Public;
+    CHECK(path_refusal(self, proposer, 0, false).empty());
+    // From a private member: only through one of this node's anchors, named as the relay.
+    proposer.reachability = Reachability::Private;
+    CHECK(path_refusal(self, proposer, 7, true).empty());
+    CHECK_THAT(path_refusal(self, proposer, 0, false), Catch::Contains("names no anchor"));
+    CHECK_THAT(path_refusal(self, proposer, 9, false), Catch::Contains("names no anchor"));
+    // From a member not known yet to be either, naming no relay: declined, for both may be private
+    // and then neither could reach the other at the exchange; naming one of the anchors: taken.
+    proposer.reachability = Reachability::Unknown;
+    CHECK_THAT(path_refusal(self, proposer, 0, false), Catch::Contains("not known yet"));
+    CHECK(path_refusal(self, proposer, 7, true).empty());
+    // A public node, or one not known yet itself, takes it: the proposer's stream can reach it.
+    for (const Reachability own : {Reachability::Public, Reachability::Unknown}) {
+        self.reachability = own;
+        CHECK(path_refusal(self, proposer, 0, false).empty());
+    }
+}
+
 TEST_CASE("a node members cannot dial opens its exchanges, proposed to only through its anchors") {
     Member low, high;
     low.node_id = 1;
