@@ -80,11 +80,11 @@ std::string path_refusal(const Member& self, const Member& proposer, uint64_t re
     if ((relay != 0 || needs_relay(self, proposer)) && !names_own_anchor)
         return "node " + format_node_id(proposer.node_id) +
                " names no anchor of this node as the relay of its proposal";
-    if (relay == 0 && !callable(self) && proposer.reachability == Reachability::Unknown)
-        return "node " + format_node_id(proposer.node_id) +
-               "'s reachability is not known yet, and this node cannot be dialed: the two may "
-               "need a relay";
     return "";
+}
+
+bool knows_path_to(const Member& self, const Member& target) {
+    return callable(target) || self.reachability != Reachability::Unknown;
 }
 
 bool opens_exchange(const Member& self, const Member& partner) {

@@ -693,15 +693,24 @@ TEST_CASE("a private node takes a proposal only on a path both can take") {
     CHECK(path_refusal(self, proposer, 7, true).empty());
     CHECK_THAT(path_refusal(self, proposer, 0, false), Catch::Contains("names no anchor"));
     CHECK_THAT(path_refusal(self, proposer, 9, false), Catch::Contains("names no anchor"));
-    // From a member not known yet to be either, naming no relay: declined, for both may be private
-    // and then neither could reach the other at the exchange; naming one of the anchors: taken.
-    proposer.reachability = Reachability::Unknown;
-    CHECK_THAT(path_refusal(self, proposer, 0, false), Catch::Contains("not known yet"));
-    CHECK(path_refusal(self, proposer, 7, true).empty());
-    // A public node, or one not known yet itself, takes it: the proposer's stream can reach it.
-    for (const Reachability own : {Reachability::Public, Reachability::Unknown}) {
-        self.reachability = own;
-        CHECK(path_refusal(self, proposer, 0, false).empty());
+    // A public node takes a proposal from anyone: the proposer's stream can reach it.
+    self.reachability = Reachability::Public;
+    CHECK(path_refusal(self, proposer, 0, false).empty());
+}
+
+TEST_CASE("a node whose own reachability is unknown proposes only to members it can dial") {
+    Member self, target;
+    self.node_id = 1;
+    target.node_id = 2;
+    for (const Reachability theirs :
+         {Reachability::Public, Reachability::Unknown, Reachability::Private}) {
+        target.reachability = theirs;
+        for (const Reachability own : {Reachability::Public, Reachability::Private}) {
+            self.reachability = own;
+            CHECK(knows_path_to(self, target));
+        }
+        self.reachability = Reachability::Unknown;
+        CHECK(knows_path_to(self, target) == (theirs != Reachability::Private));
     }
 }
 
