@@ -83,10 +83,6 @@ std::string path_refusal(const Member& self, const Member& proposer, uint64_t re
     return "";
 }
 
-bool knows_path_to(const Member& self, const Member& target) {
-    return callable(target) || self.reachability != Reachability::Unknown;
-}
-
 bool opens_exchange(const Member& self, const Member& partner) {
     if (callable(self) != callable(partner)) return !callable(self);
     return self.node_id < partner.node_id;

@@ -97,13 +97,6 @@ bool needs_relay(const Member& self, const Member& partner);
 std::string path_refusal(const Member& self, const Member& proposer, uint64_t relay,
                          bool names_own_anchor);
 
-// Whether `self` knows the path to `target` well enough to propose: not while its own
-// reachability is unknown (it has just started) and the target cannot be dialed. Were self
-// private too, its proposal would name no relay, the target (to which self's reachability may
-// be unknown as well) could accept it, and both would find at the exchange that neither can
-// dial the other and no relay was agreed.
-bool knows_path_to(const Member& self, const Member& target);
-
 // Whether `self` opens the exchange stream with `partner` rather than wait for the partner's: a
 // node members cannot dial opens it to one they can (connection reversal, so the exchange still
 // runs direct); otherwise the lower id opens it.

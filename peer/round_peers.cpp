@@ -202,8 +202,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
                                          uint64_t digest, uint64_t nonce,
                                          SteadyClock::time_point deadline) {
     const auto target = table_.find(to);
-    if (!target || !knows_path_to(table_.self(), *target) ||
-        !pairing_.begin_proposal(round, to, nonce))
+    if (!target || !pairing_.begin_proposal(round, to, nonce))
         return {pairing_.partner(round), false};
     v1::PairRequest request;
     request.set_round(round);

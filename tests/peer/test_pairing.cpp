@@ -698,22 +698,6 @@ TEST_CASE("a private node takes a proposal only on a path both can take") {
     CHECK(path_refusal(self, proposer, 0, false).empty());
 }
 
-TEST_CASE("a node whose own reachability is unknown proposes only to members it can dial") {
-    Member self, target;
-    self.node_id = 1;
-    target.node_id = 2;
-    for (const Reachability theirs :
-         {Reachability::Public, Reachability::Unknown, Reachability::Private}) {
-        target.reachability = theirs;
-        for (const Reachability own : {Reachability::Public, Reachability::Private}) {
-            self.reachability = own;
-            CHECK(knows_path_to(self, target));
-        }
-        self.reachability = Reachability::Unknown;
-        CHECK(knows_path_to(self, target) == (theirs != Reachability::Private));
-    }
-}
-
 TEST_CASE("a node members cannot dial opens its exchanges, proposed to only through its anchors") {
     Member low, high;
     low.node_id = 1;
