@@ -347,11 +347,11 @@ int node(const ModelConfig& shape, const NodeOptions& options) {
     const auto other = std::find_if(seen.begin(), seen.end(),
                                     [&](const Member& m) { return m.node_id == partner; });
     if (other == seen.end()) throw Error("node " + format_node_id(partner) + " left");
-    const char* stream = !needs_relay(self, *other)     ? (opens_exchange(self, *other)
-                                                               ? "opens the stream"
-                                                               : "answers the stream")
-                         : options.no_hole_punch ? "through a relay"
-                                                 : "punches, else through a relay";
+    const char* stream =
+        !needs_relay(self, *other)
+            ? (opens_exchange(self, *other) ? "opens the stream" : "answers the stream")
+        : options.no_hole_punch ? "through a relay"
+                                : "punches, else through a relay";
     std::printf("node %s (%s, %s) with node %s (%s)\n", format_node_id(node.node_id()).c_str(),
                 reachability_name(self.reachability), stream, format_node_id(partner).c_str(),
                 reachability_name(other->reachability));
