@@ -261,24 +261,29 @@ def main():
             say(f"ok: every member's last round took all four D's: {quorums}")
             return 0
 
-        if args.relay:
-            # Two hidden nodes paired with each other: each logs a round with the other as its
-            # partner and the other's message received, and a public node counts the relay.
-            hidden_ids = {ids[d.name]: d.name for d in hidden}
+        hidden_ids = {ids[d.name]: d.name for d in hidden}
 
+        def hidden_pairs():
+            """Each round a hidden node logged with another hidden node as its partner and the
+            partner's message received: (the node, the partner's name, the bytes received)."""
+            for d in hidden:
+                for ln in d.log.read_text().splitlines():
+                    if " | partner " not in ln or "solo:" in ln:
+                        continue
+                    partner = ln.split(" | partner ")[1].split(" ")[0]
+                    received = int(ln.split("received ")[1].split(" B")[0])
+                    if partner in hidden_ids and received > 0:
+                        yield d, hidden_ids[partner], received
+
+        if args.relay:
+            # Two hidden nodes paired with each other, and a public node counts the relay.
             def relayed():
-                for d in hidden:
-                    for ln in d.log.read_text().splitlines():
-                        if " | partner " not in ln or "solo:" in ln:
-                            continue
-                        partner = ln.split(" | partner ")[1].split(" ")[0]
-                        received = int(ln.split("received ")[1].split(" B")[0])
-                        if partner in hidden_ids and received > 0:
-                            relays = {r.name: int((r.status(starling, env) or {}).get("relayed_exchanges", 0))
-                                      for r in (seed, public)}
-                            through = int((d.status(starling, env) or {}).get("exchanges_through_relay", 0))
-                            if sum(relays.values()) > 0 and through > 0:
-                                return d.name, hidden_ids[partner], received, relays, through
+                for d, partner, received in hidden_pairs():
+                    relays = {r.name: int((r.status(starling, env) or {}).get("relayed_exchanges", 0))
+                              for r in (seed, public)}
+                    through = int((d.status(starling, env) or {}).get("exchanges_through_relay", 0))
+                    if sum(relays.values()) > 0 and through > 0:
+                        return d.name, partner, received, relays, through
                 return None
 
             who, partner, received, relays, through = wait_for(
@@ -288,22 +293,13 @@ def main():
             return 0
 
         if args.punch:
-            # Two hidden nodes paired with each other: each logs a round with the other as its
-            # partner and the other's message received, and counts an exchange over a punched
-            # connection.
-            hidden_ids = {ids[d.name]: d.name for d in hidden}
-
+            # Two hidden nodes paired with each other, one of which counts an exchange over a
+            # punched connection.
             def punched():
-                for d in hidden:
-                    for ln in d.log.read_text().splitlines():
-                        if " | partner " not in ln or "solo:" in ln:
-                            continue
-                        partner = ln.split(" | partner ")[1].split(" ")[0]
-                        received = int(ln.split("received ")[1].split(" B")[0])
-                        if partner in hidden_ids and received > 0:
-                            s = d.status(starling, env) or {}
-                            if int(s.get("punched_exchanges", 0)) > 0:
-                                return d.name, hidden_ids[partner], received, s
+                for d, partner, received in hidden_pairs():
+                    s = d.status(starling, env) or {}
+                    if int(s.get("punched_exchanges", 0)) > 0:
+                        return d.name, partner, received, s
                 return None
 
             who, partner, received, s = wait_for(
