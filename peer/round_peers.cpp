@@ -529,12 +529,7 @@ std::optional<ExchangeResult> RoundPeers::exchange_punched(ExchangeSlot& slot,
             spdlog::warn("peer: round {}: {}; exchanging through the relay", slot.round, e.what());
             return std::nullopt;
         }
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
-        auth_.attach(context, "Exchange");
-        if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
-        result = open_exchange(channel->channel(), context, slot);
-        exchanges_.untrack(context);
+        result = open_tracked_exchange(channel->channel(), slot, deadline);
         unused = !result.error.empty() && result.bytes_sent == 0 && result.bytes_received == 0;
     } else {
         // The partner opens the exchange over the connection: the peer port's server takes this
@@ -561,20 +556,29 @@ std::optional<ExchangeResult> RoundPeers::exchange_punched(ExchangeSlot& slot,
     return result;
 }
 
+ExchangeResult RoundPeers::open_tracked_exchange(const std::shared_ptr<grpc::Channel>& channel,
+                                                 ExchangeSlot& slot,
+                                                 SteadyClock::time_point deadline,
+                                                 ExchangeMethod method) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
+    const bool relayed = method == ExchangeMethod::RelayExchange;
+    if (relayed) context.AddMetadata(kRelayToMetadata, format_node_id(slot.partner));
+    auth_.attach(context, relayed ? "RelayExchange" : "Exchange");
+    if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
+    auto result = open_exchange(channel, context, slot, method);
+    exchanges_.untrack(context);
+    return result;
+}
+
 ExchangeResult RoundPeers::exchange_through_relay(ExchangeSlot& slot, uint64_t relay_id,
                                                   SteadyClock::time_point deadline) {
     const auto relay = table_.find(relay_id);
     if (!relay || relay->state == MemberState::Dead || relay->state == MemberState::Left)
         return exchange_failed("its relay, node " + format_node_id(relay_id) + ", is gone");
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
-    context.AddMetadata(kRelayToMetadata, format_node_id(slot.partner));
-    auth_.attach(context, "RelayExchange");
-    if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
     ++exchanges_through_relay_;
-    auto result = open_exchange(channels_.get(relay->address, ChannelUse::Exchange), context, slot,
-                                ExchangeMethod::RelayExchange);
-    exchanges_.untrack(context);
+    auto result = open_tracked_exchange(channels_.get(relay->address, ChannelUse::Exchange), slot,
+                                        deadline, ExchangeMethod::RelayExchange);
     if (!result.error.empty())
         result.error = "through relay " + format_node_id(relay_id) + ": " + result.error;
     return result;
@@ -650,14 +654,8 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
                 return !now || now->state == MemberState::Dead || now->state == MemberState::Left;
             });
         }
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
-        auth_.attach(context, "Exchange");
-        if (!exchanges_.track(context)) return exchange_failed("this node is stopping");
-        auto opened =
-            open_exchange(channels_.get(partner->address, ChannelUse::Exchange), context, slot);
-        exchanges_.untrack(context);
-        return opened;
+        return open_tracked_exchange(channels_.get(partner->address, ChannelUse::Exchange), slot,
+                                     deadline);
     }();
     const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
     const bool whole = result.received && result.delivered;

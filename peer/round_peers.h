@@ -160,6 +160,11 @@ private:
     // A proposal to a member at its address.
     grpc::Status call_pair(const std::string& address, const v1::PairRequest& request,
                            SteadyClock::duration allowed, v1::PairResponse* response);
+    // This side's exchange stream on `channel` (to the partner, or with RelayExchange to the
+    // relay, naming the partner), authenticated and ended at once when the node stops.
+    ExchangeResult open_tracked_exchange(const std::shared_ptr<grpc::Channel>& channel,
+                                         ExchangeSlot& slot, SteadyClock::time_point deadline,
+                                         ExchangeMethod method = ExchangeMethod::Exchange);
     // The exchange of `slot` through the relay agreed for it, this side's stream to the relay.
     ExchangeResult exchange_through_relay(ExchangeSlot& slot, uint64_t relay,
                                           SteadyClock::time_point deadline);
