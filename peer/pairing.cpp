@@ -75,6 +75,10 @@ bool needs_relay(const Member& self, const Member& partner) {
     return !callable(self) && !callable(partner);
 }
 
+bool proposes_relay(const Member& self, const Member& target) {
+    return !callable(target) && self.reachability != Reachability::Public;
+}
+
 std::string path_refusal(const Member& self, const Member& proposer, uint64_t relay,
                          bool names_own_anchor) {
     if ((relay != 0 || needs_relay(self, proposer)) && !names_own_anchor)

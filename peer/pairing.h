@@ -91,6 +91,13 @@ bool can_propose_to(const Member& m);
 // (peer/exchange_relay.h).
 bool needs_relay(const Member& self, const Member& partner);
 
+// Whether a proposal from `self` to `target` names the anchor it goes through as the exchange's
+// relay: where members cannot dial the target and this node cannot say they can dial it, its own
+// verdict private or still pending (peer/reachability.h). A node that turns out private after
+// proposing without one would leave both sides with no path; a pairing that agreed a relay takes
+// it whatever the verdicts say by the exchange.
+bool proposes_relay(const Member& self, const Member& target);
+
 // Why `self` declines a proposal from `proposer` for the path it names (`relay`: the anchor it
 // went through, 0 for none; `names_own_anchor`: whether that is one of self's anchors), "" when
 // the path is one both can take: two private members meet at one of self's anchors.

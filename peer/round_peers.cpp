@@ -210,7 +210,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
     request.set_membership_digest(digest);
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
                                                      : v1::PAIR_MODE_RANDOM);
-    if (needs_relay(table_.self(), *target)) request.set_punch_endpoint(punch_endpoint());
+    if (proposes_relay(table_.self(), *target)) request.set_punch_endpoint(punch_endpoint());
     v1::PairResponse response;
     const auto allowed = deadline - SteadyClock::now();
     uint64_t via = 0;
@@ -244,7 +244,7 @@ grpc::Status RoundPeers::relay_pair(const Member& target, const v1::PairRequest&
     v1::RelayPairRequest relayed;
     relayed.set_target_id(target.node_id);
     *relayed.mutable_pair() = request;
-    const bool through_relay = needs_relay(table_.self(), target);
+    const bool through_relay = proposes_relay(table_.self(), target);
     grpc::Status status{grpc::StatusCode::UNAVAILABLE,
                         "node " + format_node_id(target.node_id) + " names no anchor"};
     // Its anchors in turn, while time is left. One that lost its stream says so at once, one
@@ -409,9 +409,10 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
         return {grpc::StatusCode::PERMISSION_DENIED, "nodes " + format_node_id(caller) + " and " +
                                                          format_node_id(*partner_id) +
                                                          " are not both members this node knows"};
-    if (callable(*member) || callable(*partner))
-        return {grpc::StatusCode::PERMISSION_DENIED,
-                "this node relays exchanges only between members that cannot be dialed"};
+    // One of the two must be a member this node anchors. The other's reachability is not asked:
+    // the pairing agreed the relay, maybe while a verdict was pending, and a public member paired
+    // so costs the relay no more than a private one (the rate cap and the limit of exchanges
+    // hold for all).
     if (!anchors_.holds(caller) && !anchors_.holds(*partner_id))
         return {grpc::StatusCode::PERMISSION_DENIED, "this node anchors neither node " +
                                                          format_node_id(caller) + " nor node " +

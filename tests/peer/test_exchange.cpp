@@ -9,6 +9,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <random>
@@ -696,7 +697,7 @@ TEST_CASE(
     CHECK(relayed_bytes < messages + 2 * relayed_pairs * 4096);
 }
 
-TEST_CASE("a relay refuses what is not an exchange between two private members it anchors") {
+TEST_CASE("a relay refuses what is not an exchange with a member it anchors") {
     PeerConfig base = local_cluster_config();
     SECTION("a relay that relays nothing") {
         base.relay_bytes_per_s = 0;
@@ -730,10 +731,29 @@ TEST_CASE("a relay refuses what is not an exchange between two private members i
         grpc::Status status = call_relay(base, swarm.ids[0], relay, 0, 1);
         CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
         CHECK_THAT(status.error_message(), Catch::Contains(kRelayToMetadata));
-        // A partner that can be dialed: a private member can stream to it itself.
-        status = call_relay(base, swarm.ids[0], relay, swarm.nodes[1]->node_id(), 1);
+        // Two members neither of which it anchors: a public member that joins late, for the
+        // other public one.
+        const NodeIdentity late = NodeIdentity::generate();
+        PeerConfig config = swarm.cluster.base();
+        config.seeds = {relay.address()};
+        const PeerNode& joined = swarm.cluster.add(config, late);
+        wait_for("the late member known to the relay", 30000ms, [&] {
+            for (const Member& m : relay.members())
+                if (m.node_id == joined.node_id() && m.state == MemberState::Alive) return true;
+            return false;
+        });
+        status = call_relay(base, late, relay, swarm.nodes[1]->node_id(), 1);
         CHECK(status.error_code() == grpc::StatusCode::PERMISSION_DENIED);
-        CHECK_THAT(status.error_message(), Catch::Contains("cannot be dialed"));
+        CHECK_THAT(status.error_message(), Catch::Contains("anchors neither"));
+        // A member it anchors and a public one, as a pairing agreed while the proposer's verdict
+        // was pending makes them: relayed, whatever the relay now knows of the public one.
+        auto from_public = std::async(std::launch::async, [&] {
+            return call_relay(base, late, relay, swarm.hidden[0]->node_id(), 2);
+        });
+        status = call_relay(base, swarm.ids[0], relay, joined.node_id(), 2);
+        CHECK(status.ok());
+        CHECK(from_public.get().ok());
+        CHECK(relay.relayed_exchanges() == 1);
         // A caller that is no member.
         const NodeIdentity stranger = NodeIdentity::generate();
         status = call_relay(base, stranger, relay, swarm.hidden[1]->node_id(), 1);
@@ -745,6 +765,6 @@ TEST_CASE("a relay refuses what is not an exchange between two private members i
         CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
         CHECK_THAT(status.error_message(), Catch::Contains("did not come to the relay"));
         CHECK(std::chrono::steady_clock::now() - start >= base.exchange_timeout);
-        CHECK(relay.relayed_exchanges() == 0);
+        CHECK(relay.relayed_exchanges() == 1);
     }
 }

@@ -698,6 +698,32 @@ TEST_CASE("a private node takes a proposal only on a path both can take") {
     CHECK(path_refusal(self, proposer, 0, false).empty());
 }
 
+TEST_CASE("a proposal to a private member names a relay unless the proposer knows it is public") {
+    Member self, target;
+    self.node_id = 1;
+    target.node_id = 2;
+    target.reachability = Reachability::Private;
+    target.anchors = {7};
+    // The proposer's verdict pending: it may be private too, so the anchor is named as the relay
+    // (both would otherwise find no path once both verdicts said private), and the target, which
+    // reads the proposer as it may, takes it through its own anchor.
+    CHECK(proposes_relay(self, target));
+    CHECK(path_refusal(target, self, 7, true).empty());
+    self.reachability = Reachability::Private;
+    CHECK(proposes_relay(self, target));
+    // A public proposer waits for the private member's stream: no relay.
+    self.reachability = Reachability::Public;
+    CHECK_FALSE(proposes_relay(self, target));
+    // A target members can dial, or whose verdict is pending, is called at its address.
+    for (const Reachability mine : {Reachability::Unknown, Reachability::Private}) {
+        self.reachability = mine;
+        target.reachability = Reachability::Public;
+        CHECK_FALSE(proposes_relay(self, target));
+        target.reachability = Reachability::Unknown;
+        CHECK_FALSE(proposes_relay(self, target));
+    }
+}
+
 TEST_CASE("a node members cannot dial opens its exchanges, proposed to only through its anchors") {
     Member low, high;
     low.node_id = 1;
