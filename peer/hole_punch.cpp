@@ -131,6 +131,16 @@ std::string observe_answer(const asio::ip::tcp::endpoint& caller) {
     return HostPort{address.to_string(), caller.port()}.str() + "\n";
 }
 
+void PunchFailures::failed(uint64_t partner, Clock::time_point now) { failed_[partner] = now; }
+
+bool PunchFailures::may_punch(uint64_t partner, Clock::time_point now) {
+    const auto it = failed_.find(partner);
+    if (it == failed_.end()) return true;
+    if (now - it->second < kRetryAfter) return false;
+    failed_.erase(it);
+    return true;
+}
+
 PunchPort::PunchPort(uint16_t port) : reserved_(reusable_socket(port)) {
     sockaddr_in local{};
     socklen_t length = sizeof(local);

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/mutex.h"
@@ -24,6 +25,20 @@ namespace starling {
 // The peer port's answer to an observe request: the caller's address and port as this side saw
 // them, "host:port\n" (IPv4-mapped IPv6 addresses written as IPv4).
 std::string observe_answer(const asio::ip::tcp::endpoint& caller);
+
+// The partners a punch failed to, each left out of punching for a while after: the routers that
+// defeat a punch (a NAT that draws a fresh port per connection) do so every time, and each try
+// holds an exchange for up to [peer].punch_timeout_ms. Not thread-safe.
+class PunchFailures {
+public:
+    static constexpr std::chrono::minutes kRetryAfter{10};
+    void failed(uint64_t partner, std::chrono::steady_clock::time_point now);
+    // Whether to punch to `partner` at `now`: no failure to it in the last kRetryAfter.
+    bool may_punch(uint64_t partner, std::chrono::steady_clock::time_point now);
+
+private:
+    std::map<uint64_t, std::chrono::steady_clock::time_point> failed_;
+};
 
 class PunchPort {
 public:

@@ -65,7 +65,7 @@ struct PeerConfig {
     // (peer/exchange_relay.h), all such exchanges together; 0: it relays none.
     double relay_bytes_per_s = 12.5e6;  // 100 Mbit/s
     // Two private members that pair try to connect directly first (peer/hole_punch.h), for at
-    // most this long and a third of the exchange's budget, and go through the relay otherwise.
+    // most this long from their agreement, and go through the relay otherwise.
     bool hole_punch = true;
     std::chrono::milliseconds punch_timeout{3000};
     size_t snapshots_kept =

@@ -100,6 +100,16 @@ void RoundPeers::forget_departed(const std::set<uint64_t>& members) {
 void RoundPeers::stop() {
     running_ = false;
     stopping_ = true;
+    std::map<std::pair<uint64_t, uint64_t>, AgreedRelay>
+        agreed;  // its punches end outside the lock
+    std::vector<std::future<UniqueFd>> unfinished;
+    {
+        MutexLock lock(relays_mutex_);
+        agreed.swap(relays_);
+        unfinished.swap(unfinished_punches_);
+    }
+    agreed.clear();
+    unfinished.clear();
     pairing_.stop();
     exchanges_.stop();
     relay_.stop();
@@ -210,7 +220,7 @@ RoundPeers::Proposal RoundPeers::propose(uint64_t round, uint64_t to, PairMode m
     request.set_membership_digest(digest);
     request.set_mode(mode == PairMode::Deterministic ? v1::PAIR_MODE_DETERMINISTIC
                                                      : v1::PAIR_MODE_RANDOM);
-    if (proposes_relay(table_.self(), *target)) request.set_punch_endpoint(punch_endpoint());
+    if (proposes_relay(table_.self(), *target)) request.set_punch_endpoint(punch_endpoint_for(to));
     v1::PairResponse response;
     const auto allowed = deadline - SteadyClock::now();
     uint64_t via = 0;
@@ -333,7 +343,7 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
             // path: both sides then take the same one.
             if (answer.accepted && request.relay() != 0) {
                 // Both punch only where both endpoints are known, so neither waits on the other.
-                if (!request.punch_endpoint().empty()) endpoint = punch_endpoint();
+                if (!request.punch_endpoint().empty()) endpoint = punch_endpoint_for(caller);
                 agree_relay(request.round(), caller, request.relay(),
                             endpoint.empty() ? "" : request.punch_endpoint());
             }
@@ -422,8 +432,16 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
 }
 
 void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
-                             std::string partner_endpoint) {
+                             const std::string& partner_endpoint) {
+    std::future<UniqueFd> punch = start_punch(partner, partner_endpoint);
+    std::vector<AgreedRelay> dropped;  // waited for (a punch still running) outside the lock
+    std::vector<std::future<UniqueFd>> ended;
     MutexLock lock(relays_mutex_);
+    std::erase_if(unfinished_punches_, [&](std::future<UniqueFd>& unfinished) {
+        if (unfinished.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+        ended.push_back(std::move(unfinished));
+        return true;
+    });
     // Kept by round and partner: a second agreement in one round (which the pairing should not
     // make) must not take the first one's place, or that partner's exchange finds no relay.
     const auto earlier = relays_.lower_bound({round, 0});
@@ -431,9 +449,13 @@ void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
         earlier->first.second != partner)
         spdlog::info("peer: round {}: a relay agreed with node {} after one with node {}", round,
                      format_node_id(partner), format_node_id(earlier->first.second));
-    relays_[{round, partner}] = {relay, std::move(partner_endpoint)};
-    while (relays_.begin()->first.first + PairingBook::kRoundsKept <= round)
+    AgreedRelay& agreed = relays_[{round, partner}];
+    dropped.push_back(std::move(agreed));
+    agreed = {relay, std::move(punch)};
+    while (relays_.begin()->first.first + PairingBook::kRoundsKept <= round) {
+        dropped.push_back(std::move(relays_.begin()->second));
         relays_.erase(relays_.begin());
+    }
 }
 
 std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) const {
@@ -443,15 +465,36 @@ std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) 
     return it->second.relay;
 }
 
-std::string RoundPeers::partner_punch_endpoint(uint64_t round, uint64_t partner) const {
+std::future<UniqueFd> RoundPeers::take_punch(uint64_t round, uint64_t partner) {
     MutexLock lock(relays_mutex_);
     const auto it = relays_.find({round, partner});
-    return it == relays_.end() ? "" : it->second.partner_endpoint;
+    return it == relays_.end() ? std::future<UniqueFd>{} : std::move(it->second.punch);
 }
 
-std::string RoundPeers::punch_endpoint() const {
+std::future<UniqueFd> RoundPeers::start_punch(uint64_t partner, const std::string& endpoint) {
+    if (endpoint.empty()) return {};
+    std::shared_ptr<PunchPort> port;
+    {
+        MutexLock lock(punch_mutex_);
+        if (punch_endpoint_.empty()) return {};
+        port = punch_port_;
+    }
+    if (!port) return {};
+    const auto deadline = SteadyClock::now() + config_.punch_timeout;
+    try {
+        return std::async(std::launch::async, [this, port, endpoint, partner, deadline] {
+            return port->punch(endpoint, node_id_, partner, deadline, &stopping_);
+        });
+    } catch (const std::system_error& e) {
+        spdlog::warn("peer: no thread to punch a hole to node {}, exchanging through the relay: {}",
+                     format_node_id(partner), e.what());
+        return {};
+    }
+}
+
+std::string RoundPeers::punch_endpoint_for(uint64_t partner) {
     MutexLock lock(punch_mutex_);
-    return punch_endpoint_;
+    return punch_failures_.may_punch(partner, SteadyClock::now()) ? punch_endpoint_ : "";
 }
 
 void RoundPeers::refresh_punch_endpoint() {
@@ -496,27 +539,35 @@ void RoundPeers::refresh_punch_endpoint() {
 
 std::optional<ExchangeResult> RoundPeers::exchange_punched(ExchangeSlot& slot,
                                                            const Member& partner,
-                                                           const std::string& endpoint,
+                                                           std::future<UniqueFd> punch,
                                                            SteadyClock::time_point deadline) {
-    std::shared_ptr<PunchPort> port;
-    {
-        MutexLock lock(punch_mutex_);
-        if (punch_endpoint_.empty()) return std::nullopt;
-        port = punch_port_;
-    }
-    if (!port) return std::nullopt;
+    // An exchange that starts as the two pair waits for the punch's end, at most a third of its
+    // budget; a punch still trying then is left to end on its own.
+    const auto failed = [&](const std::string& why) {
+        ++failed_hole_punches_;
+        {
+            MutexLock lock(punch_mutex_);
+            punch_failures_.failed(slot.partner, SteadyClock::now());
+        }
+        spdlog::info(
+            "peer: round {}: no direct connection to node {}, exchanging through the relay (no "
+            "punch to it for {} min): {}",
+            slot.round, format_node_id(slot.partner), PunchFailures::kRetryAfter.count(), why);
+        return std::nullopt;
+    };
     const auto now = SteadyClock::now();
-    const auto punch_deadline =
-        now + std::min<SteadyClock::duration>(config_.punch_timeout, (deadline - now) / 3);
+    if (punch.wait_until(now + (deadline - now) / 3) != std::future_status::ready) {
+        {
+            MutexLock lock(relays_mutex_);
+            unfinished_punches_.push_back(std::move(punch));
+        }
+        return failed("the punch was still trying at a third of the exchange's budget");
+    }
     UniqueFd connection;
     try {
-        connection = port->punch(endpoint, node_id_, slot.partner, punch_deadline, &stopping_);
+        connection = punch.get();
     } catch (const Error& e) {
-        ++failed_hole_punches_;
-        spdlog::info(
-            "peer: round {}: no direct connection to node {}, exchanging through the relay: {}",
-            slot.round, format_node_id(slot.partner), e.what());
-        return std::nullopt;
+        return failed(e.what());
     }
     ++hole_punches_;
     ExchangeResult result;
@@ -635,9 +686,8 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
         if (const auto relay = relay_for(slot.round, slot.partner)) {
-            if (const std::string endpoint = partner_punch_endpoint(slot.round, slot.partner);
-                !endpoint.empty())
-                if (auto punched = exchange_punched(slot, *partner, endpoint, deadline))
+            if (auto punch = take_punch(slot.round, slot.partner); punch.valid())
+                if (auto punched = exchange_punched(slot, *partner, std::move(punch), deadline))
                     return std::move(*punched);
             return exchange_through_relay(slot, *relay, deadline);
         }

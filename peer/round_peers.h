@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,20 +169,28 @@ private:
     // The exchange of `slot` through the relay agreed for it, this side's stream to the relay.
     ExchangeResult exchange_through_relay(ExchangeSlot& slot, uint64_t relay,
                                           SteadyClock::time_point deadline);
-    // `partner_endpoint`: where the partner's punch port is seen, "" when it gave none.
+    // `partner_endpoint`: where the partner's punch port is seen, "" when it gave none; with
+    // one, the punch to it starts now (start_punch).
     void agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
-                     std::string partner_endpoint);
-    // The exchange of `slot` over a connection punched to the private partner at `endpoint`:
-    // nullopt when none connects or nothing went over it, and the relay is to carry it.
+                     const std::string& partner_endpoint);
+    // A punch from this node's port to the partner's at `endpoint`, on a thread of its own, for
+    // at most punch_timeout; invalid where this node has no endpoint to give. It starts at the
+    // agreement, which both sides reach within a round trip of each other, where their exchanges
+    // may start seconds apart (one side still training): each side punches only for a while.
+    std::future<UniqueFd> start_punch(uint64_t partner, const std::string& endpoint);
+    // The punch started for the exchange with `partner` in `round`, taken (invalid: none).
+    std::future<UniqueFd> take_punch(uint64_t round, uint64_t partner);
+    // The exchange of `slot` over the connection `punch` gives to the private partner: nullopt
+    // when none connected or nothing went over it, and the relay is to carry it.
     std::optional<ExchangeResult> exchange_punched(ExchangeSlot& slot, const Member& partner,
-                                                   const std::string& endpoint,
+                                                   std::future<UniqueFd> punch,
                                                    SteadyClock::time_point deadline);
     // A private node's punch port as one of its anchors sees it, asked again once a minute; what
-    // its proposals and answers through a relay give (punch_endpoint()), "" before it knows.
+    // its proposals and answers through a relay give (punch_endpoint_for), "" before it knows.
     void refresh_punch_endpoint();
-    std::string punch_endpoint() const;
-    // The partner's punch endpoint agreed with the relay for `round`, "" when none.
-    std::string partner_punch_endpoint(uint64_t round, uint64_t partner) const;
+    // What this node gives `partner` as its punch endpoint: "" while a punch to it failed in
+    // the last few minutes (PunchFailures), so that neither side tries.
+    std::string punch_endpoint_for(uint64_t partner);
     // A private node's message of `round` to each of its anchors, each on a thread of its own
     // (the last round's are joined first).
     void deposit(uint64_t round, const RoundMessage& message, const std::vector<uint64_t>& anchors);
@@ -209,17 +218,21 @@ private:
     std::atomic<uint64_t> exchanges_through_relay_{0};
     struct AgreedRelay {
         uint64_t relay = 0;
-        std::string partner_endpoint;  // of its punch port, "" when it gave none
+        std::future<UniqueFd> punch;  // start_punch's, until the exchange takes it
     };
     mutable Mutex relays_mutex_;
     // By round and partner, the relay agreed with it, for the last few rounds.
     std::map<std::pair<uint64_t, uint64_t>, AgreedRelay> relays_ ABSL_GUARDED_BY(relays_mutex_);
+    // Punches an exchange stopped waiting for, kept until they end (a future of std::async waits
+    // for its thread when destroyed).
+    std::vector<std::future<UniqueFd>> unfinished_punches_ ABSL_GUARDED_BY(relays_mutex_);
     std::function<void(UniqueFd)> adopt_punched_;
     mutable Mutex punch_mutex_;
     // Made once this node learns it is private, when hole punching is on.
     std::shared_ptr<PunchPort> punch_port_ ABSL_GUARDED_BY(punch_mutex_);
     std::string punch_endpoint_ ABSL_GUARDED_BY(punch_mutex_);
     std::optional<SteadyClock::time_point> punch_observed_ ABSL_GUARDED_BY(punch_mutex_);
+    PunchFailures punch_failures_ ABSL_GUARDED_BY(punch_mutex_);
     std::atomic<uint64_t> hole_punches_{0}, failed_hole_punches_{0}, punched_exchanges_{0};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> running_{true};

@@ -74,7 +74,7 @@ void visit_peer_keys(V& v, NodeConfig& c) {
       "two members that cannot be dialed try to connect to each other directly (a TCP hole punch "
       "through their NATs) before exchanging through a relay");
     v("punch_timeout_ms", Milliseconds{p.punch_timeout},
-      "a hole punch's tries at most (and at most a third of the exchange's budget)", at_least(10));
+      "a hole punch's tries at most, from the pairing's agreement", at_least(10));
     v("max_unauthenticated_connections", p.connections.max_unauthenticated,
       "connections with no authenticated call yet, held at once; more are closed", at_least(1));
     v("max_unauthenticated_per_source", p.connections.max_unauthenticated_per_source,

@@ -19,6 +19,9 @@ dial the other, and with hole punching off their exchange must go through a publ
 (peer/exchange_relay.h) and arrive whole. With --punch the same swarm keeps hole punching on: two
 hidden nodes paired with each other must connect directly through their routers
 (peer/hole_punch.h) and exchange over that connection, and the hidden nodes' punches are counted.
+With --punch-fails the four hidden nodes sit behind symmetric NATs (a fresh port per connection),
+through which no punch connects: the hidden pairs must exchange through a relay, and a node must
+not try a punch again to a partner it failed to (at most one failed punch per hidden partner).
 
 Exit 0 on success, 1 on a failed check, 77 (ctest's skip) without root, `ip` or `nft`.
 """
@@ -129,8 +132,10 @@ def main():
                        help="four hidden nodes, two of which must exchange through a relay")
     paths.add_argument("--punch", action="store_true",
                        help="four hidden nodes, two of which must exchange over a punched connection")
+    paths.add_argument("--punch-fails", action="store_true",
+                       help="four hidden nodes behind symmetric NATs, whose pairs fall back to relays")
     args = ap.parse_args()
-    pair_hidden = args.relay or args.punch
+    pair_hidden = args.relay or args.punch or args.punch_fails
     why = nat.why_unavailable()
     if why:
         say(f"skipped: {why}")
@@ -150,16 +155,20 @@ def main():
     config = work / "node.toml"
     config.write_text(cfgmod.derive((REPO / "configs" / "pico.toml").read_text(), overrides))
 
-    topo = nat.NatTopology(["nat", "firewall"] * (2 if pair_hidden else 1))
+    kinds = ["symmetric"] * 4 if args.punch_fails else ["nat", "firewall"] * (2 if pair_hidden else 1)
+    topo = nat.NatTopology(kinds)
     daemons = []
     try:
         topo.setup()
         say(topo.describe())
-        behind_nat, behind_firewall = topo.hidden[:2]
+        behind_nat = topo.hidden[0]
         seed = Daemon("seed", work, f"{topo.public_ip}:7700", topo.public_ns)
         public = Daemon("public", work, f"{topo.public_ip}:7701", topo.public_ns)
-        names = ["natted", "walled", "natted2", "walled2"]
+        names = (["sym0", "sym1", "sym2", "sym3"] if args.punch_fails
+                 else ["natted", "walled", "natted2", "walled2"])
         hidden = [Daemon(name, work, f"{h.ip}:7700", h.ns) for name, h in zip(names, topo.hidden)]
+        for d, h in zip(hidden, topo.hidden):
+            d.router_kind = h.kind
         natted, walled = hidden[:2]
         daemons = [seed, public, *hidden]
         seed.start(starlingd, config, [], env)
@@ -188,13 +197,14 @@ def main():
         check(got["seed"]["reachability"] == "public", "the public seed is public")
         check(got["public"]["reachability"] == "public", "the other public node is public")
         for d in hidden:
-            check(got[d.name]["reachability"] == "private", f"{d.name}, behind {'NAT' if d.name.startswith('natted') else 'a firewall'}, is private")
-        detail = got["natted"].get("reachability_detail", "")
+            check(got[d.name]["reachability"] == "private", f"{d.name}, behind a {d.router_kind} router, is private")
+        detail = got[natted.name].get("reachability_detail", "")
         check(behind_nat.router_public_ip in detail and "behind NAT" in detail,
               f"the NATed node's detail names the address members see it from: {detail}")
-        detail = got["walled"].get("reachability_detail", "")
-        check(walled.listen in detail and "Open TCP port 7700" in detail,
-              f"the firewalled node's detail says to open its port: {detail}")
+        if not args.punch_fails:
+            detail = got["walled"].get("reachability_detail", "")
+            check(walled.listen in detail and "Open TCP port 7700" in detail,
+                  f"the firewalled node's detail says to open its port: {detail}")
         for d in hidden:
             warned = [ln for ln in d.log.read_text().splitlines()
                       if " warning " in ln and "peer: unreachable:" in ln]
@@ -313,6 +323,48 @@ def main():
                                          "exchanges_through_relay")}
                       for d in hidden}
             say(f"hidden nodes' punches: {counts}")
+            return 0
+
+        if args.punch_fails:
+            # A hidden node's punch to a hidden partner fails, and it exchanges with that partner
+            # again, through a relay, with no second punch: each failure and each round is a line
+            # of its log, in order.
+            def punches_and_rounds(d):
+                """Per hidden partner's name: the failed punches to it, and the exchanges with it
+                after the first of them (the first of which is the failed punch's own)."""
+                failed, after = {}, {}
+                for ln in d.log.read_text().splitlines():
+                    if "no direct connection to node " in ln:
+                        partner = ln.split("no direct connection to node ")[1].split(",")[0]
+                        if partner in hidden_ids:
+                            failed[hidden_ids[partner]] = failed.get(hidden_ids[partner], 0) + 1
+                    elif " | partner " in ln and "solo:" not in ln:
+                        partner = hidden_ids.get(ln.split(" | partner ")[1].split(" ")[0])
+                        if partner in failed and int(ln.split("received ")[1].split(" B")[0]) > 0:
+                            after[partner] = after.get(partner, 0) + 1
+                return failed, after
+
+            def met_again():
+                for d in hidden:
+                    failed, after = punches_and_rounds(d)
+                    if any(times >= 2 for times in after.values()):
+                        return d, failed, after
+                return None
+
+            d, failed, after = wait_for(
+                "a hidden node that exchanged again with a hidden partner its punch failed to", 240,
+                met_again)
+            s = d.status(starling, env) or {}
+            punches = {k: int(s.get(k, 0)) for k in ("hole_punches", "failed_hole_punches",
+                                                     "punched_exchanges", "exchanges_through_relay")}
+            say(f"{d.name}'s failed punches by hidden partner: {failed}; its exchanges with them after "
+                f"the failure: {after}; its counts: {punches}")
+            check(punches["hole_punches"] == 0 and punches["punched_exchanges"] == 0,
+                  "no punch connects through two symmetric NATs")
+            check(punches["exchanges_through_relay"] >= 2, "the exchanges went through a relay")
+            check(all(failed[p] == 1 for p, times in after.items() if times >= 2),
+                  "no second punch to a partner whose punch failed")
+            say("ok: the hidden pairs exchanged through relays after one failed punch per partner")
             return 0
 
         # Connection reversal: a hidden node proposes itself and opens the exchange, so it pairs

@@ -126,3 +126,17 @@ TEST_CASE(
             Catch::Contains("stopped"));
     }
 }
+
+TEST_CASE("a partner a punch failed to is left out of punching for a while, then tried again") {
+    PunchFailures failures;
+    const std::chrono::steady_clock::time_point t0{std::chrono::hours(1)};
+    CHECK(failures.may_punch(7, t0));
+    failures.failed(7, t0);
+    CHECK_FALSE(failures.may_punch(7, t0));
+    CHECK_FALSE(failures.may_punch(7, t0 + PunchFailures::kRetryAfter - 1s));
+    CHECK(failures.may_punch(8, t0));  // another partner is not held back
+    CHECK(failures.may_punch(7, t0 + PunchFailures::kRetryAfter));
+    // Tried again and failed again: another wait from that failure.
+    failures.failed(7, t0 + PunchFailures::kRetryAfter);
+    CHECK_FALSE(failures.may_punch(7, t0 + PunchFailures::kRetryAfter + 1s));
+}
