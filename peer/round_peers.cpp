@@ -100,8 +100,8 @@ void RoundPeers::forget_departed(const std::set<uint64_t>& members) {
 void RoundPeers::stop() {
     running_ = false;
     stopping_ = true;
-    std::map<std::pair<uint64_t, uint64_t>, AgreedRelay>
-        agreed;  // its punches end outside the lock
+    // The punches still running end outside the lock.
+    std::map<std::pair<uint64_t, uint64_t>, AgreedRelay> agreed;
     std::vector<std::future<UniqueFd>> unfinished;
     {
         MutexLock lock(relays_mutex_);
