@@ -25,6 +25,9 @@ namespace {
 // How long a private node's observed punch endpoint is used before it asks an anchor again.
 constexpr std::chrono::seconds kPunchEndpointAge{60};
 
+// How long an exchange through a relay waits for its agreement to be recorded (see await_relay).
+constexpr std::chrono::seconds kAgreementWait{2};
+
 // Whether the far end of a connection has closed it (its read side ended or it reset).
 bool peer_hung_up(int fd) {
     pollfd p{fd, POLLRDHUP, 0};
@@ -433,13 +436,23 @@ grpc::Status RoundPeers::answer_relay_exchange(grpc::ServerContext& context,
 
 void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
                              const std::string& partner_endpoint) {
-    std::future<UniqueFd> punch = start_punch(partner, partner_endpoint);
-    std::vector<AgreedRelay> dropped;  // waited for (a punch still running) outside the lock
-    std::vector<std::future<UniqueFd>> ended;
+    // One agreement at a time, so that one agreed again (a repeated proposal, or the partner's
+    // crossing one) finds the first one's punch, which is the one the partner's connects meet.
+    MutexLock agreeing(agreeing_mutex_);
+    bool punching = false;
+    {
+        MutexLock lock(relays_mutex_);
+        const auto it = relays_.find({round, partner});
+        punching = it != relays_.end() && it->second.punching;
+    }
+    // Started before it is recorded: an exchange that finds the relay finds the punch with it.
+    std::future<UniqueFd> punch =
+        punching ? std::future<UniqueFd>{} : start_punch(partner, partner_endpoint);
+    std::vector<std::future<UniqueFd>> dropped;  // waited for (a punch still running) unlocked
     MutexLock lock(relays_mutex_);
     std::erase_if(unfinished_punches_, [&](std::future<UniqueFd>& unfinished) {
         if (unfinished.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-        ended.push_back(std::move(unfinished));
+        dropped.push_back(std::move(unfinished));
         return true;
     });
     // Kept by round and partner: a second agreement in one round (which the pairing should not
@@ -449,13 +462,29 @@ void RoundPeers::agree_relay(uint64_t round, uint64_t partner, uint64_t relay,
         earlier->first.second != partner)
         spdlog::info("peer: round {}: a relay agreed with node {} after one with node {}", round,
                      format_node_id(partner), format_node_id(earlier->first.second));
+    // Agreed again: the newer relay, as both sides record their agreements in the same order.
     AgreedRelay& agreed = relays_[{round, partner}];
-    dropped.push_back(std::move(agreed));
-    agreed = {relay, std::move(punch)};
+    agreed.relay = relay;
+    if (punch.valid()) {
+        agreed.punch = std::move(punch);
+        agreed.punching = true;
+    }
     while (relays_.begin()->first.first + PairingBook::kRoundsKept <= round) {
-        dropped.push_back(std::move(relays_.begin()->second));
+        dropped.push_back(std::move(relays_.begin()->second.punch));
         relays_.erase(relays_.begin());
     }
+    relay_recorded_.notify_all();
+}
+
+std::optional<uint64_t> RoundPeers::await_relay(uint64_t round, uint64_t partner,
+                                                SteadyClock::time_point until) {
+    MutexLock lock(relays_mutex_);
+    lock.wait_until(relay_recorded_, until, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(relays_mutex_) {
+        return relays_.contains({round, partner});
+    });
+    const auto it = relays_.find({round, partner});
+    if (it == relays_.end()) return std::nullopt;
+    return it->second.relay;
 }
 
 std::optional<uint64_t> RoundPeers::relay_for(uint64_t round, uint64_t partner) const {
@@ -685,7 +714,13 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         if (!partner) return exchange_failed("not a member this node knows");
         slot.author = &identity_;
         slot.partner_key = partner->public_key;
-        if (const auto relay = relay_for(slot.round, slot.partner)) {
+        auto relay = relay_for(slot.round, slot.partner);
+        if (!relay && needs_relay(table_.self(), *partner))
+            // Paired by accepting the partner's proposal, which this node's server records with
+            // its relay a moment after the choice sees the pairing.
+            relay = await_relay(slot.round, slot.partner,
+                                std::min(deadline, SteadyClock::now() + kAgreementWait));
+        if (relay) {
             if (auto punch = take_punch(slot.round, slot.partner); punch.valid())
                 if (auto punched = exchange_punched(slot, *partner, std::move(punch), deadline))
                     return std::move(*punched);

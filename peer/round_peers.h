@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -178,6 +179,9 @@ private:
     // agreement, which both sides reach within a round trip of each other, where their exchanges
     // may start seconds apart (one side still training): each side punches only for a while.
     std::future<UniqueFd> start_punch(uint64_t partner, const std::string& endpoint);
+    // relay_for, waiting until `until` for the agreement to be recorded.
+    std::optional<uint64_t> await_relay(uint64_t round, uint64_t partner,
+                                        SteadyClock::time_point until);
     // The punch started for the exchange with `partner` in `round`, taken (invalid: none).
     std::future<UniqueFd> take_punch(uint64_t round, uint64_t partner);
     // The exchange of `slot` over the connection `punch` gives to the private partner: nullopt
@@ -218,11 +222,14 @@ private:
     std::atomic<uint64_t> exchanges_through_relay_{0};
     struct AgreedRelay {
         uint64_t relay = 0;
+        bool punching = false;        // a punch was begun for it
         std::future<UniqueFd> punch;  // start_punch's, until the exchange takes it
     };
+    Mutex agreeing_mutex_;  // agree_relay: one at a time; taken before relays_mutex_
     mutable Mutex relays_mutex_;
     // By round and partner, the relay agreed with it, for the last few rounds.
     std::map<std::pair<uint64_t, uint64_t>, AgreedRelay> relays_ ABSL_GUARDED_BY(relays_mutex_);
+    std::condition_variable relay_recorded_;  // with relays_mutex_: agree_relay recorded one
     // Punches an exchange stopped waiting for, kept until they end (a future of std::async waits
     // for its thread when destroyed).
     std::vector<std::future<UniqueFd>> unfinished_punches_ ABSL_GUARDED_BY(relays_mutex_);

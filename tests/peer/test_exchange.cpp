@@ -585,8 +585,13 @@ struct HiddenSwarm {
     explicit HiddenSwarm(PeerConfig base = local_cluster_config()) : cluster(2, base) {
         for (int i = 0; i < 4; i++) hidden.push_back(&add_private_node(cluster, ids[i]));
         nodes = nodes_of(cluster);
-        wait_for("one view, every private node's anchors in it", 60000ms, [&] {
+        // The public nodes' verdicts too: a node whose own is pending names a relay when it
+        // proposes to a private one (proposes_relay), which would add to the relayed exchanges.
+        wait_for("one view, every verdict and every private node's anchors in it", 60000ms, [&] {
             if (!all_see_all_alive(nodes) || !same_pairable_view(nodes)) return false;
+            for (const PeerNode* n : nodes)
+                for (const Member& m : n->members())
+                    if (m.reachability == Reachability::Unknown) return false;
             for (const PeerNode* h : hidden) {
                 if (h->anchors().size() != 2) return false;
                 for (const PeerNode* n : nodes)
