@@ -35,10 +35,31 @@ std::optional<uint64_t> median_round(std::span<const PairingFacts> others) {
     return rounds[rounds.size() / 2];
 }
 
-CatchUp catch_up(std::optional<uint64_t> median, uint64_t round, uint64_t max_round_gap,
-                 std::optional<uint64_t> copy_cost_rounds) {
-    if (!median || *median <= round + max_round_gap) return CatchUp::None;
-    return copy_cost_rounds && *median - round <= *copy_cost_rounds ? CatchUp::Skip : CatchUp::Copy;
+uint64_t training_round(const PairingFacts& m) {
+    return m.round + (std::max(m.paired_through, m.solo_through) > m.round ? 1 : 0);
+}
+
+std::optional<uint64_t> median_training_round(std::span<const PairingFacts> others) {
+    std::vector<PairingFacts> trained(others.begin(), others.end());
+    for (PairingFacts& m : trained) m.round = training_round(m);
+    return median_round(trained);
+}
+
+CatchUp catch_up(std::optional<uint64_t> median, uint64_t position, uint64_t max_round_gap,
+                 std::optional<uint64_t> copy_cost_rounds, bool pairs) {
+    if (!median || *median <= position) return CatchUp::None;
+    const uint64_t behind = *median - position;
+    if (behind <= max_round_gap) return pairs ? CatchUp::Skip : CatchUp::None;
+    return copy_cost_rounds && behind <= *copy_cost_rounds ? CatchUp::Skip : CatchUp::Copy;
+}
+
+std::optional<uint64_t> round_after_copy(std::optional<uint64_t> median, uint64_t copied,
+                                         uint64_t max_round_gap, bool pairs) {
+    if (!median) return std::nullopt;
+    if (pairs) return *median + 1 > copied ? std::optional<uint64_t>(*median + 1) : std::nullopt;
+    if (catch_up(median, copied, max_round_gap, std::nullopt, false) == CatchUp::None)
+        return std::nullopt;
+    return median;
 }
 
 bool ahead_of_all(std::span<const PairingFacts> others, uint64_t round, uint64_t max_round_gap) {

@@ -22,7 +22,24 @@ constexpr Time kPacePoll = std::chrono::milliseconds(50);
 }  // namespace
 
 void Simulation::schedule_round(uint32_t n, Time at, EventType type) {
-    schedule_at(at, type, n, ++nodes_[n].rounds.token);
+    RoundState& rs = nodes_[n].rounds;
+    schedule_at(at, type, n, rs.token = ++rs.next_token);
+}
+
+void Simulation::schedule_choice(uint32_t n, Time at, EventType type) {
+    RoundState& rs = nodes_[n].rounds;
+    schedule_at(at, type, n, rs.choice_token = ++rs.next_token);
+}
+
+// A state copy replaces phi: the choice and the exchange in flight are dropped (starlingd lands
+// them first; a node that far behind rarely has a partner for them).
+void Simulation::drop_choice(uint32_t n) {
+    RoundState& rs = nodes_[n].rounds;
+    rs.exchange.reset();
+    if (!rs.choosing) return;
+    rs.book->close(rs.choice_round);
+    rs.choice.reset();
+    rs.choosing = rs.proposing = rs.crossed = false;
 }
 
 void Simulation::record_phi(uint64_t round, double phi) {
@@ -41,14 +58,20 @@ void Simulation::start_rounds(uint32_t n, Time now, uint64_t round, double phi) 
     next_round(n, now);
 }
 
+// The round NodeRunner paces by (SwarmNode::round): the one whose choice or exchange is in flight
+// beside the next phase, else the next to train.
+static uint64_t pacing_round(const RoundState& rs) {
+    return rs.choosing || rs.exchange ? rs.round - 1 : rs.round;
+}
+
 // NodeRunner::run's loop before each round: catch up when behind, wait when ahead of all, wait
 // for a slower member.
 void Simulation::next_round(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
     const auto others = nodes_[n].core->table().pairable_facts();
-    const auto median = median_round(others);
-    switch (catch_up(median, rs.round, gap, rs.copy_cost)) {
+    const auto median = median_training_round(others);
+    switch (catch_up(median, rs.round, gap, rs.copy_cost, true)) {
         case CatchUp::None: break;
         case CatchUp::Skip:
             if (now >= warmup_) ++figures_.skips;
@@ -56,12 +79,11 @@ void Simulation::next_round(uint32_t n, Time now) {
             nodes_[n].core->table().set_round(rs.round);
             break;
         case CatchUp::Copy:
-            // The copy replaces phi: an exchange still in flight is dropped.
-            rs.exchange.reset();
+            drop_choice(n);
             rs.median_before_copy = median;
             return request_state(n, now);
     }
-    if (ahead_of_all(others, rs.round, gap)) {
+    if (ahead_of_all(others, pacing_round(rs), gap)) {
         if (now >= warmup_) ++figures_.ahead_waits;
         rs.stage = Stage::Waiting;
         rs.wait_start = now;
@@ -92,15 +114,16 @@ void Simulation::pace_check(uint32_t n, Time now) {
     const uint64_t gap = config_.rounds.max_round_gap;
     if (rs.wait == Wait::Ahead) {
         if (now >= rs.wait_until ||
-            !ahead_of_all(nodes_[n].core->table().pairable_facts(), rs.round, gap))
+            !ahead_of_all(nodes_[n].core->table().pairable_facts(), pacing_round(rs), gap))
             return wait_or_train(n, now);
         return schedule_round(n, now + kPacePoll, EventType::PaceCheck);
     }
     // NodeRunner asks some of the slower members directly (refresh, SlowerWait), at once and then
-    // every slower_refresh_seconds: their rounds as they say them now, a Ping and its answer each,
-    // counted as membership traffic (not sent as events: the answer is taken as of now). The
-    // others' rounds are as gossip brought them. As in NodeRunner, only those slower when the wait
-    // began are waited for.
+    // every slower_refresh_seconds: their digests as they say them now (rounds and choices, merged
+    // as MembershipProtocol::refresh merges a Ping's answer), a Ping and its answer each, counted
+    // as membership traffic (not sent as events: the answer is taken as of now). The others' are
+    // as gossip brought them. As in NodeRunner, only those slower when the wait began are waited
+    // for.
     MemberTable& table = nodes_[n].core->table();
     const auto still_slower = [&](uint64_t id) {
         const auto round = table.alive_round(id);
@@ -109,7 +132,7 @@ void Simulation::pace_check(uint32_t n, Time now) {
     for (const uint64_t id : rs.slower.next(still_slower)) {
         const Node& member = nodes_[index_of_.at(id)];
         if (member.status != Status::Up) continue;
-        table.note_round(id, member.core->table().self().round);
+        nodes_[n].core->merge(member.core->table().self(), clock_at(now));
         count_refresh(member, now);
     }
     if (rs.slower.over(still_slower) || now >= rs.wait_until) return start_phase(n, now);
@@ -132,8 +155,9 @@ void Simulation::start_phase(uint32_t n, Time now) {
 
 void Simulation::phase_end(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    // Overlapped: the last round's exchange must land before this one's partner is chosen.
-    if (rs.exchange) {
+    // Overlapped: the last round's choice and exchange must land before this one's partner is
+    // chosen.
+    if (rs.choosing || rs.exchange) {
         rs.stage = Stage::Landing;
         return;
     }
@@ -150,56 +174,65 @@ void Simulation::choose(uint32_t n, Time now) {
     Node& node = nodes_[n];
     RoundState& rs = node.rounds;
     MemberTable& table = node.core->table();
-    rs.stage = Stage::Choosing;
+    const uint64_t round = rs.round;
+    rs.choosing = true;
+    rs.choice_round = round;
     rs.choice_start = now;
-    table.set_round(rs.round);
+    table.set_round(round);
     const auto view = table.pairable_ids();
     const auto intended =
-        deterministic_partner(rs.round, view, node.id, unreachable_in_matching(table));
+        deterministic_partner(round, view, node.id, unreachable_in_matching(table));
     // As RoundPeers builds it: the view's members, self included (the order does not matter).
     std::vector<PairingFacts> pairable = table.pairable_facts();
     const Member self = table.self();
     pairable.push_back(pairing_facts(self));
     std::erase_if(pairable, [](const PairingFacts& m) { return !m.proposable; });
     const uint64_t gap = config_.rounds.max_round_gap;
-    auto candidates = random_candidates(pairable, node.id, rs.round, gap,
-                                        rs.book->recent_partners(rs.round, kRecentPartnerRounds),
+    auto candidates = random_candidates(pairable, node.id, round, gap,
+                                        rs.book->recent_partners(round, kRecentPartnerRounds),
                                         rng_(), callable(self) || !config_.network.direct_first);
-    auto left_out = left_out_members(pairable, node.id, rs.round, gap, rng_());
+    auto left_out = left_out_members(pairable, node.id, round, gap, rng_());
     rs.nonce = rng_();
     rs.view_digest = membership_digest(view);
     const auto intended_member = intended ? table.find(*intended) : std::nullopt;
-    const bool ask_intended = intended_member && can_propose_to(*intended_member) &&
-                              !done_with(*intended_member, rs.round);
+    const bool ask_intended =
+        intended_member && can_propose_to(*intended_member) && !done_with(*intended_member, round);
     rs.choice.emplace(PartnerChoice::Start{ask_intended ? intended : std::nullopt,
                                            std::move(candidates), std::move(left_out),
                                            clock_at(now), config_.rounds.pair_timeout});
-    rs.book->open(rs.round);
-    drive(n, now);
+    rs.book->open(round);
+    if (!config_.rounds.overlap) {
+        rs.stage = Stage::Choosing;
+        return drive(n, now);
+    }
+    // The next phase starts now, beside the choice (and its exchange).
+    ++rs.round;
+    next_round(n, now);
+    if (rs.choosing) drive(n, now);
 }
 
 void Simulation::drive(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     for (;;) {
         const ChoiceStep step =
-            rs.choice->next(clock_at(now), rs.book->partner(rs.round).has_value());
+            rs.choice->next(clock_at(now), rs.book->partner(rs.choice_round).has_value());
         if (step.kind == ChoiceStep::Kind::Done) return finish_choice(n, now);
         if (step.kind == ChoiceStep::Kind::Listen)
-            return schedule_round(n, time_of(step.until), EventType::Listen);
+            return schedule_choice(n, time_of(step.until), EventType::Listen);
         const auto to = index_of_.find(step.to);
-        if (to == index_of_.end() || !rs.book->begin_proposal(rs.round, step.to, rs.nonce)) {
-            rs.choice->answered(rs.book->partner(rs.round).has_value(), false);
+        if (to == index_of_.end() || !rs.book->begin_proposal(rs.choice_round, step.to, rs.nonce)) {
+            rs.choice->answered(rs.book->partner(rs.choice_round).has_value(), false);
             continue;
         }
         rs.proposing = true;
         rs.pair_call = next_call_++;
         Message pair{Kind::Pair, n, to->second, rs.pair_call, 0, false, {}, {}};
-        pair.rounds.round = rs.round;
+        pair.rounds.round = rs.choice_round;
         pair.rounds.nonce = rs.nonce;
         pair.rounds.mode = step.mode;
         pair.rounds.digest = step.mode == PairMode::Deterministic ? rs.view_digest : 0;
         send(std::move(pair), now);
-        return schedule_round(n, time_of(rs.choice->deadline()), EventType::PairTimeout);
+        return schedule_choice(n, time_of(rs.choice->deadline()), EventType::PairTimeout);
     }
 }
 
@@ -208,7 +241,7 @@ void Simulation::end_proposal(uint32_t n, bool accepted, bool ask_again, Time no
     RoundState& rs = nodes_[n].rounds;
     rs.proposing = false;
     rs.crossed = false;
-    const auto partner = rs.book->end_proposal(rs.round, accepted);
+    const auto partner = rs.book->end_proposal(rs.choice_round, accepted);
     rs.choice->answered(partner.has_value(), ask_again);
     drive(n, now);
 }
@@ -216,11 +249,13 @@ void Simulation::end_proposal(uint32_t n, bool accepted, bool ask_again, Time no
 void Simulation::finish_choice(uint32_t n, Time now) {
     Node& node = nodes_[n];
     RoundState& rs = node.rounds;
-    rs.book->close(rs.round);
+    const uint64_t round = rs.choice_round;
+    rs.book->close(round);
     rs.choice.reset();
-    const auto partner = rs.book->partner(rs.round);
-    node.core->table().set_choice(rs.round, partner.has_value());
-    if (partner) node.core->table().note_round(*partner, rs.round);
+    rs.choosing = false;
+    const auto partner = rs.book->partner(round);
+    node.core->table().set_choice(round, partner.has_value());
+    if (partner) node.core->table().note_round(*partner, round);
     if (now >= warmup_) {
         ++figures_.choices;
         figures_.paired_choices += partner.has_value();
@@ -240,28 +275,29 @@ void Simulation::finish_choice(uint32_t n, Time now) {
         }
     }
     if (!partner) {
-        record_phi(++rs.round, rs.phi);
-        return next_round(n, now);
+        record_phi(round + 1, rs.phi);
+        if (!config_.rounds.overlap) {
+            ++rs.round;
+            return next_round(n, now);
+        }
+        // A phase that ended while the choice went on chooses for its own round now.
+        if (rs.stage == Stage::Landing) choose(n, now);
+        return;
     }
     const uint32_t p = index_of_.at(*partner);
-    rs.exchange = InFlight{rs.round, p, rs.phi, false, 0};
-    if (const auto early = rs.inbox.find(rs.round);
+    rs.exchange = InFlight{round, p, rs.phi, false, 0};
+    if (const auto early = rs.inbox.find(round);
         early != rs.inbox.end() && early->second.first == p) {
         rs.exchange->arrived = true;
         rs.exchange->partner_phi = early->second.second;
     }
-    rs.inbox.erase(rs.inbox.begin(), rs.inbox.upper_bound(rs.round));
+    rs.inbox.erase(rs.inbox.begin(), rs.inbox.upper_bound(round));
     Message exchange{Kind::Exchange, n, p, next_call_++, 0, false, {}, {}};
-    exchange.rounds.round = rs.round;
+    exchange.rounds.round = round;
     exchange.rounds.phi = rs.phi;
     send(std::move(exchange), now);
-    schedule_at(now + config_.rounds.exchange_timeout, EventType::ExchangeTimeout, n, rs.round);
-    if (config_.rounds.overlap) {
-        ++rs.round;
-        if (rs.exchange->arrived) land(n, now);
-        return next_round(n, now);
-    }
-    rs.stage = Stage::Exchanging;
+    schedule_at(now + config_.rounds.exchange_timeout, EventType::ExchangeTimeout, n, round);
+    if (!config_.rounds.overlap) rs.stage = Stage::Exchanging;
     if (rs.exchange->arrived) land(n, now);
 }
 
@@ -309,10 +345,10 @@ void Simulation::answer_pair(const Message& m, Time now) {
     reply.rounds.answer = answer;
     send(std::move(reply), now);
     // A node listening for proposals (or for the one that won over its own) takes the pairing.
-    if (!answer.accepted || rs.stage != Stage::Choosing || rs.round != asked.round) return;
+    if (!answer.accepted || !rs.choosing || rs.choice_round != asked.round) return;
     if (rs.crossed) return end_proposal(m.to, false, false, now);
     if (!rs.proposing) {
-        ++rs.token;  // the pause it was in ends here
+        rs.choice_token = ++rs.next_token;  // the pause it was in ends here
         drive(m.to, now);
     }
 }
@@ -345,14 +381,14 @@ void Simulation::request_state(uint32_t n, Time now) {
 }
 
 // NodeRunner::copy_state_from_swarm's end: the copy's round and phi, what the copy cost, and the
-// swarm's median round when the copy landed still too far ahead.
+// round to go on from (round_after_copy).
 void Simulation::adopt_state(uint32_t n, uint64_t round, double phi, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    const auto median = median_round(nodes_[n].core->table().pairable_facts());
+    const auto median = median_training_round(nodes_[n].core->table().pairable_facts());
     if (median && rs.median_before_copy)
         rs.copy_cost = *median > *rs.median_before_copy ? *median - *rs.median_before_copy : 0;
     rs.median_before_copy.reset();
-    if (median && *median > round + config_.rounds.max_round_gap) round = *median;
+    round = round_after_copy(median, round, config_.rounds.max_round_gap, true).value_or(round);
     start_rounds(n, now, round, phi);
 }
 
@@ -371,15 +407,13 @@ void Simulation::handle_round(Message& m, Time now) {
     switch (m.kind) {
         case Kind::Pair: return answer_pair(m, now);
         case Kind::PairAnswer:
-            if (rs.stage != Stage::Choosing || !rs.proposing || rs.pair_call != m.call ||
-                rs.crossed)
-                return;
+            if (!rs.choosing || !rs.proposing || rs.pair_call != m.call || rs.crossed) return;
             if (m.rounds.answer.crossed) {
                 // Theirs wins the tiebreak: taken already, or on its way (waited for until the
                 // deadline, as PairingBook::await_partner does).
-                if (rs.book->partner(rs.round)) return end_proposal(n, false, false, now);
+                if (rs.book->partner(rs.choice_round)) return end_proposal(n, false, false, now);
                 rs.crossed = true;
-                return schedule_round(n, time_of(rs.choice->deadline()), EventType::Listen);
+                return schedule_choice(n, time_of(rs.choice->deadline()), EventType::Listen);
             }
             return end_proposal(n, m.rounds.answer.accepted, m.rounds.answer.ask_again, now);
         case Kind::Exchange:
@@ -388,7 +422,7 @@ void Simulation::handle_round(Message& m, Time now) {
                 rs.exchange->arrived = true;
                 rs.exchange->partner_phi = m.rounds.phi;
                 if (config_.rounds.overlap || rs.stage == Stage::Exchanging) land(n, now);
-            } else if (m.rounds.round >= rs.round) {
+            } else if (m.rounds.round >= (rs.choosing ? rs.choice_round : rs.round)) {
                 rs.inbox[m.rounds.round] = {m.from, m.rounds.phi};
             }
             return;
@@ -409,21 +443,21 @@ void Simulation::round_timer(const Event& event, Time now) {
         if (now >= warmup_) ++figures_.exchange_timeouts;
         return land(n, now);
     }
-    if (event.call != rs.token) return;
+    const bool thread = event.call == rs.token, choice = event.call == rs.choice_token;
     switch (event.type) {
         case EventType::PhaseEnd:
-            if (rs.stage == Stage::Training) phase_end(n, now);
+            if (thread && rs.stage == Stage::Training) phase_end(n, now);
             return;
         case EventType::Listen:
-            if (rs.stage != Stage::Choosing) return;
+            if (!choice || !rs.choosing) return;
             if (rs.crossed) return end_proposal(n, false, false, now);
             return drive(n, now);
         case EventType::PaceCheck:
-            if (rs.stage == Stage::Waiting) pace_check(n, now);
+            if (thread && rs.stage == Stage::Waiting) pace_check(n, now);
             return;
         case EventType::PairTimeout:
-            if (rs.stage == Stage::Syncing) return request_state(n, now);
-            if (rs.stage == Stage::Choosing && rs.proposing) end_proposal(n, false, false, now);
+            if (thread && rs.stage == Stage::Syncing) return request_state(n, now);
+            if (choice && rs.choosing && rs.proposing) end_proposal(n, false, false, now);
             return;
         default: return;
     }

@@ -102,7 +102,8 @@ enum class EventType : uint8_t {
     Unfreeze,
     Measure,
     // A node's round thread: its inner phase's end, a pause while choosing, a proposal's deadline,
-    // an exchange's. `call` holds the node's round token when scheduled: a newer one drops it.
+    // an exchange's. `call` holds the node's round token when scheduled (its choice's token for a
+    // pause or a proposal's deadline while choosing): a newer one drops it.
     PhaseEnd,
     Listen,
     PairTimeout,
@@ -132,7 +133,8 @@ enum class Status : uint8_t { Up, Frozen, Crashed, Left };
 enum class Phase : uint8_t { Idle, Joining, Seeding, Direct, Indirect, Gossip };
 
 // A node's round thread (SwarmNode's loop): the inner phase, choosing a partner, the exchange
-// (sequential, or in flight beside the next phase), and a joiner's state copy first.
+// (sequential, or with overlap the choice and the exchange in flight beside the next phase, as
+// SwarmNode::start_exchange runs them on a thread of their own), and a joiner's state copy first.
 enum class Stage : uint8_t { Off, Syncing, Waiting, Training, Landing, Choosing, Exchanging };
 // What a node in Stage::Waiting waits for (NodeRunner::pace and wait_for_slower).
 enum class Wait : uint8_t { Ahead, Slower };
@@ -162,8 +164,12 @@ struct RoundState {
     std::optional<PartnerChoice> choice;
     uint64_t nonce = 0;
     uint64_t view_digest = 0;  // of the pairable view the choice began with
-    uint64_t token = 0;        // see EventType::PhaseEnd
-    bool proposing = false;    // a Pair of ours is out (call: pair_call)
+    // Round tokens (see EventType::PhaseEnd), one counter for both so they never collide: the
+    // round thread's, and its choice's, which runs beside the next phase with overlap.
+    uint64_t next_token = 0, token = 0, choice_token = 0;
+    bool choosing = false;  // a choice of a partner is under way, for choice_round
+    uint64_t choice_round = 0;
+    bool proposing = false;  // a Pair of ours is out (call: pair_call)
     uint64_t pair_call = 0;
     bool crossed = false;  // our proposal lost the tiebreak: waiting for theirs
     std::optional<InFlight> exchange;
@@ -290,6 +296,8 @@ private:
     void answer_state(const Message& message, Time now);
     void round_timer(const Event& event, Time now);
     void schedule_round(uint32_t n, Time at, EventType type);
+    void schedule_choice(uint32_t n, Time at, EventType type);
+    void drop_choice(uint32_t n);
     void record_phi(uint64_t round, double phi);
     void finish_round_figures();
     std::optional<uint32_t> random_up(std::optional<uint32_t> except = std::nullopt);

@@ -159,27 +159,41 @@ void NodeRunner::join_at_start() {
         copy_state_from_swarm(fmt::format("a fresh node in a swarm at round {}", newest));
 }
 
+bool NodeRunner::pairs() const { return config_.swarm.method == OuterMethod::NoLoCo; }
+
 std::optional<uint64_t> NodeRunner::swarm_median_round() const {
-    return median_round(compatible_others());
+    const std::vector<PairingFacts> others = compatible_others();
+    return pairs() ? median_training_round(others) : median_round(others);
+}
+
+uint64_t NodeRunner::position() const { return pairs() ? training_round() : node_->round(); }
+
+uint64_t NodeRunner::training_round() const {
+    // A member advertises the round it last chose a partner for, and trains the one after it.
+    return node_->round() + (node_->exchange_in_flight() ? 1 : 0);
 }
 
 void NodeRunner::catch_up_if_behind() {
     const std::optional<uint64_t> median = swarm_median_round();
-    const CatchUp decision =
-        catch_up(median, node_->round(), config_.swarm.peer.max_round_gap, copy_cost_rounds_);
+    const uint64_t gap = config_.swarm.peer.max_round_gap, at = position();
+    const CatchUp decision = catch_up(median, at, gap, copy_cost_rounds_, pairs());
     if (decision == CatchUp::None) return;
-    const uint64_t behind = *median - node_->round();
+    const uint64_t behind = *median - at;
     if (decision == CatchUp::Skip) {
         spdlog::info(
-            "round {} is {} behind the swarm's median round {}, and a state copy cost {} rounds "
-            "last time: the node goes on from round {} with its own state",
-            node_->round(), behind, *median, *copy_cost_rounds_, *median);
+            "round {} is {} behind the swarm's median round {}, and {}: the node goes on from "
+            "round {} with its own state",
+            at, behind, *median,
+            behind <= gap
+                ? "its choices would come after the others are done with its rounds"
+                : fmt::format("a state copy cost {} rounds last time", *copy_cost_rounds_),
+            *median);
         node_->skip_to_round(*median);
         state_->set_position(node_->round(), node_->inner_step());
         return;
     }
     copy_state_from_swarm(
-        fmt::format("round {} is behind the swarm's median round {}", node_->round(), *median));
+        fmt::format("round {} is behind the swarm's median round {}", at, *median));
 }
 
 void NodeRunner::copy_state_from_swarm(const std::string& why) {
@@ -203,13 +217,14 @@ void NodeRunner::copy_state_from_swarm(const std::string& why) {
     if (median && median_before)
         copy_cost_rounds_ = *median > *median_before ? *median - *median_before : 0;
     const uint64_t gap = config_.swarm.peer.max_round_gap;
-    if (median && *median > node_->round() + gap) {
+    if (const auto from = round_after_copy(median, node_->round(), gap, pairs())) {
         spdlog::info(
-            "the copy landed at round {}, behind the swarm's median round {} by more than "
-            "max_round_gap {}: the link is too slow to copy the state within {} round(s), so the "
-            "node goes on from round {} with the state it copied",
-            node_->round(), *median, gap, gap, *median);
-        node_->skip_to_round(*median);
+            "the copy landed at round {}, the swarm's median round {}: the node goes on from round "
+            "{} with the state it copied{}",
+            node_->round(), *median, *from,
+            pairs() ? ", its first phase beside the members' next"
+                    : " (max_round_gap " + std::to_string(gap) + ")");
+        node_->skip_to_round(*from);
     }
     state_->set_position(node_->round(), node_->inner_step());
 }
@@ -227,8 +242,7 @@ void NodeRunner::pace() {
 }
 
 void NodeRunner::wait_for_slower() {
-    // A member advertises the round it last chose a partner for, and trains the one after it.
-    const uint64_t training = node_->round() + (node_->exchange_in_flight() ? 1 : 0);
+    const uint64_t training = training_round();
     const uint64_t gap = config_.swarm.peer.max_round_gap;
     auto slower_now = [&] { return slower_in_reach(compatible_others(), training, gap); };
     std::vector<uint64_t> slower = slower_now();

@@ -77,6 +77,13 @@ private:
     // A first start with seeds: waits for a member, then copies the swarm's state unless the
     // swarm is still at round 0 (whose weights this node has too).
     void join_at_start();
+    // The round the node trains next: the one after the round in flight beside it, if any.
+    uint64_t training_round() const;
+    // Whether the node pairs (NoLoCo): it then paces by the rounds members train, and goes on
+    // from the swarm's round when it is behind at all (peer/round_pacing.h, catch_up).
+    bool pairs() const;
+    // Where this node is, in the terms swarm_median_round gives the swarm's.
+    uint64_t position() const;
     void catch_up_if_behind();
     // The median round of the compatible members other than this node; none when there are none.
     std::optional<uint64_t> swarm_median_round() const;

@@ -67,17 +67,54 @@ TEST_CASE("a phase's steps: H without a budget, else what fits it, between 1 and
     CHECK(phase_steps_in(500.0, 0.1, 10) == 160);
 }
 
-TEST_CASE("catching up: nothing within the gap, a skip when a copy cost more, else a copy",
-          "[pacing]") {
+TEST_CASE(
+    "catching up: a skip within the gap for a node that pairs, past it a skip when a copy cost "
+    "more, else a copy",
+    "[pacing]") {
     CHECK(median_round({}) == std::nullopt);
     CHECK(median_round(at_rounds({7, 3, 9})) == 7u);
     CHECK(median_round(at_rounds({7, 3, 9, 12})) == 9u);  // the upper middle of an even count
-    CHECK(catch_up(std::nullopt, 3, 1, std::nullopt) == CatchUp::None);
-    CHECK(catch_up(11, 10, 1, std::nullopt) == CatchUp::None);  // exactly the gap
-    CHECK(catch_up(12, 10, 1, std::nullopt) == CatchUp::Copy);
-    CHECK(catch_up(12, 10, 1, 2) == CatchUp::Skip);  // 2 behind, a copy cost 2
-    CHECK(catch_up(13, 10, 1, 2) == CatchUp::Copy);
-    CHECK(catch_up(13, 10, 3, 0) == CatchUp::None);
+    CHECK(catch_up(std::nullopt, 3, 1, std::nullopt, true) == CatchUp::None);
+    CHECK(catch_up(12, 12, 1, std::nullopt, true) == CatchUp::None);  // in step
+    CHECK(catch_up(12, 13, 1, std::nullopt, true) == CatchUp::None);  // ahead
+    // A round behind, within the gap: one that pairs would find everyone done with its rounds.
+    CHECK(catch_up(12, 11, 1, std::nullopt, true) == CatchUp::Skip);
+    CHECK(catch_up(12, 11, 1, std::nullopt, false) == CatchUp::None);
+    CHECK(catch_up(13, 10, 3, std::nullopt, true) == CatchUp::Skip);
+    CHECK(catch_up(13, 10, 3, std::nullopt, false) == CatchUp::None);
+    // Past the gap: 2 behind with gap 1.
+    CHECK(catch_up(12, 10, 1, std::nullopt, true) == CatchUp::Copy);
+    CHECK(catch_up(12, 10, 1, std::nullopt, false) == CatchUp::Copy);
+    CHECK(catch_up(12, 10, 1, 2, false) == CatchUp::Skip);  // 2 behind, a copy cost 2
+    CHECK(catch_up(13, 10, 1, 2, true) == CatchUp::Copy);   // 3 behind
+}
+
+TEST_CASE("after a state copy: the round after the median's for a node that pairs", "[pacing]") {
+    CHECK(round_after_copy(std::nullopt, 5, 1, true) == std::nullopt);
+    // Copied at 8 while the median member trains 8: from 9, to start beside the members' next
+    // phase.
+    CHECK(round_after_copy(8, 8, 1, true) == 9u);
+    CHECK(round_after_copy(8, 6, 1, true) == 9u);
+    CHECK(round_after_copy(8, 9, 1, true) == std::nullopt);  // at that round already
+    // A node that does not pair goes on from the median only past the gap, as catch_up.
+    CHECK(round_after_copy(8, 7, 1, false) == std::nullopt);
+    CHECK(round_after_copy(8, 6, 1, false) == 8u);
+}
+
+TEST_CASE("pacing: a member trains the round after the one it advertises once it has chosen for it",
+          "[pacing]") {
+    const auto at = [](uint64_t round, uint64_t paired_through, uint64_t solo_through) {
+        return PairingFacts{1, round, paired_through, solo_through, true, true};
+    };
+    CHECK(training_round(at(0, 0, 0)) == 0u);  // fresh: trains round 0
+    CHECK(training_round(at(7, 8, 3)) == 8u);  // paired for 7
+    CHECK(training_round(at(7, 5, 8)) == 8u);  // solo for 7
+    CHECK(training_round(at(7, 7, 0)) == 7u);  // choosing for 7 now, or skipped to it
+    CHECK(median_training_round({}) == std::nullopt);
+    // Trained rounds 8, 7 and 9: the median is 8, where the advertised rounds' median is 7.
+    const std::vector<PairingFacts> swarm{at(7, 8, 0), at(7, 0, 0), at(8, 0, 9)};
+    CHECK(median_round(swarm) == 7u);
+    CHECK(median_training_round(swarm) == 8u);
 }
 
 TEST_CASE("pacing: ahead of every member by more than the gap; members still to choose",

@@ -219,17 +219,21 @@ TEST_CASE("sim: an exchange slower than its timeout is counted, from TCP's rate 
 // went solo round after round, and the others waited for it before each phase (here: joiners up
 // to 15 rounds to their first pairing, 2 never paired, rounds of 9.8 s median for phases of about
 // 4.9 s). Members whose digests say they are done with the round are no longer asked (done_with):
-// at most 8 rounds, 5.6 s.
+// at most 8 rounds, 5.6 s. Once the simulated choice ran beside the next phase, as starlingd runs
+// it, a joiner that landed a round behind stayed there, out of the others' wait and short of a
+// catch-up (10 choices to its first pairing); now it skips to the swarm's round (catch_up), and a
+// copy goes on from the round after the median, beside the members' next phase
+// (round_after_copy): every joiner paired in its first choice.
 TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
-    SimConfig c = small_rounds(40, 900);
+    SimConfig c = small_rounds(40, 1800);
     c.seed = 3;
     c.network.loss = 0.01;
     c.churn.joins_per_hour = 60;
     const Figures f = simulate_swarm(c);
-    REQUIRE(f.first_pair_rounds.count >= 10);
-    REQUIRE(f.first_pair_rounds.max <= 8);
+    REQUIRE(f.first_pair_rounds.count >= 20);
+    REQUIRE(f.first_pair_rounds.max <= 2);
     // None stuck: one still unpaired at the end joined in the last few rounds.
-    REQUIRE(f.unpaired_joiner_choices_max <= 8);
+    REQUIRE(f.unpaired_joiner_choices_max <= 2);
     // H = 20 steps of 0.2-0.3 s: phases of about 4.9 s (H times the median step time).
     REQUIRE(f.round_seconds.median < 1.5 * 4.9);
 }
