@@ -85,7 +85,8 @@ private:
     // Where this node is, in the terms swarm_median_round gives the swarm's.
     uint64_t position() const;
     void catch_up_if_behind();
-    // The median round of the compatible members other than this node; none when there are none.
+    // The median round of the compatible members other than this node (with NoLoCo, of the rounds
+    // they train: median_training_round); none when there are none.
     std::optional<uint64_t> swarm_median_round() const;
     void copy_state_from_swarm(const std::string& why);
     void pace();
