@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,9 @@ import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from check_monitoring import GRAFANA_INTERVALS, dashboard_exprs, grafana_substitute  # noqa: E402
+from ports import PortPicker  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parent.parent.parent
 PROMETHEUS = "/usr/bin/prometheus"
@@ -85,10 +86,8 @@ def say(text):
     print(f"real_prometheus: {text}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PORTS = PortPicker()
+free_port = PORTS.free_port
 
 
 def wait_for(what, deadline_s, probe, interval_s=0.5):

@@ -7,7 +7,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 from . import config as cfgmod
 from . import daemons, hostile, logs, nat, netlink, probes, report
 from .daemons import Instance, Node, now
+from ports import PortPicker
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -128,7 +128,7 @@ class Chaos:
         self.slow_skipped = None
         self.nat = None  # the NAT topology of --natted (chaoslib/nat.py)
         self.free_hidden = []  # its hidden slots that no node holds
-        self.ports = set()
+        self.ports = PortPicker()
         self.actions = {k: 0 for k in ["kill9", "term", "leave", "join", "retire", "stop"]}
         self.skipped = 0
         self.churn_walls = []  # Unix times of every action, restart and SIGCONT
@@ -247,14 +247,10 @@ class Chaos:
         self.free_hidden = list(self.nat.hidden)
 
     def free_port(self, host):
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-            if port not in self.ports:
-                self.ports.add(port)
-                return port
-        raise UsageError(f"no free port on {host}")
+        try:
+            return self.ports.free_port(host)
+        except RuntimeError as e:
+            raise UsageError(str(e))
 
     def argv(self, node, config, seeds):
         argv = (node.command or [str(self.starlingd)]) + ["--config", str(config), "--data-dir", str(node.data_dir), "--listen",
