@@ -22,9 +22,10 @@ const char* member_state_name(MemberState state) {
 namespace {
 
 PairingFacts facts_of(uint64_t node_id, uint64_t round, uint64_t paired_through,
-                      uint64_t solo_through, Reachability reachability, bool anchored) {
+                      uint64_t solo_through, Reachability reachability, bool anchored,
+                      SteadyClock::time_point heard) {
     const bool can_call = reachability != Reachability::Private;
-    return {node_id, round, paired_through, solo_through, can_call, can_call || anchored};
+    return {node_id, round, paired_through, solo_through, can_call, can_call || anchored, heard};
 }
 
 }  // namespace
@@ -33,7 +34,7 @@ bool callable(const Member& m) { return m.reachability != Reachability::Private;
 
 PairingFacts pairing_facts(const Member& m) {
     return facts_of(m.node_id, m.round, m.paired_through, m.solo_through, m.reachability,
-                    !m.anchors.empty());
+                    !m.anchors.empty(), m.heard);
 }
 
 std::vector<PairingFacts> pairing_facts(const std::vector<Member>& members) {
@@ -98,6 +99,7 @@ Member MemberTable::member_of(const Entry& entry) {
     m.public_key = card.public_key;
     m.instance = card.instance;
     m.since = entry.since;
+    m.heard = entry.heard;
     return m;
 }
 
@@ -197,9 +199,10 @@ MemberTable::Merge MemberTable::merge_locked(const Member& incoming, SteadyClock
     if (precedence(incoming) > known_precedence) {
         const bool state_changed =
             incoming.state != known->state || incoming.incarnation != known->incarnation;
-        const auto since = state_changed ? now : known->since;
+        const auto since = state_changed ? now : known->since, heard = known->heard;
         *known = entry_of(incoming, known->card);
         known->since = since;
+        known->heard = heard;
         track_locked(*known);
         return Merge::Updated;
     }
@@ -380,9 +383,17 @@ void MemberTable::set_choice(uint64_t round, bool paired) {
     through = std::max(through, round + 1);
 }
 
-void MemberTable::note_round(uint64_t node_id, uint64_t round) {
+void MemberTable::note_round(uint64_t node_id, uint64_t round, SteadyClock::time_point now) {
     MutexLock lock(mutex_);
-    if (Entry* member = find_locked(node_id)) member->round = std::max(member->round, round);
+    if (Entry* member = find_locked(node_id)) {
+        member->round = std::max(member->round, round);
+        member->heard = now;
+    }
+}
+
+void MemberTable::heard_from(uint64_t node_id, SteadyClock::time_point now) {
+    MutexLock lock(mutex_);
+    if (Entry* member = find_locked(node_id)) member->heard = now;
 }
 
 void MemberTable::set_address(const std::string& address) {
@@ -516,7 +527,7 @@ std::vector<PairingFacts> MemberTable::pairable_facts() const {
     for (const Entry& e : others_)
         if (pairable_locked(e))
             facts.push_back(facts_of(e.node_id(), e.round, e.paired_through, e.solo_through,
-                                     e.reachability, !e.anchors.empty()));
+                                     e.reachability, !e.anchors.empty(), e.heard));
     return facts;
 }
 

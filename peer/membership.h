@@ -66,6 +66,10 @@ struct Member {
     PublicKey public_key{};
     uint64_t instance = 0;
     SteadyClock::time_point since{};  // local: when this node learned the current state
+    // Local: when the member's own word last reached this node (its gossip, its answer to a
+    // probe, its pair traffic), which says its round as of then; a digest passed on by others can
+    // be rounds old in a large swarm (heard_lately, peer/round_pacing.h).
+    SteadyClock::time_point heard{};
 };
 
 inline constexpr size_t kMaxAnchors = 3;
@@ -80,8 +84,9 @@ bool callable(const Member& m);
 // thousands of members copies none (the simulator spent a third of its time in malloc doing so).
 struct PairingFacts {
     uint64_t node_id = 0, round = 0, paired_through = 0, solo_through = 0;
-    bool callable = false;    // callable(), below
-    bool proposable = false;  // can_propose_to (peer/pairing.h): callable, or anchored
+    bool callable = false;            // callable(), below
+    bool proposable = false;          // can_propose_to (peer/pairing.h): callable, or anchored
+    SteadyClock::time_point heard{};  // Member::heard
     bool operator==(const PairingFacts&) const = default;
 };
 PairingFacts pairing_facts(const Member& m);
@@ -126,7 +131,11 @@ public:
     void set_choice(uint64_t round, bool paired);
     // A member is at least at `round`, as its own pair or exchange traffic just showed: fresher
     // than gossip, which can be a few intervals old (rounds only go up; unknown ids are ignored).
-    void note_round(uint64_t node_id, uint64_t round);
+    // It counts as heard from (heard_from).
+    void note_round(uint64_t node_id, uint64_t round, SteadyClock::time_point now);
+    // The member's own digest, just merged, came from it (Member::heard): the first of its gossip
+    // (its own comes first), its answer to a probe or a join. Unknown ids are ignored.
+    void heard_from(uint64_t node_id, SteadyClock::time_point now);
     void set_address(const std::string& address);
     // A change raises this node's incarnation, so the new verdict supersedes the old one everywhere
     // (at one incarnation the table keeps what it heard first).
@@ -174,7 +183,7 @@ private:
         std::shared_ptr<const Card> card;
         uint64_t incarnation = 0, round = 0, paired_through = 0, solo_through = 0;
         double step_seconds = 0.0;
-        SteadyClock::time_point since{};
+        SteadyClock::time_point since{}, heard{};
         MemberState state = MemberState::Alive;
         Reachability reachability = Reachability::Unknown;
         std::vector<uint64_t> anchors;

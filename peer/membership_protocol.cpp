@@ -22,13 +22,17 @@ void set_deadline(grpc::ClientContext& context, std::chrono::milliseconds timeou
     context.set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-// Merges every usable digest; an unusable one is logged with its reason and skipped.
+// Merges every usable digest; an unusable one is logged with its reason and skipped. A gossip
+// message and a join's answer carry their sender's own digest first (`first_is_sender`): that
+// member is heard from (MemberTable::heard_from).
 template <typename Digests>
-void merge_all(SwimCore& swim, const Digests& digests, size_t limit, const char* source) {
-    const MemberTable& table = swim.table();
+void merge_all(SwimCore& swim, const Digests& digests, size_t limit, const char* source,
+               bool first_is_sender) {
+    MemberTable& table = swim.table();
     const auto now = SteadyClock::now();
     size_t taken = 0;
     for (const auto& digest : digests) {
+        const bool from_sender = first_is_sender && taken == 0;
         if (taken++ == limit) break;
         auto parsed = from_digest(digest);
         if (auto* why = std::get_if<std::string>(&parsed)) {
@@ -38,6 +42,7 @@ void merge_all(SwimCore& swim, const Digests& digests, size_t limit, const char*
         const Member& member = std::get<Member>(parsed);
         const std::optional<MemberState> before = table.state_of(member.node_id);
         const auto result = swim.merge(member, now);
+        if (from_sender) table.heard_from(member.node_id, now);
         // Once here or once through expire(): each node logs each death it learns of, so when
         // a crash is known to all can be read from the logs (bench/swarm_scale).
         if (result == MemberTable::Merge::Updated && member.state == MemberState::Dead &&
@@ -199,7 +204,7 @@ MembershipProtocol::JoinResult MembershipProtocol::join_through(
         }
         return JoinResult::Unreachable;
     }
-    merge_all(swim_, response.members(), config_.membership.max_members, seed.c_str());
+    merge_all(swim_, response.members(), config_.membership.max_members, seed.c_str(), true);
     spdlog::info("peer: joined through {}", seed);
     return JoinResult::Joined;
 }
@@ -253,7 +258,11 @@ void MembershipProtocol::refresh(const std::vector<uint64_t>& node_ids) {
                 return ping(address, id);
             }));
     for (auto& answer : answers)
-        if (const auto member = answer.get()) swim_.merge(*member, SteadyClock::now());
+        if (const auto member = answer.get()) {
+            const auto now = SteadyClock::now();
+            swim_.merge(*member, now);
+            table().heard_from(member->node_id, now);
+        }
 }
 
 std::optional<double> MembershipProtocol::round_trip_ms(uint64_t node_id) const {
@@ -283,6 +292,7 @@ bool MembershipProtocol::probe(const Member& target) {
         }
         swim_.acked(target.node_id, now - sent);
         swim_.merge(answer, now);
+        table().heard_from(answer.node_id, now);
         return true;
     };
     std::optional<std::optional<Member>> early;  // the direct answer, if in by the timeout
@@ -326,8 +336,8 @@ void MembershipProtocol::gossip_with(const Member& target) {
     auth_.attach(context, "Gossip");
     count_sent(request);
     if (v1::Peer::NewStub(channels_.get(target.address))->Gossip(&context, request, &response).ok())
-        merge_all(swim_, response.members(), config_.membership.max_members,
-                  target.address.c_str());
+        merge_all(swim_, response.members(), config_.membership.max_members, target.address.c_str(),
+                  true);
 }
 
 void MembershipProtocol::maintain_seeds(SteadyClock::time_point now) {
@@ -437,7 +447,7 @@ grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequ
     if (auto holder = duplicate_of(joiner))
         return {grpc::StatusCode::ALREADY_EXISTS,
                 "node id " + format_node_id(joiner.node_id) + " is already live at " + *holder};
-    merge_all(swim_, std::array{request.joiner()}, 1, "a joiner");
+    merge_all(swim_, std::array{request.joiner()}, 1, "a joiner", true);
     fill_members(table().all(), response);
     count_sent(*response);
     return grpc::Status::OK;
@@ -445,7 +455,7 @@ grpc::Status MembershipProtocol::answer_join(uint64_t caller, const v1::JoinRequ
 
 grpc::Status MembershipProtocol::answer_gossip(const v1::GossipRequest& request,
                                                v1::GossipResponse* response) {
-    merge_all(swim_, request.members(), config_.membership.max_members, "gossip");
+    merge_all(swim_, request.members(), config_.membership.max_members, "gossip", true);
     fill_members(swim_.gossip_payload(), response);
     count_sent(*response);
     return grpc::Status::OK;
@@ -478,7 +488,7 @@ grpc::Status MembershipProtocol::answer_leave(uint64_t caller, const v1::LeaveRe
         return {grpc::StatusCode::PERMISSION_DENIED, "a node can only announce its own leave"};
     if (request.leaver().state() != v1::MEMBER_STATE_LEFT)
         return {grpc::StatusCode::INVALID_ARGUMENT, "a leave must carry state LEFT"};
-    merge_all(swim_, std::array{request.leaver()}, 1, "a leave");
+    merge_all(swim_, std::array{request.leaver()}, 1, "a leave", false);
     spdlog::info("peer: node {} left", format_node_id(caller));
     return grpc::Status::OK;
 }

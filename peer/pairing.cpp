@@ -95,18 +95,20 @@ bool opens_exchange(const Member& self, const Member& partner) {
 std::vector<uint64_t> random_candidates(std::span<const PairingFacts> pairable, uint64_t self,
                                         uint64_t round, uint64_t max_round_gap,
                                         std::span<const uint64_t> recent, uint64_t seed,
-                                        bool self_callable) {
-    std::vector<uint64_t> fresh, again, fresh_relayed, again_relayed;
+                                        bool self_callable, SteadyClock::time_point heard_since) {
+    // [relayed][was a partner][not heard lately]
+    std::vector<uint64_t> lists[2][2][2];
     for (const PairingFacts& m : pairable) {
         if (m.node_id == self || distance(m.round, round) > max_round_gap || done_with(m, round))
             continue;
         const bool was_partner = std::find(recent.begin(), recent.end(), m.node_id) != recent.end();
         const bool relayed = !self_callable && !m.callable;
-        (relayed ? (was_partner ? again_relayed : fresh_relayed) : (was_partner ? again : fresh))
-            .push_back(m.node_id);
+        lists[relayed][was_partner][m.heard < heard_since].push_back(m.node_id);
     }
     std::mt19937_64 rng(seed);
-    return shuffled_in_turn({&fresh, &again, &fresh_relayed, &again_relayed}, rng);
+    return shuffled_in_turn({&lists[0][0][0], &lists[0][0][1], &lists[0][1][0], &lists[0][1][1],
+                             &lists[1][0][0], &lists[1][0][1], &lists[1][1][0], &lists[1][1][1]},
+                            rng);
 }
 
 bool adopts(uint64_t self, uint64_t left_out, uint64_t round, size_t members, double adopters) {

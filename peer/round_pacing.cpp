@@ -1,7 +1,9 @@
 #include "peer/round_pacing.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 
 namespace starling {
 
@@ -24,6 +26,30 @@ int phase_steps_in(double budget, double step_seconds, int inner_steps) {
     if (budget <= 0.0 || step_seconds <= 0.0) return inner_steps;
     const double fits = std::round(budget / step_seconds);
     return static_cast<int>(std::clamp(fits, 1.0, 16.0 * inner_steps));
+}
+
+SteadyClock::time_point heard_lately_since(std::span<const PairingFacts> others,
+                                           SteadyClock::time_point since) {
+    constexpr auto all = SteadyClock::time_point::min();
+    if (others.size() <= kMinHeardLately) return all;
+    std::vector<SteadyClock::time_point> heard;
+    heard.reserve(others.size());
+    for (const PairingFacts& m : others) heard.push_back(m.heard);
+    const auto kth = heard.begin() + kMinHeardLately - 1;
+    std::nth_element(heard.begin(), kth, heard.end(), std::greater<>());
+    if (*kth >= since) return since;
+    return *kth == SteadyClock::time_point{} ? all : *kth;
+}
+
+std::vector<PairingFacts> heard_lately(std::span<const PairingFacts> others,
+                                       SteadyClock::time_point now, double window_s) {
+    const auto window = std::chrono::duration_cast<SteadyClock::duration>(
+        std::chrono::duration<double>(std::max(window_s, 2.0)));
+    const auto since = heard_lately_since(others, now - window);
+    std::vector<PairingFacts> heard;
+    for (const PairingFacts& m : others)
+        if (m.heard >= since) heard.push_back(m);
+    return heard;
 }
 
 std::optional<uint64_t> median_round(std::span<const PairingFacts> others) {

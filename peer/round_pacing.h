@@ -6,6 +6,7 @@
 // need not wait for the slow ones nor leave them out of the averaging.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,6 +31,24 @@ double automatic_round_seconds(std::vector<double> step_seconds, int inner_steps
 // The inner steps of a phase: H without a budget (or before the node knows its step time), else
 // what fits the budget at the node's step time, at least 1 and at most 16 H.
 int phase_steps_in(double budget, double step_seconds, int inner_steps);
+
+// The members pacing reads (the medians and slower_in_reach below): those heard from first hand
+// (PairingFacts::heard) within `window_s` before `now`, at least 2 s; when fewer than
+// kMinHeardLately were, the kMinHeardLately heard most lately; when fewer than that were ever
+// heard, or there are no more than that, all of them. Past the digests that travel whole in a
+// small swarm's gossip (peer/swim.h) a member's round is refreshed by a random draw every N / 60
+// seconds or so: at 1,000 simulated nodes a view was a round stale, a joiner's median two rounds
+// behind, and a node before each phase waited for hundreds of members that its view listed as a
+// round behind and that had moved on, asking them 8 at a time (docs/scale.md). Nodes pass on
+// their own digest first in every gossip and answer probes with it, so a node hears from a few
+// members a second at any size, each as of then.
+inline constexpr size_t kMinHeardLately = 8;
+std::vector<PairingFacts> heard_lately(std::span<const PairingFacts> others,
+                                       SteadyClock::time_point now, double window_s);
+// The same rule as a time: members heard from at or after it are those heard_lately keeps, for a
+// window that began at `since` (time_point::min(): all of them).
+SteadyClock::time_point heard_lately_since(std::span<const PairingFacts> others,
+                                           SteadyClock::time_point since);
 
 // Where a node stands against the swarm before each round (starlingd's NodeRunner, and the
 // simulator, decide from these): the median round of the compatible members other than this

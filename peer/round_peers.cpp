@@ -15,6 +15,7 @@
 #include "peer/partner_choice.h"
 #include "peer/partners.h"
 #include "peer/punched_channel.h"
+#include "peer/round_pacing.h"
 #include "peer/wire.h"
 #include "starling/v1/peer.grpc.pb.h"
 
@@ -165,9 +166,11 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
         if (const auto member = table_.find(id);
             member && can_propose_to(*member) && !scores_.quarantined(id, round))
             pairable.push_back(pairing_facts(*member));
-    const auto candidates = random_candidates(pairable, node_id_, round, config_.max_round_gap,
-                                              pairing_.recent_partners(round, kRecentPartnerRounds),
-                                              random_u64(), callable(self));
+    const auto candidates =
+        random_candidates(pairable, node_id_, round, config_.max_round_gap,
+                          pairing_.recent_partners(round, kRecentPartnerRounds), random_u64(),
+                          callable(self), heard_lately_since(pairable, last_choice_));
+    last_choice_ = SteadyClock::now();
     const auto left_out =
         left_out_members(pairable, node_id_, round, config_.max_round_gap, random_u64());
     if (!left_out.empty())
@@ -207,7 +210,7 @@ std::optional<Member> RoundPeers::choose_partner(uint64_t round) {
     // (left_out_members).
     table_.set_choice(round, partner.has_value());
     if (!partner) return std::nullopt;
-    table_.note_round(*partner, round);
+    table_.note_round(*partner, round, SteadyClock::now());
     return table_.find(*partner);
 }
 
@@ -313,7 +316,8 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
     }
     if (request.mode() != v1::PAIR_MODE_DETERMINISTIC && request.mode() != v1::PAIR_MODE_RANDOM)
         return {grpc::StatusCode::INVALID_ARGUMENT, "unknown pair mode"};
-    table_.note_round(caller, request.round());  // it is choosing for this round: it is there
+    table_.note_round(caller, request.round(),
+                      SteadyClock::now());  // it is choosing for this round: it is there
     PairAnswer answer;
     std::string endpoint;  // this node's punch port, for a proposer that gave its own
     if (scores_.quarantined(caller, request.round())) {

@@ -212,6 +212,9 @@ private:
     FailureTally& failures_;
     AnchorHub& anchors_;
     PairingBook pairing_;
+    // When the last choice of a partner began (choose_partner: one at a time); the members heard
+    // from since then are asked first (random_candidates).
+    SteadyClock::time_point last_choice_ = SteadyClock::time_point::min();
     ExchangeBoard exchanges_;
     RoundMessageBoard messages_;
     RoundDeposits deposits_;

@@ -403,8 +403,12 @@ void Simulation::handle(Message& m, Time now) {
     Node& node = nodes_[m.to];
     if (node.status != Status::Up) return;  // a frozen process answers nothing in time
     const auto clock = clock_at(now);
+    // Every message but a leave carries its sender's own digest first (MembershipProtocol's
+    // merge_all): the sender is heard from.
     const auto merge_all = [&] {
         for (const Member& member : m.members) node.core->merge(member, clock);
+        if (m.kind != Kind::Leave && !m.members.empty())
+            node.core->table().heard_from(nodes_[m.from].id, clock);
     };
     switch (m.kind) {
         case Kind::Ping:

@@ -64,13 +64,19 @@ static uint64_t pacing_round(const RoundState& rs) {
     return rs.choosing || rs.exchange ? rs.round - 1 : rs.round;
 }
 
+// NodeRunner::heard_others.
+std::vector<PairingFacts> Simulation::heard_others(uint32_t n, Time now) const {
+    return heard_lately(nodes_[n].core->table().pairable_facts(), clock_at(now),
+                        nodes_[n].rounds.phase_s);
+}
+
 // NodeRunner::run's loop before each round: catch up when behind, wait when ahead of all, wait
 // for a slower member.
 void Simulation::next_round(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
     const auto others = nodes_[n].core->table().pairable_facts();
-    const auto median = median_training_round(others);
+    const auto median = median_training_round(heard_others(n, now));
     switch (catch_up(median, rs.round, gap, rs.copy_cost, true)) {
         case CatchUp::None: break;
         case CatchUp::Skip:
@@ -96,8 +102,8 @@ void Simulation::next_round(uint32_t n, Time now) {
 
 void Simulation::wait_or_train(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    const auto slower = slower_in_reach(nodes_[n].core->table().pairable_facts(), rs.round,
-                                        config_.rounds.max_round_gap);
+    const auto slower =
+        slower_in_reach(heard_others(n, now), rs.round, config_.rounds.max_round_gap);
     if (slower.empty()) return start_phase(n, now);
     if (now >= warmup_) ++figures_.slower_waits;
     if (rs.stage != Stage::Waiting) rs.wait_start = now;
@@ -133,6 +139,7 @@ void Simulation::pace_check(uint32_t n, Time now) {
         const Node& member = nodes_[index_of_.at(id)];
         if (member.status != Status::Up) continue;
         nodes_[n].core->merge(member.core->table().self(), clock_at(now));
+        nodes_[n].core->table().heard_from(id, clock_at(now));
         count_refresh(member, now);
     }
     if (rs.slower.over(still_slower) || now >= rs.wait_until) return start_phase(n, now);
@@ -177,6 +184,9 @@ void Simulation::choose(uint32_t n, Time now) {
     const uint64_t round = rs.round;
     rs.choosing = true;
     rs.choice_round = round;
+    // As RoundPeers::choose_partner: the members heard from since the last choice began first.
+    const auto heard_since =
+        rs.choice_start >= Time{0} ? clock_at(rs.choice_start) : SteadyClock::time_point::min();
     rs.choice_start = now;
     table.set_round(round);
     const auto view = table.pairable_ids();
@@ -190,7 +200,8 @@ void Simulation::choose(uint32_t n, Time now) {
     const uint64_t gap = config_.rounds.max_round_gap;
     auto candidates = random_candidates(pairable, node.id, round, gap,
                                         rs.book->recent_partners(round, kRecentPartnerRounds),
-                                        rng_(), callable(self) || !config_.network.direct_first);
+                                        rng_(), callable(self) || !config_.network.direct_first,
+                                        heard_lately_since(pairable, heard_since));
     auto left_out = left_out_members(pairable, node.id, round, gap, rng_());
     rs.nonce = rng_();
     rs.view_digest = membership_digest(view);
@@ -255,7 +266,7 @@ void Simulation::finish_choice(uint32_t n, Time now) {
     rs.choosing = false;
     const auto partner = rs.book->partner(round);
     node.core->table().set_choice(round, partner.has_value());
-    if (partner) node.core->table().note_round(*partner, round);
+    if (partner) node.core->table().note_round(*partner, round, clock_at(now));
     if (now >= warmup_) {
         ++figures_.choices;
         figures_.paired_choices += partner.has_value();
@@ -327,7 +338,7 @@ void Simulation::answer_pair(const Message& m, Time now) {
     if (!member) {
         answer.reason = "not a member this node knows";
     } else {
-        table.note_round(caller, asked.round);
+        table.note_round(caller, asked.round, clock_at(now));
         if (member->state != MemberState::Alive) {
             answer.reason = "not alive in this node's view";
         } else {
@@ -384,7 +395,7 @@ void Simulation::request_state(uint32_t n, Time now) {
 // round to go on from (round_after_copy).
 void Simulation::adopt_state(uint32_t n, uint64_t round, double phi, Time now) {
     RoundState& rs = nodes_[n].rounds;
-    const auto median = median_training_round(nodes_[n].core->table().pairable_facts());
+    const auto median = median_training_round(heard_others(n, now));
     if (median && rs.median_before_copy)
         rs.copy_cost = *median > *rs.median_before_copy ? *median - *rs.median_before_copy : 0;
     rs.median_before_copy.reset();

@@ -176,8 +176,9 @@ struct RoundState {
     // Exchange messages that came before this node expected them: round -> (from, phi).
     std::map<uint64_t, std::pair<uint32_t, double>> inbox;
     int choices_since_join = -1;  // a joiner's choices until its first pairing (-1: none pending)
-    Time last_choice{-1};
-    Time choice_start{}, wait_start{};
+    Time last_choice{-1};         // when the last choice ended (-1: none yet)
+    Time choice_start{-1};        // when the last began (-1: none yet)
+    Time wait_start{};
     std::vector<Event> deferred;  // round timers that came while the node was frozen
 };
 
@@ -289,6 +290,7 @@ private:
     void handle_round(Message& message, Time now);
     void answer_pair(const Message& message, Time now);
     void request_state(uint32_t n, Time now);
+    std::vector<PairingFacts> heard_others(uint32_t n, Time now) const;
     void next_round(uint32_t n, Time now);
     void adopt_state(uint32_t n, uint64_t round, double phi, Time now);
     void wait_or_train(uint32_t n, Time now);

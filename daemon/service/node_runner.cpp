@@ -161,9 +161,12 @@ void NodeRunner::join_at_start() {
 
 bool NodeRunner::pairs() const { return config_.swarm.method == OuterMethod::NoLoCo; }
 
+std::vector<PairingFacts> NodeRunner::heard_others() const {
+    return heard_lately(compatible_others(), Clock::now(), node_->phase_seconds());
+}
+
 std::optional<uint64_t> NodeRunner::swarm_median_round() const {
-    const std::vector<PairingFacts> others = compatible_others();
-    return pairs() ? median_training_round(others) : median_round(others);
+    return pairs() ? median_training_round(heard_others()) : median_round(compatible_others());
 }
 
 uint64_t NodeRunner::position() const { return pairs() ? training_round() : node_->round(); }
@@ -244,7 +247,7 @@ void NodeRunner::pace() {
 void NodeRunner::wait_for_slower() {
     const uint64_t training = training_round();
     const uint64_t gap = config_.swarm.peer.max_round_gap;
-    auto slower_now = [&] { return slower_in_reach(compatible_others(), training, gap); };
+    auto slower_now = [&] { return slower_in_reach(heard_others(), training, gap); };
     std::vector<uint64_t> slower = slower_now();
     if (slower.empty()) return;
     const double bound =

@@ -74,6 +74,9 @@ public:
 private:
     // Compatible ALIVE members other than this node.
     std::vector<PairingFacts> compatible_others() const;
+    // Those of them heard from within an inner phase of this node's (heard_lately): what NoLoCo's
+    // pacing reads, as a large swarm's gossip brings others' rounds late.
+    std::vector<PairingFacts> heard_others() const;
     // A first start with seeds: waits for a member, then copies the swarm's state unless the
     // swarm is still at round 0 (whose weights this node has too).
     void join_at_start();
@@ -86,7 +89,7 @@ private:
     uint64_t position() const;
     void catch_up_if_behind();
     // The median round of the compatible members other than this node (with NoLoCo, of the rounds
-    // they train: median_training_round); none when there are none.
+    // those heard from lately train: median_training_round); none when there are none.
     std::optional<uint64_t> swarm_median_round() const;
     void copy_state_from_swarm(const std::string& why);
     void pace();

@@ -330,6 +330,29 @@ TEST_CASE("what pairing reads of the pairable members matches the members themse
     CHECK_FALSE(solo_last(facts[1]));
 }
 
+TEST_CASE("a member is heard from when its own word arrives, not when others pass on its digest") {
+    MemberTable table = table_with_limits();
+    Member m = member(1, 5, MemberState::Alive);
+    m.round = 3;
+    table.merge(m, t0);
+    CHECK(table.find(1)->heard == SteadyClock::time_point{});  // passed on by another
+    table.heard_from(1, t0 + 2s);
+    table.heard_from(99, t0 + 2s);  // unknown: ignored
+    CHECK(table.find(1)->heard == t0 + 2s);
+    // A newer incarnation passed on by another replaces the entry but not when it was heard.
+    m.incarnation = 6;
+    m.round = 4;
+    CHECK(table.merge(m, t0 + 3s) == MemberTable::Merge::Updated);
+    CHECK(table.find(1)->heard == t0 + 2s);
+    CHECK(table.pairable_facts().front().heard == t0 + 2s);
+    // Its pair traffic: the round it chooses for, as of now.
+    table.note_round(1, 7, t0 + 5s);
+    CHECK(table.find(1)->round == 7u);
+    CHECK(table.find(1)->heard == t0 + 5s);
+    table.note_round(1, 6, t0 + 6s);  // rounds only go up
+    CHECK(table.find(1)->round == 7u);
+}
+
 TEST_CASE("members that say another method are not pairable; one that says none is") {
     Member self = member(100, 50, MemberState::Alive, 42);
     self.method = "noloco fused";

@@ -305,6 +305,36 @@ TEST_CASE("random candidates: other pairable members within the round gap, recen
     }
 }
 
+TEST_CASE("random candidates: within each part, the members heard from lately first") {
+    using namespace std::chrono_literals;
+    const SteadyClock::time_point since = SteadyClock::time_point{} + 100s;
+    std::vector<PairingFacts> pairable;
+    for (uint64_t id = 1; id <= 8; id++) {
+        PairingFacts m{.node_id = id, .round = 10, .callable = true, .proposable = true};
+        // Heard since: 2, 4 (a recent partner), 6 and 8 (private); 7 heard exactly then.
+        if (id % 2 == 0) m.heard = since + 1s;
+        if (id == 7) m.heard = since;
+        if (id == 5) m.heard = since - 1s;
+        m.callable = id < 6;
+        pairable.push_back(m);
+    }
+    const std::vector<uint64_t> recent{3, 4};
+    for (uint64_t seed = 0; seed < 16; seed++) {
+        // As a private node: direct (not recent: heard 2, then 1 and 5; recent: heard 4, then 3),
+        // then the private members it reaches through a relay (heard 6, 7, 8 before none).
+        const auto order = random_candidates(pairable, 99, 10, 1, recent, seed, false, since);
+        REQUIRE(order.size() == 8);
+        CHECK(order[0] == 2);
+        CHECK(std::set<uint64_t>(order.begin() + 1, order.begin() + 3) == std::set<uint64_t>{1, 5});
+        CHECK(order[3] == 4);
+        CHECK(order[4] == 3);
+        CHECK(std::set<uint64_t>(order.begin() + 5, order.end()) == std::set<uint64_t>{6, 7, 8});
+        // Without a time, as before: heard or not does not matter.
+        const auto any = random_candidates(pairable, 99, 10, 1, recent, seed, false);
+        CHECK(std::set<uint64_t>(any.begin(), any.begin() + 3) == std::set<uint64_t>{1, 2, 5});
+    }
+}
+
 // As many adopters as members: every node adopts every left-out member.
 constexpr double kEveryone = 1000;
 

@@ -117,6 +117,42 @@ TEST_CASE("pacing: a member trains the round after the one it advertises once it
     CHECK(median_training_round(swarm) == 8u);
 }
 
+TEST_CASE("pacing reads the members heard from within a phase, or the 8 heard most lately",
+          "[pacing]") {
+    using namespace std::chrono_literals;
+    const SteadyClock::time_point now = SteadyClock::time_point{} + 1000s;
+    // Member 100 + i heard i seconds ago (i = 0: never).
+    const auto heard_ago = [&](size_t members) {
+        std::vector<PairingFacts> facts = at_rounds(std::vector<uint64_t>(members, 5));
+        for (size_t i = 1; i < members; i++) facts[i].heard = now - std::chrono::seconds(i);
+        return facts;
+    };
+    const auto ids = [](std::vector<PairingFacts> facts) {
+        std::set<uint64_t> out;
+        for (const PairingFacts& m : facts) out.insert(m.node_id);
+        return out;
+    };
+    const auto range = [](uint64_t first, uint64_t last) {
+        std::set<uint64_t> out;
+        for (uint64_t id = first; id <= last; id++) out.insert(id);
+        return out;
+    };
+    // No more than 8: all of them, heard or not.
+    CHECK(ids(heard_lately(heard_ago(8), now, 3.0)) == range(100, 107));
+    // 30 members, a phase of 12 s: those heard within 12 s, 101 to 112.
+    CHECK(ids(heard_lately(heard_ago(30), now, 12.0)) == range(101, 112));
+    // A phase of 3 s: 3 were heard within it, so the 8 heard most lately.
+    CHECK(ids(heard_lately(heard_ago(30), now, 3.0)) == range(101, 108));
+    // No phase known yet (0): at least 2 s.
+    CHECK(ids(heard_lately(heard_ago(30), now, 0.0)) == range(101, 108));
+    // Fewer than 8 ever heard: all of them.
+    std::vector<PairingFacts> few = heard_ago(30);
+    for (size_t i = 8; i < few.size(); i++) few[i].heard = {};
+    CHECK(heard_lately(few, now, 12.0).size() == 30u);
+    few[8].heard = now - 100s;  // the 8th, heard long ago, completes the 8
+    CHECK(ids(heard_lately(few, now, 12.0)) == range(101, 108));
+}
+
 TEST_CASE("pacing: ahead of every member by more than the gap; members still to choose",
           "[pacing]") {
     CHECK_FALSE(ahead_of_all({}, 10, 1));  // alone: nobody to wait for
