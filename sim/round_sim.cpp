@@ -76,7 +76,8 @@ void Simulation::next_round(uint32_t n, Time now) {
     RoundState& rs = nodes_[n].rounds;
     const uint64_t gap = config_.rounds.max_round_gap;
     const auto others = nodes_[n].core->table().pairable_facts();
-    const auto median = median_training_round(heard_others(n, now));
+    // The view once: at thousands of nodes each copy of it is a pass over the table.
+    const auto median = median_training_round(heard_lately(others, clock_at(now), rs.phase_s));
     switch (catch_up(median, rs.round, gap, rs.copy_cost, true)) {
         case CatchUp::None: break;
         case CatchUp::Skip:
