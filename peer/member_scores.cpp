@@ -8,26 +8,30 @@ void MemberScores::accepted(uint64_t member) {
     MutexLock lock(mutex_);
     MemberScore& s = scores_[member];
     s.accepted++;
-    s.in_a_row = 0;
+    if (s.strikes > 0) s.strikes--;
+    s.judged_lately = s.strikes > 0 ? s.judged_lately + 1 : 0;
+    s.refused_lately = s.strikes > 0 ? s.refused_lately : 0;
 }
 
 std::optional<Quarantine> MemberScores::refused(uint64_t member, uint64_t round, std::string why) {
     MutexLock lock(mutex_);
     MemberScore& s = scores_[member];
     s.refused++;
-    s.in_a_row++;
+    s.refused_lately++;
+    s.judged_lately++;
+    s.strikes = std::min(s.strikes + policy_.refusal_strikes, policy_.quarantine_strikes);
     s.last_refusal = std::move(why);
-    // A member already quarantined (a message of a round paired before the quarantine began)
-    // gets no longer for it.
+    // A member already quarantined (a message of a round paired before the quarantine began, or
+    // a DiLoCo D, judged every round) gets no longer for it.
     if (s.quarantined_until > round) return std::nullopt;
-    // A run of refusals goes on through a quarantine: after one, the first refusal with no
-    // accepted message since starts the next.
-    if (s.in_a_row < policy_.refusals_in_a_row) return std::nullopt;
+    if (s.strikes < policy_.quarantine_strikes) return std::nullopt;
     uint64_t rounds = policy_.first_rounds;
     for (uint64_t q = 0; q < s.quarantines && rounds < policy_.max_rounds; q++) rounds *= 2;
     rounds = std::min(rounds, policy_.max_rounds);
     s.quarantines++;
     s.quarantined_until = round + 1 + rounds;
+    s.strikes =
+        policy_.quarantine_strikes - std::min(policy_.refusal_strikes, policy_.quarantine_strikes);
     return Quarantine{member, s.quarantined_until, rounds, s};
 }
 

@@ -680,10 +680,11 @@ void RoundPeers::judged(uint64_t member, uint64_t round,
     const auto found = table_.find(member);
     spdlog::warn(
         "peer: node {} ({}) quarantined until round {} ({} rounds, quarantine {}): {} of its "
-        "messages refused in a row ({} refused, {} accepted in all), the last: {}",
+        "last {} messages refused ({} refused, {} accepted in all), the last: {}",
         format_node_id(member), found ? found->address : "address unknown", quarantine->until_round,
-        quarantine->rounds, quarantine->score.quarantines, quarantine->score.in_a_row,
-        quarantine->score.refused, quarantine->score.accepted, *refusal);
+        quarantine->rounds, quarantine->score.quarantines, quarantine->score.refused_lately,
+        quarantine->score.judged_lately, quarantine->score.refused, quarantine->score.accepted,
+        *refusal);
 }
 
 std::vector<uint64_t> RoundPeers::quarantined() const {

@@ -1,7 +1,7 @@
 // A node's part in each round, over the members its MembershipProtocol knows: choosing a partner
 // (both sides agree before either waits), the pairwise exchange with it and the rate each
 // partner's link gave, DiLoCo's round messages (published here, fetched from every member), the
-// judgement of each member's messages and the quarantine of those refused in a row, and the
+// judgement of each member's messages and the quarantine of those refused too often, and the
 // server's side of each of those calls. It is the one writer of the round this node advertises
 // in its digests.
 #pragma once
@@ -89,7 +89,7 @@ public:
                                  std::span<codec::MessageDecoder* const> decoders, uint64_t* bytes);
 
     // What the outer step of `round` made of `member`'s message: nullopt when it entered the
-    // step, else why it was refused. Refusals in a row quarantine the member (MemberScores):
+    // step, else why it was refused. Repeated refusals quarantine the member (MemberScores):
     // this node does not pair with it for a while, and says so at warn, naming it.
     void judged(uint64_t member, uint64_t round, const std::optional<std::string>& refusal);
     std::optional<MemberScore> score_of(uint64_t member) const { return scores_.score(member); }

@@ -172,7 +172,7 @@ NodeMetrics::NodeMetrics(const std::string& listen)
                         .Name("starling_quarantined_peers")
                         .Help(
                             "Members this node does not pair with for now: their messages were "
-                            "refused in a row")
+                            "refused too often")
                         .Register(r)
                         .Add({});
     peer_rtt_ =

@@ -20,7 +20,7 @@ public:
     std::vector<LinkExchanged> exchange(uint64_t round, uint64_t partner,
                                         std::vector<LinkPart> parts, uint64_t bytes,
                                         uint64_t tokens) override;
-    // Refusals in a row quarantine the member (RoundPeers::judged).
+    // Repeated refusals quarantine the member (RoundPeers::judged).
     void judged(uint64_t member, uint64_t round,
                 const std::optional<std::string>& refusal) override;
     // Every live compatible member, by node id. Gossiped rounds lag, so they decide nothing here:

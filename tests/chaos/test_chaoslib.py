@@ -200,7 +200,7 @@ class AttackBytesTest(unittest.TestCase):
 
     def test_quarantines_name_the_member(self):
         line = ("[2026-11-28 06:40:01.002 +00:00] warning peer: node 8e5efe4e342c4fdc (10.251.148.1:37621) quarantined "
-                "until round 61 (8 rounds, quarantine 1): 2 of its messages refused in a row (2 refused, 0 accepted in "
+                "until round 61 (8 rounds, quarantine 1): 2 of its last 2 messages refused (2 refused, 0 accepted in "
                 "all), the last: partner 8e5efe4e342c4fdc: its distance from this node's values, 1e12, exceeds ...")
         self.assertEqual(logs.quarantines_of(line, "10.251.148.1:37621"), [line])
         self.assertEqual(logs.quarantines_of(line, "10.251.148.1:3762"), [])

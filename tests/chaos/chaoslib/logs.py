@@ -187,9 +187,10 @@ def quarantines_of(text, member):
 
 def longest_refusal_run(text, member_id):
     """The most messages of node `member_id` (16 hex digits) a log's round lines refused in a row,
-    none taken between: the count a node quarantines a member on (peer/member_scores.h). NoLoCo
-    lines name the partner; a DiLoCo line names only the D's it left out, so any other DiLoCo
-    line ends a run (it may have taken the member's D), which can only count short."""
+    none taken between: two in a row always quarantine a member (peer/member_scores.h; so may
+    three in five alternating ones). NoLoCo lines name the partner; a DiLoCo line names only the
+    D's it left out, so any other DiLoCo line ends a run (it may have taken the member's D), which
+    can only count short."""
     longest = run = 0
     for line in text.splitlines():
         if " round " not in line:
