@@ -240,14 +240,14 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
         return to_come ? not_now(why) : declined(why);
     }
     if (proposal.mode == PairMode::Deterministic) {
-        if (proposal.membership_digest != view.membership_digest)
+        const DeterministicView ours = view.deterministic();
+        if (proposal.membership_digest != ours.membership_digest)
             return declined("membership views differ (this node's digest is " +
-                            format_node_id(view.membership_digest) + ")");
-        if (view.deterministic_partner != proposal.from)
+                            format_node_id(ours.membership_digest) + ")");
+        if (ours.partner != proposal.from)
             return declined(
                 "this node's deterministic partner for " + round_text(proposal.round) + " is " +
-                (view.deterministic_partner ? "node " + format_node_id(*view.deterministic_partner)
-                                            : std::string("nobody")));
+                (ours.partner ? "node " + format_node_id(*ours.partner) : std::string("nobody")));
     }
     if (state.proposal) {
         if (state.proposal->to != proposal.from)

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -49,11 +50,20 @@ struct PairProposal {
     uint64_t membership_digest = 0;  // of the proposer's pairable view
 };
 
+// What a deterministic proposal is set against: the callee's pairable view's digest and its
+// deterministic partner for the proposal's round (none: solo).
+struct DeterministicView {
+    uint64_t membership_digest = 0;
+    std::optional<uint64_t> partner;
+};
+
 // What the callee's own view says, for judging a proposal.
 struct PairingView {
-    uint64_t round = 0;                             // the callee's current round
-    uint64_t membership_digest = 0;                 // of its pairable view
-    std::optional<uint64_t> deterministic_partner;  // for the proposal's round; none: solo
+    uint64_t round = 0;  // the callee's current round
+    // Called only for a deterministic proposal that gets that far: it is a pass over the whole
+    // view and a shuffle of it, which at thousands of members cost more than the rest of
+    // answering, while most proposals are random or declined first.
+    std::function<DeterministicView()> deterministic;
 };
 
 struct PairAnswer {

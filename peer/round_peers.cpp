@@ -330,11 +330,13 @@ grpc::Status RoundPeers::answer_pair(uint64_t caller, const v1::PairRequest& req
         const PairMode mode = request.mode() == v1::PAIR_MODE_DETERMINISTIC
                                   ? PairMode::Deterministic
                                   : PairMode::Random;
-        const auto view = table_.pairable_ids();
-        PairingView ours{table_.self().round, membership_digest(view), std::nullopt};
-        if (mode == PairMode::Deterministic)
-            ours.deterministic_partner = deterministic_partner(request.round(), view, node_id_,
-                                                               table_.private_pairable_ids());
+        const PairingView ours{table_.self().round, [&] {
+                                   const auto view = table_.pairable_ids();
+                                   return DeterministicView{
+                                       membership_digest(view),
+                                       deterministic_partner(request.round(), view, node_id_,
+                                                             table_.private_pairable_ids())};
+                               }};
         const Member self = table_.self();
         const auto& anchors = self.anchors;
         const bool names_anchor =

@@ -112,27 +112,41 @@ void SwimCore::count_against_local_health() {
 
 void SwimCore::spread(uint64_t node_id) {
     const auto members = static_cast<uint64_t>(table_.others_count()) + 2;
-    unsent_[node_id] = settings_.retransmit_factor * std::bit_width(members - 1);
+    set_sends_left(node_id, settings_.retransmit_factor * std::bit_width(members - 1));
+}
+
+void SwimCore::set_sends_left(uint64_t node_id, int left) {
+    const auto [it, added] = sends_left_.try_emplace(node_id, left);
+    if (!added) {
+        news_order_.erase({-it->second, node_id});
+        it->second = left;
+    }
+    if (left > 0) {
+        news_order_.emplace(-left, node_id);
+    } else {
+        sends_left_.erase(it);
+    }
 }
 
 std::vector<Member> SwimCore::gossip_payload() {
     MutexLock lock(mutex_);
     if (table_.others_count() < settings_.full_view_max) {
-        unsent_.clear();  // every piece of news goes with the whole view
+        sends_left_.clear();  // every piece of news goes with the whole view
+        news_order_.clear();
         return table_.all();
     }
     std::vector<Member> payload{table_.self()};
     const size_t room = std::max<size_t>(settings_.digests_max, 1);
-    // The freshest news first: most sends left, then the lower id.
-    std::vector<std::pair<int, uint64_t>> news;
-    for (const auto& [id, left] : unsent_) news.emplace_back(-left, id);
-    std::sort(news.begin(), news.end());
-    for (const auto& [negative_left, id] : news) {
-        if (payload.size() == room) break;
+    // The freshest news first: most sends left, then the lower id. A member no longer listed
+    // takes no room and its news ends.
+    std::vector<std::pair<uint64_t, int>> taken;  // id, sends left after this one
+    for (auto it = news_order_.begin(); it != news_order_.end() && payload.size() < room; ++it) {
+        const auto [negative_left, id] = *it;
         auto member = table_.find(id);
-        if (!member || --unsent_[id] == 0) unsent_.erase(id);
+        taken.emplace_back(id, member ? -negative_left - 1 : 0);
         if (member) payload.push_back(std::move(*member));
     }
+    for (const auto& [id, left] : taken) set_sends_left(id, left);
     // Drawn at random to fill the rest: `room` of them, as the news already taken may be among.
     const size_t news_taken = payload.size();
     for (Member& m : table_.sample_reachable(room, payload.front().node_id, rng_)) {

@@ -15,10 +15,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <chrono>
 #include <random>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
@@ -99,6 +100,8 @@ public:
 
 private:
     void spread(uint64_t node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+    // 0 or less ends the member's news.
+    void set_sends_left(uint64_t node_id, int left) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
     // One more sign that this node itself is slow: local_health up by one, to the cap.
     void count_against_local_health();
     // Up to k reachable members other than `excluded` that a call can reach, at random. Draws as
@@ -111,8 +114,12 @@ private:
     MemberTable table_;
     mutable Mutex mutex_;
     std::mt19937_64 rng_ ABSL_GUARDED_BY(mutex_);
-    // Members whose news is still being passed on: id -> sends left.
-    std::map<uint64_t, int> unsent_ ABSL_GUARDED_BY(mutex_);
+    // Members whose news is still being passed on: id -> sends left, and the same in the order
+    // gossip takes them (most sends left, then the lower id), so that a gossip reads only the
+    // news it sends: at thousands of members a gossip that sorted every piece pending spent a
+    // third of a simulated swarm's time.
+    absl::flat_hash_map<uint64_t, int> sends_left_ ABSL_GUARDED_BY(mutex_);
+    std::set<std::pair<int, uint64_t>> news_order_ ABSL_GUARDED_BY(mutex_);  // (-sends left, id)
     // Per member answered: the smoothed round trip and its variation, in milliseconds.
     struct RoundTrip {
         double smoothed = 0, variation = 0;

@@ -343,11 +343,13 @@ void Simulation::answer_pair(const Message& m, Time now) {
         if (member->state != MemberState::Alive) {
             answer.reason = "not alive in this node's view";
         } else {
-            const auto view = table.pairable_ids();
-            PairingView ours{table.self().round, membership_digest(view), std::nullopt};
-            if (asked.mode == PairMode::Deterministic)
-                ours.deterministic_partner = deterministic_partner(asked.round, view, node.id,
-                                                                   unreachable_in_matching(table));
+            const PairingView ours{table.self().round, [&] {
+                                       const auto view = table.pairable_ids();
+                                       return DeterministicView{
+                                           membership_digest(view),
+                                           deterministic_partner(asked.round, view, node.id,
+                                                                 unreachable_in_matching(table))};
+                                   }};
             answer = rs.book->consider({caller, asked.round, asked.nonce, asked.mode, asked.digest},
                                        ours);
         }

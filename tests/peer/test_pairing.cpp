@@ -32,7 +32,12 @@ PairProposal random_proposal(uint64_t from, uint64_t round, uint64_t nonce = 1) 
     return {from, round, nonce, PairMode::Random, 0};
 }
 
-PairingView view_at(uint64_t round) { return {round, 0, std::nullopt}; }
+// A callee at `round` whose view has `digest` and names `partner` for the proposal's round.
+PairingView view_with(uint64_t round, uint64_t digest, std::optional<uint64_t> partner) {
+    return {round, [=] { return DeterministicView{digest, partner}; }};
+}
+
+PairingView view_at(uint64_t round) { return view_with(round, 0, std::nullopt); }
 
 std::vector<PeerNode*> wait_for_one_view(LocalCluster& cluster) {
     const auto nodes = nodes_of(cluster);
@@ -111,29 +116,52 @@ TEST_CASE("a deterministic proposal is accepted only when the callee's view name
     book.open(5);
     const PairProposal proposal{22, 5, 7, PairMode::Deterministic, 0xabc};
     SECTION("views differ") {
-        const auto answer = book.consider(proposal, {5, 0xdef, 22});
+        const auto answer = book.consider(proposal, view_with(5, 0xdef, 22));
         CHECK_FALSE(answer.accepted);
         CHECK_THAT(answer.reason, Catch::Contains("membership views differ"));
     }
     SECTION("the callee's matching names another node") {
-        const auto answer = book.consider(proposal, {5, 0xabc, 33});
+        const auto answer = book.consider(proposal, view_with(5, 0xabc, 33));
         CHECK_FALSE(answer.accepted);
         CHECK_THAT(answer.reason, Catch::Contains("deterministic partner"));
     }
     SECTION("the callee is alone in its matching") {
-        CHECK_FALSE(book.consider(proposal, {5, 0xabc, std::nullopt}).accepted);
+        CHECK_FALSE(book.consider(proposal, view_with(5, 0xabc, std::nullopt)).accepted);
     }
     SECTION("both views agree") {
-        CHECK(book.consider(proposal, {5, 0xabc, 22}).accepted);
+        CHECK(book.consider(proposal, view_with(5, 0xabc, 22)).accepted);
         CHECK(book.partner(5) == 22u);
         // Paired for the round: the same proposer again is fine, anyone else is refused.
-        CHECK(book.consider(proposal, {5, 0xabc, 22}).accepted);
+        CHECK(book.consider(proposal, view_with(5, 0xabc, 22)).accepted);
         const auto other = book.consider(random_proposal(33, 5), view_at(5));
         CHECK_FALSE(other.accepted);
         CHECK_THAT(other.reason, Catch::Contains("already paired"));
         CHECK(book.partner(5) == 22u);
     }
     if (!book.partner(5)) CHECK(book.consider(random_proposal(33, 5), view_at(5)).accepted);
+}
+
+TEST_CASE("the callee's matching is read only for a deterministic proposal it would take") {
+    PairingBook book(11, 1);
+    int reads = 0;
+    const PairingView counted{5, [&] {
+                                  ++reads;
+                                  return DeterministicView{0xabc, 22};
+                              }};
+    // Not choosing for round 5 yet: declined before the matching matters.
+    CHECK_FALSE(book.consider({22, 5, 7, PairMode::Deterministic, 0xabc}, counted).accepted);
+    book.open(5);
+    CHECK_FALSE(book.consider({22, 6, 7, PairMode::Deterministic, 0xabc}, counted).accepted);
+    CHECK(reads == 0);
+    CHECK(book.consider(random_proposal(33, 5), counted).accepted);
+    CHECK(reads == 0);
+    // Paired with 33 now: a deterministic proposal from 22 is declined as already paired.
+    CHECK_FALSE(book.consider({22, 5, 7, PairMode::Deterministic, 0xabc}, counted).accepted);
+    CHECK(reads == 0);
+    PairingBook other(11, 1);
+    other.open(5);
+    CHECK(other.consider({22, 5, 7, PairMode::Deterministic, 0xabc}, counted).accepted);
+    CHECK(reads == 1);
 }
 
 TEST_CASE("a proposal is accepted only for the round the node is choosing for, while it chooses") {
@@ -197,7 +225,13 @@ TEST_CASE("crossing proposals settle on the lower (nonce, node id) and both side
     b.open(5);
     REQUIRE(a.begin_proposal(5, 22, nonce_a));
     REQUIRE(b.begin_proposal(5, 11, nonce_b));
-    const PairingView view_a{5, 0xabc, 22}, view_b{5, 0xabc, 11};
+    const PairingView view_a{5,
+                             [] {
+                                 return DeterministicView{0xabc, 22};
+                             }},
+        view_b{5, [] {
+                   return DeterministicView{0xabc, 11};
+               }};
     const auto at_a = a.consider({22, 5, nonce_b, mode, 0xabc}, view_a);
     const auto at_b = b.consider({11, 5, nonce_a, mode, 0xabc}, view_b);
     const bool a_wins = std::make_tuple(nonce_a, 11) < std::make_tuple(nonce_b, 22);
