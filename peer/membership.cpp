@@ -524,6 +524,7 @@ std::vector<uint64_t> MemberTable::pairable_ids() const {
 std::vector<PairingFacts> MemberTable::pairable_facts() const {
     MutexLock lock(mutex_);
     std::vector<PairingFacts> facts;
+    facts.reserve(others_.size());
     for (const Entry& e : others_)
         if (pairable_locked(e))
             facts.push_back(facts_of(e.node_id(), e.round, e.paired_through, e.solo_through,

@@ -135,8 +135,10 @@ std::vector<Member> SwimCore::gossip_payload() {
         news_order_.clear();
         return table_.all();
     }
-    std::vector<Member> payload{table_.self()};
     const size_t room = std::max<size_t>(settings_.digests_max, 1);
+    std::vector<Member> payload;
+    payload.reserve(room);
+    payload.push_back(table_.self());
     // The freshest news first: most sends left, then the lower id. A member no longer listed
     // takes no room and its news ends.
     std::vector<std::pair<uint64_t, int>> taken;  // id, sends left after this one
