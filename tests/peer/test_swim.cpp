@@ -235,6 +235,34 @@ TEST_CASE("swim: past full_view_max a message holds digests_max digests, news fi
     REQUIRE(drawn.size() == 20);
 }
 
+TEST_CASE("swim: news with as many sends left goes lower id first, and renewed news starts over") {
+    SwimSettings settings;
+    settings.full_view_max = 8;
+    settings.digests_max = 3;
+    settings.retransmit_factor = 1;
+    auto core = core_with(20, settings);  // 21 members: 5 sends each
+    REQUIRE(core->merge(member(9, 6), t0) == MemberTable::Merge::Updated);
+    REQUIRE(core->merge(member(4, 6), t0) == MemberTable::Merge::Updated);
+    auto sent = ids_of(core->gossip_payload());
+    REQUIRE(sent == std::vector<uint64_t>{100, 4, 9});
+    // Member 4 changes again: its news has 5 sends left once more, 9's has 4.
+    REQUIRE(core->merge(member(4, 7), t0) == MemberTable::Merge::Updated);
+    for (int message = 0; message < 4; message++) {
+        sent = ids_of(core->gossip_payload());
+        REQUIRE(sent == std::vector<uint64_t>{100, 4, 9});
+    }
+    // 9 has gone out 5 times; 4 once more, beside a member drawn at random; then no news.
+    sent = ids_of(core->gossip_payload());
+    REQUIRE(sent.size() == 3);
+    REQUIRE(sent[1] == 4);
+    REQUIRE(sent[2] != 4);
+    for (int message = 0; message < 20; message++) {
+        sent = ids_of(core->gossip_payload());
+        REQUIRE(sent.size() == 3);
+        REQUIRE(sent[1] != sent[2]);
+    }
+}
+
 TEST_CASE("swim: the same seed makes the same choices") {
     SwimSettings settings;
     settings.full_view_max = 4;
