@@ -30,8 +30,7 @@ std::optional<Quarantine> MemberScores::refused(uint64_t member, uint64_t round,
     rounds = std::min(rounds, policy_.max_rounds);
     s.quarantines++;
     s.quarantined_until = round + 1 + rounds;
-    s.strikes =
-        policy_.quarantine_strikes - std::min(policy_.refusal_strikes, policy_.quarantine_strikes);
+    s.strikes = policy_.quarantine_strikes - policy_.refusal_strikes;
     return Quarantine{member, s.quarantined_until, rounds, s};
 }
 

@@ -23,7 +23,7 @@ namespace starling {
 // other round, as a replay whose staleness shows in every other round): the strikes of a member
 // refused more than one message in three grow, those of one refused now and then do not.
 struct QuarantinePolicy {
-    uint64_t refusal_strikes = 2;
+    uint64_t refusal_strikes = 2;  // at most quarantine_strikes
     uint64_t quarantine_strikes = 4;
     // The first quarantine's length in this node's rounds; each further one is twice the last.
     uint64_t first_rounds = 8;
