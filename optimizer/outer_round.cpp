@@ -55,6 +55,36 @@ std::optional<std::string> own_values_broken(std::span<const float> values,
     return std::nullopt;
 }
 
+// Each member's cosine with the others' sum (shares[m] members[m] each; 0 where either is zero)
+// and, where `momentum_norm` is positive, with the momentum (NaN otherwise, and for a D of zero:
+// it points nowhere). Leaves the sum of all in `scratch`.
+struct Alignments {
+    std::vector<double> with_others, with_momentum;
+};
+Alignments alignments(std::span<const std::span<const float>> members,
+                      std::span<const float> shares, std::span<const double> norms,
+                      std::span<const float> momentum, double momentum_norm,
+                      std::span<float> scratch) {
+    weighted_sum(scratch, members, shares);
+    Alignments result;
+    for (size_t m = 0; m < members.size(); m++) {
+        const std::span<const float> d = members[m];
+        double dot = 0.0, others_squared = 0.0, momentum_dot = 0.0;
+        for (size_t i = 0; i < d.size(); i++) {
+            const double others = static_cast<double>(scratch[i]) - double(shares[m]) * d[i];
+            dot += others * d[i];
+            others_squared += others * others;
+            momentum_dot += double(momentum[i]) * d[i];
+        }
+        const double norm_product = std::sqrt(others_squared) * norms[m];
+        result.with_others.push_back(norm_product > 0.0 ? dot / norm_product : 0.0);
+        result.with_momentum.push_back(momentum_norm > 0.0 && norms[m] > 0.0
+                                           ? momentum_dot / (momentum_norm * norms[m])
+                                           : std::numeric_limits<double>::quiet_NaN());
+    }
+    return result;
+}
+
 }  // namespace
 
 std::string_view message_mode_name(MessageMode mode) {
@@ -238,50 +268,48 @@ DiLoCoStep diloco_outer_step(const OuterConfig& config,
     std::vector<std::span<const float>> members;
     for (const size_t k : kept) members.push_back(decoded[k]);
     result.staleness.assign(decoded.size(), std::numeric_limits<double>::quiet_NaN());
+    const auto leave_out = [&](size_t m, std::vector<size_t>& list) {
+        list.insert(list.begin(), kept[m]);
+        const auto at = static_cast<std::ptrdiff_t>(m);
+        for (auto* v : {&kept_weights, &kept_norms, &scales}) v->erase(v->begin() + at);
+        members.erase(members.begin() + at);
+        shares.erase(shares.begin() + at);
+        kept.erase(kept.begin() + at);
+    };
     if (kept.size() >= 3) {
-        weighted_sum(scratch, members, shares);
         // The last outer step, as every member holds it (a joiner copies it with phi).
-        const double momentum_norm = euclidean_distance(momentum, {});
-        const bool momentum_usable = momentum_norm > 0.0 && std::isfinite(momentum_norm);
-        std::vector<double> kept_cosines, kept_staleness;
-        for (size_t m = 0; m < kept.size(); m++) {
-            const std::span<const float> d = members[m];
-            double dot = 0.0, others_squared = 0.0, momentum_dot = 0.0;
-            for (size_t i = 0; i < d.size(); i++) {
-                const double others = static_cast<double>(scratch[i]) - double(shares[m]) * d[i];
-                dot += others * d[i];
-                others_squared += others * others;
-                momentum_dot += double(momentum[i]) * d[i];
-            }
-            const double norm_product = std::sqrt(others_squared) * kept_norms[m];
-            kept_cosines.push_back(norm_product > 0.0 ? dot / norm_product : 0.0);
-            result.cosines[kept[m]] = kept_cosines.back();
-            // A D of zero (a free rider's) points nowhere: not judged stale, nor counted.
-            kept_staleness.push_back(momentum_usable && kept_norms[m] > 0.0
-                                         ? momentum_dot / (momentum_norm * kept_norms[m]) -
-                                               kept_cosines.back()
-                                         : std::numeric_limits<double>::quiet_NaN());
-            result.staleness[kept[m]] = kept_staleness.back();
-        }
-        result.median_cosine = lower_median(kept_cosines);
-        std::vector<double> judged_staleness;
-        for (const double x : kept_staleness)
-            if (!std::isnan(x)) judged_staleness.push_back(x);
-        const bool judge_stale = judged_staleness.size() >= 3;
-        if (judge_stale) result.median_staleness = lower_median(judged_staleness);
+        const double norm = euclidean_distance(momentum, {});
+        const double momentum_norm = std::isfinite(norm) ? norm : 0.0;
+        Alignments aligned =
+            alignments(members, shares, kept_norms, momentum, momentum_norm, scratch);
+        for (size_t m = 0; m < kept.size(); m++) result.cosines[kept[m]] = aligned.with_others[m];
+        result.median_cosine = lower_median(aligned.with_others);
+        const size_t before = kept.size();
         for (size_t m = kept.size(); m-- > 0;) {
-            const bool off_course = result.median_cosine > 0.0 &&
-                                    kept_cosines[m] < kMinCosineOfMedian * result.median_cosine;
+            const bool off_course =
+                result.median_cosine > 0.0 &&
+                aligned.with_others[m] < kMinCosineOfMedian * result.median_cosine;
+            if (far[m] || off_course) leave_out(m, far[m] ? result.too_large : result.off_course);
+        }
+        // Staleness is judged among the D's still in, against their own sum: a D left out above
+        // would otherwise set the median (of 4 members, one trained on random bytes, it made the
+        // lowest honest staleness the median, and honest D's 0.25 to 0.3 above it were left out).
+        std::vector<double> staleness, judged;
+        if (kept.size() >= 3) {
+            if (kept.size() != before)
+                aligned = alignments(members, shares, kept_norms, momentum, momentum_norm, scratch);
+            for (size_t m = 0; m < kept.size(); m++) {
+                staleness.push_back(aligned.with_momentum[m] - aligned.with_others[m]);
+                if (!std::isnan(staleness.back())) judged.push_back(staleness.back());
+                result.staleness[kept[m]] = staleness.back();
+            }
+        }
+        if (judged.size() >= 3) {
+            result.median_staleness = lower_median(judged);
             // NaN compares false: a D not judged is never stale.
-            const bool stale =
-                judge_stale && kept_staleness[m] > result.median_staleness + kStaleMargin;
-            if (!off_course && !far[m] && !stale) continue;
-            auto& list = far[m] ? result.too_large : off_course ? result.off_course : result.stale;
-            list.insert(list.begin(), kept[m]);
-            const auto at = static_cast<std::ptrdiff_t>(m);
-            members.erase(members.begin() + at);
-            kept_weights.erase(kept_weights.begin() + at);
-            scales.erase(scales.begin() + at);
+            for (size_t m = kept.size(); m-- > 0;)
+                if (staleness[m] > result.median_staleness + kStaleMargin)
+                    leave_out(m, result.stale);
         }
     }
     result.members = static_cast<int>(members.size());

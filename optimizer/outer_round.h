@@ -139,8 +139,9 @@ struct DiLoCoStep {
     std::vector<double> cosines;
     double median_cosine = 0.0;
     // Per index into decoded: its cosine with the outer momentum less its cosine with the others'
-    // sum; NaN where not judged (as cosines, and where the momentum is zero). median_staleness:
-    // the lower middle one.
+    // sum, the others being the D's not left out as too large or off course; NaN where not judged
+    // (as cosines, for a D so left out, where fewer than 3 remain, and where the momentum or the
+    // D is zero). median_staleness: the lower middle one.
     std::vector<double> staleness;
     double median_staleness = 0.0;
 };
@@ -155,12 +156,12 @@ struct DiLoCoStep {
 // an even count), times its weight over the median weight where that is above 1, is scaled down
 // to it; and with 3 or more D's, one more than kFarAboveAllowed times its allowed norm, whose
 // cosine with the others' sum is below kMinCosineOfMedian times the median member's (when that
-// is positive), or whose staleness exceeds the median member's by kStaleMargin, is left out
-// (momentum holds the last outer step on entry). A member that
-// claims its real tokens thus moves phi by at most its share of one typical update, in the
-// direction the others take. With no finite D the node takes no step. judge false: the plain
-// (weighted) mean of every D, unjudged (the fault study's baseline without defences; never in
-// starlingd).
+// is positive) is left out; then, among 3 or more D's still in, one whose staleness (against
+// their sum) exceeds the median member's by kStaleMargin (momentum holds the last outer step on
+// entry). A member that claims its real tokens thus moves phi by at most its share of one
+// typical update, in the direction the others take. With no finite D the node takes no step. judge
+// false: the plain (weighted) mean of every D, unjudged (the fault study's baseline without
+// defences; never in starlingd).
 DiLoCoStep diloco_outer_step(const OuterConfig& config,
                              std::span<const std::span<const float>> decoded, std::span<float> phi,
                              std::span<float> momentum, std::span<float> scratch,

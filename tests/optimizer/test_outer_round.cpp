@@ -620,6 +620,65 @@ TEST_CASE("diloco_outer_step leaves out a D kept back a round") {
     }
 }
 
+TEST_CASE("diloco_outer_step judges staleness among the D's not left out as off course") {
+    const size_t n = 64;
+    const OuterConfig config{0.0f, 1.0f, 0.0f, MomentumForm::HeavyBall};  // phi += mean D
+    // Three honest D's of this round's trend, one of them leaning the last round's way, and a
+    // fourth pointing away (noise, a replica trained on random bytes). Judged with the fourth in,
+    // the staleness median was the lowest honest one's and the leaning D, 0.30 above it, was left
+    // out as a round old; among the three, it is 0.20 above their median, and kept.
+    std::vector<float> u(n), w(n), v(n);
+    for (size_t i = 0; i < n; i++) {
+        u[i] = i % 2 ? 1.0f : -1.0f;
+        w[i] = i < n / 2 ? 1.0f : -1.0f;
+        v[i] = (i / 2) % 2 ? 1.0f : -1.0f;
+    }
+    auto d_of = [&](float now, float last, float away, size_t k) {
+        std::vector<float> d(n);
+        for (size_t i = 0; i < n; i++)
+            d[i] = now * (0.6f * u[i] + 0.8f * w[i]) + last * u[i] + away * v[i] +
+                   0.5f * std::sin(float(i * (k + 3)));
+        return d;
+    };
+    const std::vector<std::vector<float>> ds{d_of(1.0f, 0.0f, 0.0f, 0), d_of(1.0f, 0.6f, 0.0f, 1),
+                                             d_of(1.0f, 0.0f, 0.0f, 2),
+                                             d_of(-0.2f, -1.0f, 1.0f, 5)};
+    const std::vector<std::span<const float>> decoded(ds.begin(), ds.end());
+    std::vector<float> phi(n, 0.0f), momentum = u, scratch(n);
+    const DiLoCoStep step = diloco_outer_step(config, decoded, phi, momentum, scratch);
+    CHECK(step.off_course == std::vector<size_t>{3});
+    CHECK(step.stale.empty());
+    CHECK(step.members == 3);
+    CHECK(std::isnan(step.staleness[3]));
+
+    // Each honest staleness by hand, against the sum of the other two honest D's, each clipped to
+    // the median norm of all four.
+    auto dot = [](std::span<const float> a, std::span<const float> b) {
+        double s = 0.0;
+        for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
+        return s;
+    };
+    std::vector<double> norms;
+    for (const auto d : decoded) norms.push_back(std::sqrt(dot(d, d)));
+    std::vector<double> sorted = norms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_norm = sorted[1];
+    std::vector<double> staleness;
+    for (size_t m = 0; m < 3; m++) {
+        std::vector<float> others(n, 0.0f);
+        for (size_t k = 0; k < 3; k++)
+            if (k != m)
+                for (size_t i = 0; i < n; i++)
+                    others[i] += float(ds[k][i] * std::min(1.0, median_norm / norms[k]));
+        const double with_momentum = dot(ds[m], u) / (norms[m] * std::sqrt(dot(u, u)));
+        const double with_others = dot(ds[m], others) / (norms[m] * std::sqrt(dot(others, others)));
+        staleness.push_back(with_momentum - with_others);
+        CHECK(step.staleness[m] == Approx(staleness.back()).margin(1e-4));
+    }
+    CHECK(step.median_staleness == Approx(staleness[0]).margin(1e-4));
+    CHECK(step.staleness[1] > step.median_staleness + 0.15);
+}
+
 TEST_CASE("with judge off, the outer steps take every message as it comes") {
     const size_t n = 16;
     const OuterConfig config{0.0f, 1.0f, 1.0f, MomentumForm::HeavyBall};  // phi = the group mean
