@@ -166,7 +166,11 @@ std::string random_byte_shards(const std::filesystem::path& root) {
 // members refuse few of each other's messages. Few, not none: pico daemons early in training
 // drift apart, and an honest partner's weights scored up to 15% worse than a node's own on the
 // held-out batch (0 to 3 refusals in about 80 honest judgements of a run), where a decaying
-// member's scored 6 to 25% worse.
+// member's scored 6 to 25% worse. In DiLoCo the staleness test left out 3 honest D's in 8 runs
+// beside a member trained on random bytes (2 refusals each: an honest D 0.28 above the median of
+// three, and the first D's of a swarm that two members began alone and two joined, where the old
+// member's D follows the last step it made half of); before it judged only the D's the
+// direction test kept, the random-byte member set the median, and one run counted 6.
 void check_named_and_quarantined(const FaultyRun& run) {
     INFO(run.logs);
     CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
