@@ -28,9 +28,13 @@ SwimCore::Period SwimCore::tick(SteadyClock::time_point now) {
         return m.state == MemberState::Alive && m.reachability == Reachability::Unknown &&
                now - m.since < settings_.unknown_grace;
     };
+    const auto anchors_pending = [&](const Member& m) {
+        return m.state == MemberState::Alive && m.reachability == Reachability::Private &&
+               m.anchors.empty() && now - m.since < settings_.anchorless_grace;
+    };
     if (auto target = table_.find(probe_order_[probe_next_++]);
         target && (target->state == MemberState::Alive || target->state == MemberState::Suspect) &&
-        !verdict_pending(*target))
+        !verdict_pending(*target) && !anchors_pending(*target))
         period.probe = std::move(target);
     auto partner = sample_callable(1, table_.self().node_id);
     if (!partner.empty()) period.gossip = std::move(partner.front());

@@ -88,6 +88,35 @@ TEST_CASE(
     CHECK(probed_within(t0 + 2s).contains(4));
 }
 
+TEST_CASE("swim: a private member that names no anchors here is probed only after the grace") {
+    SwimSettings settings;
+    settings.anchorless_grace = 60s;
+    auto core = core_with(2, settings);
+    // Private, said a moment before it names its anchors: nobody this node could ask reaches it.
+    Member fresh = member(3, 6);
+    fresh.reachability = Reachability::Private;
+    core->table().merge(fresh, t0);
+    const auto probed_within = [&](SteadyClock::time_point now) {
+        std::set<uint64_t> probed;
+        for (int period = 0; period < 3 * 3; period++)
+            if (const auto p = core->tick(now); p.probe) probed.insert(p.probe->node_id);
+        return probed;
+    };
+    CHECK(probed_within(t0 + 59s) == std::set<uint64_t>{1, 2});
+    // One that still names none a minute on (it died before it could) is probed as any other.
+    CHECK(probed_within(t0 + 60s) == std::set<uint64_t>{1, 2, 3});
+    // Its anchors named (a later incarnation, learnt now) end the wait at once.
+    fresh.anchors = {1};
+    fresh.incarnation++;
+    core->table().merge(fresh, t0 + 61s);
+    CHECK(probed_within(t0 + 61s) == std::set<uint64_t>{1, 2, 3});
+    // A suspected one is probed at once: the probe's answer, if one comes, refutes.
+    Member suspect = member(4, 5, MemberState::Suspect);
+    suspect.reachability = Reachability::Private;
+    core->table().merge(suspect, t0 + 62s);
+    CHECK(probed_within(t0 + 62s).contains(4));
+}
+
 TEST_CASE("swim: a failed probe makes an alive member suspect, and the timeout makes it dead") {
     auto core = core_with(3);
     REQUIRE(core->probe_failed(2, t0));
