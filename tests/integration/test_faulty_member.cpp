@@ -165,17 +165,20 @@ std::string random_byte_shards(const std::filesystem::path& root) {
 // The faulty member is refused when it is paired or gathered, quarantined and named; the honest
 // members refuse few of each other's messages. Few, not none: pico daemons early in training
 // drift apart, and an honest partner's weights scored up to 15% worse than a node's own on the
-// held-out batch (0 to 3 refusals in about 80 honest judgements of a run), where a decaying
-// member's scored 6 to 25% worse. In DiLoCo the staleness test left out 3 honest D's in 8 runs
-// beside a member trained on random bytes (2 refusals each: an honest D 0.28 above the median of
-// three, and the first D's of a swarm that two members began alone and two joined, where the old
-// member's D follows the last step it made half of); before it judged only the D's the
-// direction test kept, the random-byte member set the median, and one run counted 6.
+// held-out batch, where a decaying member's scored 6 to 25% worse: 0 to 4 refusals in about 80
+// honest judgements in 22 runs beside a member trained on random bytes, and 6 in one clean-clone
+// run beside a decaying one, under ctest -j2 (those its output kept: honest partners at 1.051 and
+// 1.058 of the node's own loss, in rounds 4 and 9). The bound holds that, not the study's 1%
+// (0 of 288 honest messages refused at H 50, docs/security.md). In DiLoCo the staleness test left
+// out 3 honest D's in 8 runs beside a member trained on random bytes (2 refusals each: an honest D
+// 0.28 above the median of three, and the first D's of a swarm that two members began alone and two
+// joined, where the old member's D follows the last step it made half of); before it judged only
+// the D's the direction test kept, the random-byte member set the median, and one run counted 6.
 void check_named_and_quarantined(const FaultyRun& run) {
     INFO(run.logs);
     CHECK(!lines_with(run.logs, {"warn", run.faulty_address, "quarantined until round"}).empty());
     REQUIRE(run.views_of_faulty.size() == 3);
-    CHECK(run.honest_refused <= 5);
+    CHECK(run.honest_refused <= 8);
 }
 
 // The round lines that refused a partner on the held-out batch: each logs that partner's score,
@@ -355,7 +358,7 @@ TEST_CASE("a DiLoCo member that sends its D of the round before is left out as a
     INFO(run.logs);
     CHECK(lines_with(run.logs, {"left out as a round old"}).size() >= 2);
     REQUIRE(run.views_of_faulty.size() == 3);
-    CHECK(run.honest_refused <= 5);
+    CHECK(run.honest_refused <= 8);
 }
 
 // The damage the faulty member still does, against a control swarm of the three honest nodes
