@@ -18,6 +18,37 @@ std::vector<float> ramp(size_t n, float start, float step) {
     return v;
 }
 
+double dot(std::span<const float> a, std::span<const float> b) {
+    double s = 0.0;
+    for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
+    return s;
+}
+
+// The staleness of each of the first `judged` D's, by hand: its cosine with the momentum less its
+// cosine with the sum of the other judged D's, each clipped to the lower median norm of all `ds`.
+std::vector<double> staleness_by_hand(const std::vector<std::vector<float>>& ds, size_t judged,
+                                      std::span<const float> momentum) {
+    std::vector<double> norms;
+    for (const auto& d : ds) norms.push_back(std::sqrt(dot(d, d)));
+    std::vector<double> sorted = norms;
+    std::sort(sorted.begin(), sorted.end());
+    const double median_norm = sorted[(sorted.size() - 1) / 2];
+    const size_t n = momentum.size();
+    std::vector<double> staleness;
+    for (size_t m = 0; m < judged; m++) {
+        std::vector<float> others(n, 0.0f);
+        for (size_t k = 0; k < judged; k++)
+            if (k != m)
+                for (size_t i = 0; i < n; i++)
+                    others[i] += float(ds[k][i] * std::min(1.0, median_norm / norms[k]));
+        const double with_momentum =
+            dot(ds[m], momentum) / (norms[m] * std::sqrt(dot(momentum, momentum)));
+        const double with_others = dot(ds[m], others) / (norms[m] * std::sqrt(dot(others, others)));
+        staleness.push_back(with_momentum - with_others);
+    }
+    return staleness;
+}
+
 }  // namespace
 
 TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps alone") {
@@ -574,30 +605,10 @@ TEST_CASE("diloco_outer_step leaves out a D kept back a round") {
     CHECK(step.off_course.empty());
     CHECK(step.members == 5);
 
-    // Each staleness by hand: the cosine with the momentum less that with the others' sum, each D
-    // in that sum clipped to the median norm.
-    auto dot = [](std::span<const float> a, std::span<const float> b) {
-        double s = 0.0;
-        for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
-        return s;
-    };
-    std::vector<double> norms;
-    for (const auto d : decoded) norms.push_back(std::sqrt(dot(d, d)));
-    std::vector<double> sorted = norms;
-    std::sort(sorted.begin(), sorted.end());
-    const double median_norm = sorted[2];
-    std::vector<double> staleness;
-    for (size_t m = 0; m < ds.size(); m++) {
-        std::vector<float> others(n, 0.0f);
-        for (size_t k = 0; k < ds.size(); k++)
-            if (k != m)
-                for (size_t i = 0; i < n; i++)
-                    others[i] += float(ds[k][i] * std::min(1.0, median_norm / norms[k]));
-        const double with_momentum = dot(ds[m], last) / (norms[m] * std::sqrt(dot(last, last)));
-        const double with_others = dot(ds[m], others) / (norms[m] * std::sqrt(dot(others, others)));
-        staleness.push_back(with_momentum - with_others);
-        CHECK(step.staleness[m] == Approx(staleness.back()).margin(1e-4));
-    }
+    // Each staleness by hand, against the other five D's.
+    std::vector<double> staleness = staleness_by_hand(ds, ds.size(), last);
+    for (size_t m = 0; m < ds.size(); m++)
+        CHECK(step.staleness[m] == Approx(staleness[m]).margin(1e-4));
     std::sort(staleness.begin(), staleness.end());
     CHECK(step.median_staleness == Approx(staleness[2]).margin(1e-4));
     CHECK(step.staleness[2] > step.median_staleness + 0.5);
@@ -653,28 +664,8 @@ TEST_CASE("diloco_outer_step judges staleness among the D's not left out as off 
 
     // Each honest staleness by hand, against the sum of the other two honest D's, each clipped to
     // the median norm of all four.
-    auto dot = [](std::span<const float> a, std::span<const float> b) {
-        double s = 0.0;
-        for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
-        return s;
-    };
-    std::vector<double> norms;
-    for (const auto d : decoded) norms.push_back(std::sqrt(dot(d, d)));
-    std::vector<double> sorted = norms;
-    std::sort(sorted.begin(), sorted.end());
-    const double median_norm = sorted[1];
-    std::vector<double> staleness;
-    for (size_t m = 0; m < 3; m++) {
-        std::vector<float> others(n, 0.0f);
-        for (size_t k = 0; k < 3; k++)
-            if (k != m)
-                for (size_t i = 0; i < n; i++)
-                    others[i] += float(ds[k][i] * std::min(1.0, median_norm / norms[k]));
-        const double with_momentum = dot(ds[m], u) / (norms[m] * std::sqrt(dot(u, u)));
-        const double with_others = dot(ds[m], others) / (norms[m] * std::sqrt(dot(others, others)));
-        staleness.push_back(with_momentum - with_others);
-        CHECK(step.staleness[m] == Approx(staleness.back()).margin(1e-4));
-    }
+    const std::vector<double> staleness = staleness_by_hand(ds, 3, u);
+    for (size_t m = 0; m < 3; m++) CHECK(step.staleness[m] == Approx(staleness[m]).margin(1e-4));
     CHECK(step.median_staleness == Approx(staleness[0]).margin(1e-4));
     CHECK(step.staleness[1] > step.median_staleness + 0.15);
 }

@@ -41,6 +41,14 @@ std::vector<uint64_t> ids_of(const std::vector<Member>& members) {
     return ids;
 }
 
+// The members that nine periods at `now` choose to probe.
+std::set<uint64_t> probed_within(SwimCore& core, SteadyClock::time_point now) {
+    std::set<uint64_t> probed;
+    for (int period = 0; period < 3 * 3; period++)
+        if (const auto p = core.tick(now); p.probe) probed.insert(p.probe->node_id);
+    return probed;
+}
+
 }  // namespace
 
 TEST_CASE("swim: each period probes the next member of a round robin, which covers all of them") {
@@ -67,25 +75,19 @@ TEST_CASE(
     Member joiner = member(3);
     joiner.reachability = Reachability::Unknown;
     core->table().merge(joiner, t0);
-    const auto probed_within = [&](SteadyClock::time_point now) {
-        std::set<uint64_t> probed;
-        for (int period = 0; period < 3 * 3; period++)
-            if (const auto p = core->tick(now); p.probe) probed.insert(p.probe->node_id);
-        return probed;
-    };
-    CHECK(probed_within(t0 + 9999ms) == std::set<uint64_t>{1, 2});
-    CHECK(probed_within(t0 + 10s) == std::set<uint64_t>{1, 2, 3});
+    CHECK(probed_within(*core, t0 + 9999ms) == std::set<uint64_t>{1, 2});
+    CHECK(probed_within(*core, t0 + 10s) == std::set<uint64_t>{1, 2, 3});
     // Its verdict, private with an anchor, ends the grace: it is probed through the anchor.
     joiner.reachability = Reachability::Private;
     joiner.anchors = {1};
     joiner.incarnation++;
     core->table().merge(joiner, t0 + 1s);
-    CHECK(probed_within(t0 + 1s) == std::set<uint64_t>{1, 2, 3});
+    CHECK(probed_within(*core, t0 + 1s) == std::set<uint64_t>{1, 2, 3});
     // A suspected member is probed whatever its reachability: its answer refutes.
     Member suspect = member(4, 5, MemberState::Suspect);
     suspect.reachability = Reachability::Unknown;
     core->table().merge(suspect, t0 + 2s);
-    CHECK(probed_within(t0 + 2s).contains(4));
+    CHECK(probed_within(*core, t0 + 2s).contains(4));
 }
 
 TEST_CASE("swim: a private member that names no anchors here is probed only after the grace") {
@@ -96,25 +98,19 @@ TEST_CASE("swim: a private member that names no anchors here is probed only afte
     Member fresh = member(3, 6);
     fresh.reachability = Reachability::Private;
     core->table().merge(fresh, t0);
-    const auto probed_within = [&](SteadyClock::time_point now) {
-        std::set<uint64_t> probed;
-        for (int period = 0; period < 3 * 3; period++)
-            if (const auto p = core->tick(now); p.probe) probed.insert(p.probe->node_id);
-        return probed;
-    };
-    CHECK(probed_within(t0 + 59s) == std::set<uint64_t>{1, 2});
+    CHECK(probed_within(*core, t0 + 59s) == std::set<uint64_t>{1, 2});
     // One that still names none a minute on (it died before it could) is probed as any other.
-    CHECK(probed_within(t0 + 60s) == std::set<uint64_t>{1, 2, 3});
+    CHECK(probed_within(*core, t0 + 60s) == std::set<uint64_t>{1, 2, 3});
     // Its anchors named (a later incarnation, learnt now) end the wait at once.
     fresh.anchors = {1};
     fresh.incarnation++;
     core->table().merge(fresh, t0 + 61s);
-    CHECK(probed_within(t0 + 61s) == std::set<uint64_t>{1, 2, 3});
+    CHECK(probed_within(*core, t0 + 61s) == std::set<uint64_t>{1, 2, 3});
     // A suspected one is probed at once: the probe's answer, if one comes, refutes.
     Member suspect = member(4, 5, MemberState::Suspect);
     suspect.reachability = Reachability::Private;
     core->table().merge(suspect, t0 + 62s);
-    CHECK(probed_within(t0 + 62s).contains(4));
+    CHECK(probed_within(*core, t0 + 62s).contains(4));
 }
 
 TEST_CASE("swim: a failed probe makes an alive member suspect, and the timeout makes it dead") {
