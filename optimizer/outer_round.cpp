@@ -139,11 +139,17 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // often as a flipped one does (docs/security.md). The loss tells wherever the partner
         // trained at least this node's tokens, for more training scores no worse honestly,
         // while one that trained fewer scores worse and is not scored: a member can escape the
-        // check only by claiming fewer tokens, which lowers its weight in the mean. The
-        // direction test stands in where there is no held-out batch: honest pico daemons at H 8
-        // score down to -0.52 beside a decaying member, while the loss measures the harm itself.
-        if (!problem && p.weight == self.weight && !checks.held_out_loss)
-            problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
+        // check only by claiming fewer tokens, which lowers its weight in the mean. A split D
+        // is the partner's update itself, so its alignment is judged beside the loss, which
+        // noise of a matched norm passes; a fused theta - phi also holds the partner's drift
+        // from this node's phi, so its direction stands in only where there is no held-out
+        // batch: honest pico daemons at H 8 score down to -0.52 beside a decaying member.
+        if (!problem && p.weight == self.weight) {
+            if (!fused)
+                problem = unaligned_update(p.values, self.values);
+            else if (!checks.held_out_loss)
+                problem = opposed_update(p.values, self.values, phi);
+        }
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) {
                 MemberValues as_sent = self;

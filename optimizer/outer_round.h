@@ -92,12 +92,13 @@ struct NoLoCoStep {
 // a loss that is not finite on the held-out batch, leaves every partner out unjudged (own_fault)
 // and steps alone; otherwise partners whose values fail the sanity check or are this node's own
 // sent back (echoed_message, where self.sent is given) or, split, whose D barely moved though
-// it trained at least this node's tokens (idle_update) are left out, and so is one that trained at
-// least this node's tokens (a weight at least its own: every H-step round, and a token-budget
-// round's partner that claims as many or more) whose weights score more than
-// kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on
-// checks.held_out_loss (or, without one, where both trained the same tokens, whose update points
-// away from this node's: opposed_update); the rest and
+// it trained at least this node's tokens (idle_update) or is no more aligned with this node's own
+// D than random signs would be though both trained the same tokens (unaligned_update) are left
+// out, and so is one that trained at least this node's tokens (a weight at least its own: every
+// H-step round, and a token-budget round's partner that claims as many or more) whose weights
+// score more than kMaxHeldOutLossRatio times this node's own as its partners receive them
+// (self.sent) on checks.held_out_loss (or, fused and without one, where both trained the same
+// tokens, whose update points away from this node's: opposed_update); the rest and
 // the node's own exact values are averaged in node-id order (split: phi over the members that sent
 // it, and no pull where no partner did); with no partner left the node takes a solo step (its own
 // D only) and never waits. self.phi must be the phi span being updated (split

@@ -72,6 +72,23 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
     return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
 }
 
+std::optional<std::string> unaligned_update(std::span<const float> partner,
+                                            std::span<const float> own) {
+    double sum = 0.0, spread_squared = 0.0;
+    size_t terms = 0;
+    for (size_t i = 0; i < own.size(); i++) {
+        const double term = static_cast<double>(partner[i]) * own[i];
+        sum += term;
+        spread_squared += term * term;
+        terms += term != 0.0;
+    }
+    const double spread = std::sqrt(spread_squared);
+    if (terms < kMinAlignmentTerms || sum >= kMinUpdateAlignment * spread) return std::nullopt;
+    return "its D is no more aligned with this node's than random signs would be (" +
+           short_number(spread > 0.0 ? sum / spread : 0.0) + " standard deviations, under " +
+           short_number(kMinUpdateAlignment) + ")";
+}
+
 std::optional<std::string> idle_update(std::span<const float> partner, std::span<const float> own) {
     const double partner_norm = euclidean_distance(partner, {});
     const double own_norm = euclidean_distance(own, {});

@@ -80,20 +80,23 @@ struct FaultyRun {
 
 // Three honest daemons and one whose config differs by `fault` (environment overrides) or that
 // runs `faulty_command` (faulty_starlingd with a fault), all with `method`, evaluated every 8
-// rounds; without a fourth (`fourth` false), a control swarm of the three. Each honest node must
-// reach `rounds` with a finite validation loss and a training loss well below its first.
+// rounds, with `everyone`'s settings on all four; without a fourth (`fourth` false), a control
+// swarm of the three. Each honest node must reach `rounds` with a finite validation loss and a
+// training loss well below its first.
 FaultyRun run_with_faulty_member(const std::string& method, const Environment& fault,
                                  const std::vector<std::string>& faulty_command = {},
-                                 uint64_t rounds = kRounds, bool fourth = true) {
+                                 uint64_t rounds = kRounds, bool fourth = true,
+                                 const Environment& everyone = {}) {
     TempDir root;
     TestDaemon a("a", root.path()), b("b", root.path()), c("c", root.path()),
         faulty("faulty", root.path());
     // H-step rounds always: on a busy machine the members' step times spread and automatic rounds
     // turn to time budgets, where members train unequal tokens and NoLoCo's held-out check does
     // not judge (an honest partner with fewer steps scores worse); those rounds are sane()'s alone.
-    const Environment honest{{"STARLING_SWARM_METHOD", method},
-                             {"STARLING_SWARM_EVAL_EVERY", "8"},
-                             {"STARLING_SWARM_UNEVEN_MARGIN", "inf"}};
+    Environment honest{{"STARLING_SWARM_METHOD", method},
+                       {"STARLING_SWARM_EVAL_EVERY", "8"},
+                       {"STARLING_SWARM_UNEVEN_MARGIN", "inf"}};
+    for (const auto& [key, value] : everyone) honest[key] = value;
     Environment typo = honest;
     for (const auto& [key, value] : fault) typo[key] = value;
     if (!faulty_command.empty()) faulty.run_as(faulty_command);
@@ -343,6 +346,18 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     check_named_and_quarantined(run);
     // In NoLoCo the held-out check refused it: the round lines say by how much.
     if (method == "noloco") CHECK(check_logged_held_out_scores(run.logs) >= 1);
+}
+
+TEST_CASE("a NoLoCo member in split mode whose D is noise of its norm is refused as unaligned",
+          "[integration]") {
+    // Its weights (phi + noise) score near an honest partner's on the held-out batch in most
+    // rounds, and its distance is an update's: only the alignment of its D with each node's own
+    // tells it (optimizer/sanity.h, unaligned_update).
+    const FaultyRun run =
+        run_with_faulty_member("noloco", {}, {faulty_starlingd_binary(), "--fault", "noise"},
+                               kRounds, true, {{"STARLING_EXCHANGE_MODE", "split"}});
+    check_named_and_quarantined(run);
+    CHECK(!lines_with(run.logs, {"no more aligned"}).empty());
 }
 
 TEST_CASE("a DiLoCo member that sends its D of the round before is left out as a round old",

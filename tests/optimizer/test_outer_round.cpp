@@ -318,6 +318,47 @@ TEST_CASE(
     CHECK(step_with(std::vector<float>(n, 0.0f), 5.0).members == 2);
 }
 
+TEST_CASE(
+    "noloco_outer_step refuses a split D that its weights' score would pass but points nowhere") {
+    // Every weight scores alike on the held-out batch, as noise of an update's norm nearly does:
+    // the D's alignment with this node's own tells it apart. Own D alternates 1 and 2 over 256
+    // coordinates; the honest partner's is the same; the noise partner's has the signs of a
+    // pattern unrelated to it: + on coordinates 0 and 1 of every 4 and - on 2 and 3, so its terms
+    // cancel exactly (sum 0), while its weights lie as far from phi as the honest one's.
+    const size_t n = 256;
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    std::vector<float> own_d(n), noise_d(n);
+    for (size_t i = 0; i < n; i++) {
+        own_d[i] = i % 2 == 0 ? 1.0f : 2.0f;
+        noise_d[i] = i % 4 < 2 ? own_d[i] : -own_d[i];
+    }
+    const std::vector<float> phi0(n, 0.0f);
+    std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+    PartnerChecks checks;
+    checks.held_out_loss = [](std::span<const float>) { return 1.0; };
+    const std::vector<MemberValues> partners{{5, noise_d, phi0, 10.0}, {9, own_d, phi0, 10.0}};
+    const NoLoCoStep step = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0},
+                                              partners, checks, phi, momentum, a, b);
+    CHECK(step.members == 2);
+    REQUIRE(step.refused.size() == 1);
+    CHECK(step.refused[0].member == 5);
+    CHECK_THAT(step.refused[0].why,
+               Catch::Contains("no more aligned") && Catch::Contains("(0 standard deviations"));
+    // Fused, theta - phi also holds the partner's drift from this node's phi, so where the
+    // held-out batch scores it the same values are taken.
+    std::vector<float> theta(n), noise_theta(n);
+    for (size_t i = 0; i < n; i++) {
+        theta[i] = phi0[i] + own_d[i];
+        noise_theta[i] = phi0[i] + noise_d[i];
+    }
+    phi = phi0;
+    std::fill(momentum.begin(), momentum.end(), 0.0f);
+    const std::vector<MemberValues> fused{{5, noise_theta, {}, 10.0}};
+    CHECK(noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0}, fused, checks, phi,
+                            momentum, a, b)
+              .members == 2);
+}
+
 TEST_CASE("noloco_outer_step in a split round without phi averages D's and takes no pull") {
     // Heavy-ball by hand: delta = 0.5 delta + 0.7 mean(D); phi += delta. The partner's phi would
     // have pulled this node's towards it; without one, nothing does.

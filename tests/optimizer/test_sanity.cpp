@@ -1,8 +1,10 @@
 // The sane() check on partners' messages (optimizer/sanity.h), against the properties
 // docs/spec.md section 4 asks of it.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
@@ -157,6 +159,52 @@ TEST_CASE("opposed_update refuses a partner's update far against this node's") {
     CHECK(opposed_update(std::vector<float>{-1.0f, 0.1f}, std::vector<float>{1.0f, 0.0f}, {}));
     CHECK_FALSE(
         opposed_update(std::vector<float>{-1.0f, 0.1f}, std::vector<float>{0.0f, 0.0f}, {}));
+}
+
+TEST_CASE("unaligned_update refuses a D no more aligned with this node's than random signs") {
+    // The statistic by hand on 64 coordinates, own D all 1: terms t_i = partner_i, so the sum is
+    // the partner's sum and sigma = sqrt(sum of partner_i^2). 40 coordinates at 1 and 24 at -1:
+    // sum 16, sigma 8, 2 standard deviations: refused. 52 at 1 and 12 at -1: sum 40, 5: taken.
+    const std::vector<float> own(64, 1.0f);
+    std::vector<float> weak(64, 1.0f), aligned(64, 1.0f);
+    std::fill(weak.begin() + 40, weak.end(), -1.0f);
+    std::fill(aligned.begin() + 52, aligned.end(), -1.0f);
+    const auto why = unaligned_update(weak, own);
+    REQUIRE(why);
+    CHECK_THAT(*why,
+               Catch::Contains("no more aligned") && Catch::Contains("(2 standard deviations"));
+    CHECK_FALSE(unaligned_update(aligned, own));
+    std::vector<float> flipped(64);
+    std::transform(aligned.begin(), aligned.end(), flipped.begin(), [](float x) { return -x; });
+    CHECK_THAT(*unaligned_update(flipped, own), Catch::Contains("(-5 standard deviations"));
+
+    // Noise of a matched norm beside a D of uneven sizes, on 100,000 coordinates: the sum of
+    // random-sign terms over sigma is a standard normal, here within 4 of 0, and refused; the
+    // same D with that noise at half its norm added (cosine 0.89 with D) passes.
+    const size_t n = 100000;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    std::vector<float> d(n), noise(n), honest(n);
+    for (size_t i = 0; i < n; i++) d[i] = normal(rng) * (i % 10 == 0 ? 5.0f : 1.0f);
+    const double scale = euclidean_distance(d, {});
+    for (float& x : noise) x = normal(rng);
+    const double noise_scale = scale / euclidean_distance(noise, {});
+    for (size_t i = 0; i < n; i++) {
+        noise[i] = static_cast<float>(noise[i] * noise_scale);
+        honest[i] = d[i] + 0.5f * noise[i];
+    }
+    CHECK(unaligned_update(noise, d));
+    CHECK_FALSE(unaligned_update(honest, d));
+    // A sparse D (every 50th coordinate of the honest one) is judged on its own terms.
+    std::vector<float> sparse(n, 0.0f);
+    for (size_t i = 0; i < n; i += 50) sparse[i] = honest[i];
+    CHECK_FALSE(unaligned_update(sparse, d));
+
+    // Under 64 nonzero terms nothing is judged (equal D's score sqrt(count)), nor a zero D
+    // (idle_update's) or beside this node's own zero D.
+    CHECK_FALSE(unaligned_update(std::vector<float>(63, -1.0f), std::vector<float>(63, 1.0f)));
+    CHECK_FALSE(unaligned_update(std::vector<float>(64, 0.0f), own));
+    CHECK_FALSE(unaligned_update(weak, std::vector<float>(64, 0.0f)));
 }
 
 TEST_CASE("echoed_message refuses values within a twentieth of an update of what was sent") {
