@@ -50,10 +50,10 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
 // would be: with s the sum of p_i d_i over the coordinates and sigma = sqrt(sum of p_i^2 d_i^2),
 // the spread s would have if each p_i's sign were a coin toss (a D independent of this node's,
 // sparse or heavy-tailed alike), refused when s < kMinUpdateAlignment * sigma. Noise of a matched
-// norm, or a replica trained on random bytes, scores within about 3 of 0; honest partners that
-// trained the same tokens scored 75 to 276 in the swarm experiment (split, H 25, 123,200 values)
-// and 35 to 276 among pico daemons at H 8, with TOPK D's (1.5% kept) 15 to 61; a flipped D scores
-// below -19. A node can tell only because split messages carry D itself: a fused theta holds the
+// norm scores within 2 of 0, a replica trained on random bytes within 5 past its first rounds;
+// honest partners that trained the same tokens scored 75 to 248 in the swarm experiment (split,
+// H 25, 123,200 values) and 35 to 276 among pico daemons at H 8, with TOPK D's 15 to 61; a
+// flipped D scores below -19. A node can tell only because split messages carry D itself: a fused theta holds the
 // partner's phi too, whose drift from this node's sets the sign (docs/security.md). Empty when
 // aligned, or when fewer than kMinAlignmentTerms coordinates are nonzero in both D's (s is at most
 // sqrt of their count times sigma, so even equal D's could not pass; a zero D is idle_update's);
