@@ -1,8 +1,9 @@
 // What each of the round's defences (docs/security.md) adds to a round, against the training the
 // round holds, measured on one replica in one run: NoLoCo's sane() distances and held-out check
-// of one partner, DiLoCo's clip, direction and staleness tests over the members' D's (the judged
-// step less the plain mean), and the signature each node makes of its message and checks of each
-// message it takes. A round's training is H times the median inner step measured here. Medians of
+// of one partner (and with split messages the alignment of its D), DiLoCo's clip, direction and
+// staleness tests over the members' D's (the judged step less the plain mean), and the signature
+// each node makes of its message and checks of each message it takes. A round's training is H times
+// the median inner step measured here. Medians of
 // --reps repetitions after one warm-up; needs the config's data (train and validation shards).
 #include <CLI/CLI.hpp>
 #include <cmath>
@@ -102,12 +103,17 @@ int run(int argc, char** argv) {
         (void)replica.held_out_loss(theta);
         (void)replica.held_out_loss(partner);
     });
+    // Split messages carry the partner's D: the alignment test is one pass over both D's.
+    const double alignment_s = bench::median_seconds(reps, [&] {
+        if (unaligned_update(ds[1], own_d)) throw Error("an ordinary partner's D was refused");
+    });
     engine.method = OuterMethod::NoLoCo;
     const double noloco_signature_s = signature_seconds(engine, replica.manifest(), theta, 1, reps);
     print_row("sane(): the distances", sane_s, noloco_round);
     print_row("held-out check: own weights and the partner's", held_out_s, noloco_round);
     print_row("signature: own made, the partner's checked", noloco_signature_s, noloco_round);
     print_row("all of them", sane_s + held_out_s + noloco_signature_s, noloco_round);
+    print_row("split messages add: the alignment of D's", alignment_s, noloco_round);
 
     const double diloco_round = diloco_h * step_s;
     std::printf("\nDiLoCo, H %d (round's training %.3f s), %d members, Q8 D's:\n", diloco_h,
