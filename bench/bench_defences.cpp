@@ -2,9 +2,9 @@
 // round holds, measured on one replica in one run: NoLoCo's sane() distances and held-out check
 // of one partner (and with split messages the alignment of its D), DiLoCo's clip, direction and
 // staleness tests over the members' D's (the judged step less the plain mean), and the signature
-// each node makes of its message and checks of each message it takes. A round's training is H times
-// the median inner step measured here. Medians of
-// --reps repetitions after one warm-up; needs the config's data (train and validation shards).
+// each node makes of its message and checks of each message it takes. A round's training is H
+// times the median inner step measured here. Medians of --reps repetitions after one warm-up;
+// needs the config's data (train and validation shards).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
