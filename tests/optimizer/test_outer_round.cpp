@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -22,6 +23,14 @@ double dot(std::span<const float> a, std::span<const float> b) {
     double s = 0.0;
     for (size_t i = 0; i < a.size(); i++) s += double(a[i]) * b[i];
     return s;
+}
+
+// The step refused one partner, `member`, and took `members` values: why it refused it.
+std::string why_only_refused(const NoLoCoStep& step, int members, uint64_t member) {
+    CHECK(step.members == members);
+    REQUIRE(step.refused.size() == 1);
+    CHECK(step.refused[0].member == member);
+    return step.refused[0].why;
 }
 
 // The staleness of each of the first `judged` D's, by hand: its cosine with the momentum less its
@@ -64,11 +73,9 @@ TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps
     const std::vector<MemberValues> partners{{7, bad, {}}};
     const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, phi}, partners,
                                               checks, phi, momentum, a, b);
-    CHECK(step.members == 1);
-    REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].member == 7);
-    CHECK(step.refused[0].why.find("0000000000000007") != std::string::npos);
-    CHECK(step.refused[0].why.find("not finite") != std::string::npos);
+    const std::string why = why_only_refused(step, 1, 7);
+    CHECK(why.find("0000000000000007") != std::string::npos);
+    CHECK(why.find("not finite") != std::string::npos);
     // The solo step by hand: delta = 0.5 * delta + 0.7 * (theta - phi); phi += delta.
     for (size_t i = 0; i < n; i++) {
         const float delta = 0.5f * momentum_solo[i] + 0.7f * (theta[i] - phi_solo[i]);
@@ -211,10 +218,7 @@ TEST_CASE("noloco_outer_step refuses a partner a thousand updates away in the fi
     const std::vector<MemberValues> partners{{5, wild, {}}, {9, honest, {}}};
     const NoLoCoStep step = noloco_outer_step(config, MessageMode::Fused, {3, theta, {}}, partners,
                                               checks, phi, momentum, a, b);
-    CHECK(step.members == 2);
-    REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].member == 5);
-    CHECK(step.refused[0].why.find("0000000000000005") != std::string::npos);
+    CHECK(why_only_refused(step, 2, 5).find("0000000000000005") != std::string::npos);
 }
 
 TEST_CASE("noloco_outer_step refuses a flipped update where both trained the same tokens") {
@@ -339,10 +343,7 @@ TEST_CASE(
     const std::vector<MemberValues> partners{{5, noise_d, phi0, 10.0}, {9, own_d, phi0, 10.0}};
     const NoLoCoStep step = noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0},
                                               partners, checks, phi, momentum, a, b);
-    CHECK(step.members == 2);
-    REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].member == 5);
-    CHECK_THAT(step.refused[0].why,
+    CHECK_THAT(why_only_refused(step, 2, 5),
                Catch::Contains("no more aligned") && Catch::Contains("(0 standard deviations"));
     // Fused, theta - phi also holds the partner's drift from this node's phi, so where the
     // held-out batch scores it the same values are taken.
@@ -425,10 +426,7 @@ TEST_CASE("noloco_outer_step refuses a partner whose weights score worse on the 
     // Own weights 0.875: 1 + 8 x 0.125^2 = 1.125, the bound 1.05 x 1.125 = 1.18125. Honest
     // weights 0.90625: 1 + 8 x 0.09375^2 = 1.0703125. Garbage 0.375 and 0.875: 1 + 4 x 0.625^2 +
     // 4 x 0.125^2 = 2.625.
-    CHECK(step.members == 2);
-    REQUIRE(step.refused.size() == 1);
-    CHECK(step.refused[0].member == 5);
-    CHECK_THAT(step.refused[0].why,
+    CHECK_THAT(why_only_refused(step, 2, 5),
                Catch::Contains("2.6250 on a held-out batch") && Catch::Contains("own 1.1250"));
     // Own weights once, then each partner's: phi + D.
     REQUIRE(scored.size() == 3);
