@@ -137,8 +137,8 @@ template <class V>
 void visit_exchange_keys(V& v, ExchangeConfig& x) {
     v.section("exchange");
     v("mode", Named<MessageMode>{x.mode, message_mode_name, message_mode_from_name},
-      "NoLoCo's messages: fused (theta; needs pull = lr) or split (D and phi, whose D "
-      "partners judge for alignment: docs/security.md)");
+      "NoLoCo's messages: fused (theta; needs pull = lr) or split (D and phi; a dense D is "
+      "judged for alignment: docs/security.md)");
     v("state_codec", Named<codec::Codec>{x.state_codec, codec::codec_name, codec::codec_from_name},
       "codec of theta and phi: BF16SR, Q8 or F32");
     v("delta_codec", Named<codec::Codec>{x.delta_codec, codec::codec_name, codec::codec_from_name},

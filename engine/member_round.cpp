@@ -152,6 +152,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
         for (MemberValues& p : arrived) p.weight = 1.0;
     }
     replica.partner_checks().judge = config_.judge_messages;
+    replica.partner_checks().judge_alignment = config_.exchange.delta_codec != codec::Codec::TOPK;
     replica.partner_checks().held_out_loss = nullptr;
     if (config_.judge_messages && replica.held_out_available())
         replica.partner_checks().held_out_loss = [&replica](std::span<const float> weights) {

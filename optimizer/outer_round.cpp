@@ -145,10 +145,10 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // from this node's phi, so its direction stands in only where there is no held-out
         // batch: honest pico daemons at H 8 score down to -0.52 beside a decaying member.
         if (!problem && p.weight == self.weight) {
-            if (!fused)
+            if (!fused && checks.judge_alignment)
                 problem = unaligned_update(p.values, self.values);
             else if (!checks.held_out_loss)
-                problem = opposed_update(p.values, self.values, phi);
+                problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
         }
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) {

@@ -52,12 +52,13 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
 // sparse or heavy-tailed alike), refused when s < kMinUpdateAlignment * sigma. Noise of a matched
 // norm scores within 2 of 0, a replica trained on random bytes within 5 past its first rounds;
 // honest partners that trained the same tokens scored 75 to 248 in the swarm experiment (split,
-// H 25, 123,200 values) and 35 to 276 among pico daemons at H 8, with TOPK D's 15 to 61; a
-// flipped D scores below -19. A node can tell only because split messages carry D itself: a fused
-// theta holds the partner's phi too, whose drift from this node's sets the sign (docs/security.md).
-// Empty when aligned, or when fewer than kMinAlignmentTerms coordinates are nonzero in both D's (s
-// is at most sqrt of their count times sigma, so even equal D's could not pass; a zero D is
-// idle_update's); otherwise why not.
+// H 25, 123,200 values, 400 steps) and 35 to 276 among pico daemons at H 8; a flipped D scores
+// below -19. Late in training honest D's align less: TOPK D's sent with error feedback fell under
+// 4 often enough that they are not judged (PartnerChecks::judge_alignment). A node can tell only
+// because split messages carry D itself: a fused theta holds the partner's phi too, whose drift
+// from this node's sets the sign (docs/security.md). Empty when aligned, or when fewer than
+// kMinAlignmentTerms coordinates are nonzero in both D's (s is at most sqrt of their count times
+// sigma, so even equal D's could not pass; a zero D is idle_update's); otherwise why not.
 inline constexpr double kMinUpdateAlignment = 4.0;
 inline constexpr size_t kMinAlignmentTerms = 64;
 std::optional<std::string> unaligned_update(std::span<const float> partner,

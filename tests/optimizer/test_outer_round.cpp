@@ -345,6 +345,13 @@ TEST_CASE(
                                               partners, checks, phi, momentum, a, b);
     CHECK_THAT(why_only_refused(step, 2, 5),
                Catch::Contains("no more aligned") && Catch::Contains("(0 standard deviations"));
+    // Where alignment is not judged (sparse TOPK D's), the held-out batch alone judges it.
+    checks.judge_alignment = false;
+    phi = phi0;
+    CHECK(noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, partners, checks,
+                            phi, momentum, a, b)
+              .members == 3);
+    checks.judge_alignment = true;
     // Fused, theta - phi also holds the partner's drift from this node's phi, so where the
     // held-out batch scores it the same values are taken.
     std::vector<float> theta(n), noise_theta(n);
