@@ -141,7 +141,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // while one that trained fewer scores worse and is not scored: a member can escape the
         // check only by claiming fewer tokens, which lowers its weight in the mean. A split D
         // is the partner's update itself, so its alignment is judged beside the loss, which
-        // noise of a matched norm passes; a fused theta - phi also holds the partner's drift
+        // noise of a matched norm passes (not a sparse TOPK D's, whose alignment fades late in
+        // training: checks.judge_alignment); a fused theta - phi also holds the partner's drift
         // from this node's phi, so its direction stands in only where there is no held-out
         // batch: honest pico daemons at H 8 score down to -0.52 beside a decaying member.
         if (!problem && p.weight == self.weight) {

@@ -99,17 +99,16 @@ struct NoLoCoStep {
 // sent back (echoed_message, where self.sent is given) or, split, whose D barely moved though
 // it trained at least this node's tokens (idle_update) or is no more aligned with this node's own
 // D than random signs would be though both trained the same tokens (unaligned_update, where
-// checks.judge_alignment) are left
-// out, and so is one that trained at least this node's tokens (a weight at least its own: every
-// H-step round, and a token-budget round's partner that claims as many or more) whose weights
-// score more than kMaxHeldOutLossRatio times this node's own as its partners receive them
-// (self.sent) on checks.held_out_loss (or, without one and where alignment is not judged, whose
-// update points away from this node's though both trained the same tokens: opposed_update); the
-// rest and
-// the node's own exact values are averaged in node-id order (split: phi over the members that sent
-// it, and no pull where no partner did); with no partner left the node takes a solo step (its own
-// D only) and never waits. self.phi must be the phi span being updated (split
-// mode). scratch_a and scratch_b hold the group means (phi.size() floats each).
+// checks.judge_alignment) are left out, and so is one that trained at least this node's tokens
+// (a weight at least its own: every H-step round, and a token-budget round's partner that claims
+// as many or more) whose weights score more than kMaxHeldOutLossRatio times this node's own as
+// its partners receive them (self.sent) on checks.held_out_loss (or, without one and where
+// alignment is not judged, whose update points away from this node's though both trained the
+// same tokens: opposed_update); the rest and the node's own exact values are averaged in node-id
+// order (split: phi over the members that sent it, and no pull where no partner did); with no
+// partner left the node takes a solo step (its own D only) and never waits. self.phi must be the
+// phi span being updated (split mode). scratch_a and scratch_b hold the group means (phi.size()
+// floats each).
 NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
                              std::span<const MemberValues> partners, PartnerChecks& checks,
                              std::span<float> phi, std::span<float> momentum,
