@@ -4,10 +4,13 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
+#include "codec/block_layout.h"
 #include "common/error.h"
 
 namespace starling::codec {
@@ -62,6 +65,7 @@ bool valid_for(PlanKind kind, Codec codec) {
     if (kind == PlanKind::Delta)
         return codec == Codec::Q8 || codec == Codec::Q4 || codec == Codec::F32 ||
                codec == Codec::TOPK;
+    if (kind == PlanKind::Sample) return codec == Codec::F32;
     return codec == Codec::BF16SR || codec == Codec::Q8 || codec == Codec::F32;
 }
 
@@ -69,7 +73,7 @@ void require_valid(PlanKind kind, Codec codec) {
     if (!valid_for(kind, codec)) {
         throw Error("message plan: codec " + std::string(codec_name(codec)) +
                     " is not valid for a " + std::string(plan_kind_name(kind)) +
-                    " message (delta: Q8, Q4, F32, TOPK; state: BF16SR, Q8, F32)");
+                    " message (delta: Q8, Q4, F32, TOPK; state: BF16SR, Q8, F32; sample: F32)");
     }
 }
 
@@ -115,6 +119,7 @@ std::string_view plan_kind_name(PlanKind kind) {
     switch (kind) {
         case PlanKind::Delta: return "delta";
         case PlanKind::State: return "state";
+        case PlanKind::Sample: return "sample";
     }
     return "unknown";
 }
@@ -144,6 +149,8 @@ std::vector<Segment> state_plan(const ParameterManifest& manifest, Codec codec) 
 
 MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec,
                       const SparseFormat& sparse) {
+    if (kind == PlanKind::Sample)
+        throw Error("message plan: a sample's plan takes its count (sample_plan)");
     MessagePlan plan;
     plan.kind = kind;
     plan.codec = codec;
@@ -156,6 +163,52 @@ MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec co
     plan.segments =
         kind == PlanKind::Delta ? delta_plan(manifest, codec) : state_plan(manifest, codec);
     return plan;
+}
+
+MessagePlan sample_plan(const ParameterManifest& manifest, uint64_t count) {
+    if (count == 0 || count > 2 * manifest.total())
+        throw Error("message plan: a sample of " + num(count) + " values for " +
+                    num(manifest.total()) + " parameters (at least 1, at most 2 a parameter)");
+    MessagePlan plan;
+    plan.kind = PlanKind::Sample;
+    plan.codec = Codec::F32;
+    plan.numel = count;
+    plan.fingerprint = fingerprint_value(manifest.fingerprint());
+    plan.segments = {{0, count, Codec::F32, 0}};
+    return plan;
+}
+
+std::vector<float> rounding_bounds(const MessagePlan& plan, std::span<const float> decoded,
+                                   std::span<const uint64_t> at) {
+    std::vector<float> bounds;
+    bounds.reserve(at.size());
+    for (const uint64_t i : at) {
+        if (i >= decoded.size() || i >= plan.numel)
+            throw Error("rounding bounds: index " + num(i) + " past the arena of " +
+                        num(plan.numel));
+        const auto seg = std::prev(
+            std::upper_bound(plan.segments.begin(), plan.segments.end(), i,
+                             [](uint64_t index, const Segment& s) { return index < s.offset; }));
+        switch (seg->codec) {
+            case Codec::F32: bounds.push_back(0.0f); break;
+            case Codec::BF16SR:
+                bounds.push_back(std::ldexp(std::abs(decoded[i]), -7) + 1e-37f);
+                break;
+            case Codec::Q8:
+            case Codec::Q4: {
+                const uint64_t first = seg->offset + (i - seg->offset) / kBlock * kBlock;
+                const uint64_t end = std::min(first + kBlock, seg->offset + seg->numel);
+                float largest = 0.0f;
+                for (uint64_t j = first; j < end; j++)
+                    largest = std::max(largest, std::abs(decoded[j]));
+                const int levels = (seg->codec == Codec::Q8 ? layout::kQ8Max : layout::kQ4Max) - 1;
+                bounds.push_back(largest / static_cast<float>(levels) * (1.0f + 1e-6f));
+                break;
+            }
+            case Codec::TOPK: throw Error("rounding bounds: a TOPK message keeps no bound");
+        }
+    }
+    return bounds;
 }
 
 uint64_t payload_bytes(const MessagePlan& plan) {
@@ -355,9 +408,9 @@ MessageDecoder::MessageDecoder(std::string_view expected_fingerprint,
         throw Error("message decoder: expected fingerprint " + std::string(expected_fingerprint) +
                     " is not the manifest's " + manifest_.fingerprint());
     }
-    if (arena_size_ != manifest_.total()) {
+    if (arena_size_ == 0 || arena_size_ > 2 * manifest_.total()) {
         throw Error("message decoder: arena of " + num(arena_size_) + " floats, the manifest has " +
-                    num(manifest_.total()));
+                    num(manifest_.total()) + " (a sample's arena holds at most 2 a parameter)");
     }
     if (destination_ == nullptr) throw Error("message decoder: no destination arena");
 }
@@ -418,7 +471,7 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
         throw Error(where + "reserved bits or bytes are not zero");
     }
     const uint8_t kind_byte = static_cast<uint8_t>(h[kHKind]);
-    if (kind_byte > static_cast<uint8_t>(PlanKind::State)) {
+    if (kind_byte > static_cast<uint8_t>(PlanKind::Sample)) {
         throw Error(where + "unknown plan kind " + num(kind_byte));
     }
     const PlanKind kind = static_cast<PlanKind>(kind_byte);
@@ -453,6 +506,10 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
         throw Error(where + "element count " + num(numel) + " does not match the arena size " +
                     num(arena_size_));
     }
+    if (kind != PlanKind::Sample && numel != manifest_.total()) {
+        throw Error(where + "a " + std::string(plan_kind_name(kind)) + " message of " + num(numel) +
+                    " elements, the manifest has " + num(manifest_.total()));
+    }
     const uint64_t fingerprint = get64(h + kHFingerprint);
     if (fingerprint != expected_fingerprint_) {
         throw Error(where + "message for model " + fingerprint_hex(fingerprint) +
@@ -460,7 +517,8 @@ void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
                     " (fingerprint mismatch)");
     }
 
-    MessagePlan plan = make_plan(manifest_, kind, codec, sparse);
+    MessagePlan plan = kind == PlanKind::Sample ? sample_plan(manifest_, numel)
+                                                : make_plan(manifest_, kind, codec, sparse);
     const uint32_t chunks = get32(h + kHChunks);
     const uint64_t units = total_units(plan);
     if (chunks == 0 || chunks > units) {

@@ -30,9 +30,13 @@ enum class PlanKind : uint8_t {
     Delta =
         0,  // deltas or pseudo-gradients: one segment, Q8, Q4, F32 or TOPK, error feedback allowed
     State = 1,  // whole weights: 1-D and small tensors as F32, the rest BF16SR, Q8 or F32
+    // Values at coordinates the round draws (fused NoLoCo's update sample, theta and phi at each,
+    // optimizer/outer_round.h): one F32 segment of the header's element count, at most twice the
+    // manifest's total.
+    Sample = 2,
 };
 
-std::string_view plan_kind_name(PlanKind kind);  // "delta", "state"
+std::string_view plan_kind_name(PlanKind kind);  // "delta", "state", "sample"
 
 // Tensors with fewer elements than this (and all 1-D tensors) go as F32 in state messages.
 inline constexpr size_t kStateMinElements = 4096;
@@ -67,9 +71,20 @@ struct MessagePlan {
     std::vector<Segment> segments;
 };
 
-// sparse is checked where codec is TOPK.
+// sparse is checked where codec is TOPK. kind is Delta or State (a sample's plan is sample_plan).
 MessagePlan make_plan(const ParameterManifest& manifest, PlanKind kind, Codec codec,
                       const SparseFormat& sparse = {});
+// `count` values as F32; throws starling::Error unless count is 1 to twice the manifest's total.
+MessagePlan sample_plan(const ParameterManifest& manifest, uint64_t count);
+
+// How far a value decoded from a message of `plan` may lie from the value its sender encoded, at
+// each arena index of `at`, told from the decoded arena alone: 0 in F32 segments; in BF16SR ones
+// one bf16 step at the decoded value (2^-7 of it); in Q8 and Q4 ones one level of the value's
+// block (the block's largest decoded magnitude over qmax - 1, for stochastic rounding leaves the
+// largest value at qmax or one level under). Throws starling::Error for a TOPK plan or an index
+// past the arena.
+std::vector<float> rounding_bounds(const MessagePlan& plan, std::span<const float> decoded,
+                                   std::span<const uint64_t> at);
 
 // A message's payload bytes before zstd, headers aside: what an exchange moves at most.
 uint64_t payload_bytes(const MessagePlan& plan);
@@ -156,7 +171,8 @@ private:
 class MessageDecoder {
 public:
     // expected_fingerprint: this node's manifest fingerprint (16 hex digits); manifest: to rebuild
-    // the plan the header names; destination: arena_size floats (the manifest's total).
+    // the plan the header names; destination: arena_size floats (the manifest's total; a sample
+    // message's count, at most twice that).
     MessageDecoder(std::string_view expected_fingerprint, const ParameterManifest& manifest,
                    float* destination, size_t arena_size);
     ~MessageDecoder();

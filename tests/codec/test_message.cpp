@@ -454,7 +454,7 @@ TEST_CASE("hostile headers: each problem is named and the decoder refuses input 
         expect_failure(tampered([](Bytes& h) { h[7] = std::byte{9}; }), "codec");
     }
     SECTION("unknown plan kind") {
-        expect_failure(tampered([](Bytes& h) { h[6] = std::byte{2}; }), "plan kind");
+        expect_failure(tampered([](Bytes& h) { h[6] = std::byte{3}; }), "plan kind");
     }
     SECTION("codec of the wrong kind") {
         expect_failure(tampered([](Bytes& h) { h[6] = std::byte{0}; }), "not valid for a delta");
@@ -663,10 +663,72 @@ TEST_CASE("encoder and decoder refuse inconsistent arguments") {
     gappy.segments.erase(gappy.segments.begin() + 1);
     CHECK_THROWS_WITH(MessageEncoder(gappy, kKey, x.data(), nullptr, false),
                       Catch::Matchers::Contains("tile"));
-    CHECK_THROWS_WITH(MessageDecoder(m.fingerprint(), m, x.data(), x.size() - 1),
+    CHECK_THROWS_WITH(MessageDecoder(m.fingerprint(), m, x.data(), 2 * x.size() + 1),
+                      Catch::Matchers::Contains("arena"));
+    CHECK_THROWS_WITH(MessageDecoder(m.fingerprint(), m, x.data(), 0),
                       Catch::Matchers::Contains("arena"));
     CHECK_THROWS_WITH(MessageDecoder("0123456789abcdef", m, x.data(), x.size()),
                       Catch::Matchers::Contains("fingerprint"));
+}
+
+TEST_CASE("sample messages carry F32 values exactly into an arena of the sample's count") {
+    const ParameterManifest& m = nano();
+    const std::vector<float> x = normal_arena(1000, 5);
+    const Parts parts =
+        encode_message(sample_plan(m, x.size()), kKey, x.data(), nullptr, /*try_zstd=*/true);
+    CHECK(static_cast<uint8_t>(parts[0][6]) == 2);  // plan kind
+    CHECK(le(parts[0], 16, 8) == 1000);             // element count
+    std::vector<float> out(x.size());
+    decode_message(parts, m.fingerprint(), m, out.data(), out.size());
+    CHECK(out == x);
+    CHECK(payload_bytes(sample_plan(m, x.size())) == 4000);
+    // An arena of another count, a sample above the manifest's total and a state or delta header
+    // claiming a sample's count are each refused by name.
+    std::vector<float> other(999);
+    CHECK_THROWS_WITH(decode_message(parts, m.fingerprint(), m, other.data(), other.size()),
+                      Catch::Matchers::Contains("element count 1000 does not match the arena"));
+    CHECK_THROWS_WITH(sample_plan(m, 2 * m.total() + 1), Catch::Matchers::Contains("at most 2"));
+    CHECK_THROWS_WITH(sample_plan(m, 0), Catch::Matchers::Contains("at least 1"));
+    CHECK_THROWS_WITH(make_plan(m, PlanKind::Sample, Codec::F32),
+                      Catch::Matchers::Contains("sample_plan"));
+    Parts as_state = parts;
+    as_state[0][6] = std::byte{1};
+    reseal_all(as_state);
+    CHECK_THROWS_WITH(decode_message(as_state, m.fingerprint(), m, out.data(), out.size()),
+                      Catch::Matchers::Contains("a state message of 1000 elements"));
+}
+
+TEST_CASE("rounding_bounds hold every decoded value within reach of the one encoded") {
+    // State messages of nano under each state codec: at every index the decoded value lies within
+    // its bound of the encoded one, and the bounds are not slack (the largest error comes within
+    // half of its bound: one rounding step is what each codec can take).
+    const ParameterManifest& m = nano();
+    const std::vector<float> x = normal_arena(m.total(), 11, 0.05f);
+    std::vector<uint64_t> every(m.total());
+    for (uint64_t i = 0; i < every.size(); i++) every[i] = i;
+    for (const Codec codec : {Codec::F32, Codec::BF16SR, Codec::Q8}) {
+        INFO(codec_name(codec));
+        const MessagePlan plan = make_plan(m, PlanKind::State, codec);
+        std::vector<float> decoded(m.total());
+        decode_message(encode_message(plan, kKey, x.data(), nullptr, false), m.fingerprint(), m,
+                       decoded.data(), decoded.size());
+        const std::vector<float> bounds = rounding_bounds(plan, decoded, every);
+        REQUIRE(bounds.size() == every.size());
+        double worst = 0.0;  // the largest error over its bound, where the bound is not 0
+        size_t outside = 0;
+        for (size_t i = 0; i < x.size(); i++) {
+            const float error = std::abs(decoded[i] - x[i]);
+            outside += !(error <= bounds[i]);
+            if (bounds[i] > 0.0f) worst = std::max(worst, double(error) / bounds[i]);
+        }
+        CHECK(outside == 0);
+        if (codec != Codec::F32) CHECK(worst > 0.5);
+        // F32 segments (1-D and small tensors) allow no difference at all.
+        CHECK(bounds[m.find("model.norm.weight").offset] == 0.0f);
+    }
+    CHECK_THROWS_WITH(rounding_bounds(make_plan(m, PlanKind::State, Codec::Q8), x,
+                                      std::vector<uint64_t>{m.total()}),
+                      Catch::Matchers::Contains("past the arena"));
 }
 
 // ---------------------------------------------------------------------------------------------
