@@ -89,6 +89,12 @@ struct ExchangeConfig {
     // alone in the others, which take no pull. Phi is as large as the weights and does not
     // sparsify, so with TOPK D it is nearly the whole message (docs/compression.md).
     uint32_t phi_every = 1;
+    // Fused NoLoCo: theta and phi at this many coordinates drawn from the round go beside theta
+    // (fp32, 8 bytes a coordinate), so that a partner reads the update theta - phi there exactly,
+    // apart from the drift between the two phis and the state codec's rounding, and judges it as a
+    // split D (optimizer/outer_round.h, docs/security.md); 0: none. 64 KB a message: half a pico
+    // model's Q8 theta, 0.05% of a 124M one's.
+    uint32_t update_sample = 8192;
 
     // Throws starling::Error naming the problem where the topk keys make no format.
     codec::SparseFormat topk_format() const;

@@ -73,6 +73,9 @@ RoundPlans round_message_plans(const EngineConfig& config, const ParameterManife
     if (split)
         plans.second =
             codec::make_plan(manifest, codec::PlanKind::State, config.exchange.state_codec);
+    else if (config.method == OuterMethod::NoLoCo && config.exchange.update_sample > 0)
+        plans.second = codec::sample_plan(
+            manifest, 2 * std::min<uint64_t>(config.exchange.update_sample, manifest.total()));
     return plans;
 }
 
@@ -87,7 +90,7 @@ MemberRound::MemberRound(const EngineConfig& config, const ParameterManifest& ma
     : config_(config), size_(manifest.total()) {
     RoundPlans plans = round_message_plans(config_, manifest);
     plan_ = std::move(plans.first);
-    phi_plan_ = std::move(plans.second);
+    second_plan_ = std::move(plans.second);
     scratch_a_.resize(size_);
     scratch_b_.resize(size_);
 }
@@ -117,9 +120,10 @@ RoundOutcome MemberRound::step(RoundLink& link, Replica& replica, uint64_t round
                 "\" exchanges nothing (noloco or diloco do)");
 }
 
-void MemberRound::ensure_arenas(std::vector<std::vector<float>>& arenas, size_t count) const {
+void MemberRound::ensure_arenas(std::vector<std::vector<float>>& arenas, size_t count,
+                                size_t floats) {
     if (arenas.size() < count) arenas.resize(count);
-    for (auto& arena : arenas) arena.resize(size_);
+    for (auto& arena : arenas) arena.resize(floats);
 }
 
 void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
@@ -129,6 +133,9 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     outcome.pair_seconds = seconds_since(start);
     std::vector<MemberValues> arrived;
     sent_.clear();
+    sample_at_.clear();
+    if (!partners.empty() && second_plan_.kind == codec::PlanKind::Sample)
+        sample_at_ = sample_coordinates(round, size_, second_plan_.numel / 2);
     if (!partners.empty()) {
         outcome.partner = partners.front();
         const auto exchange_start = Clock::now();
@@ -153,6 +160,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     }
     replica.partner_checks().judge = config_.judge_messages;
     replica.partner_checks().judge_alignment = config_.exchange.delta_codec != codec::Codec::TOPK;
+    replica.partner_checks().sample_at = sample_at_;
     replica.partner_checks().held_out_loss = nullptr;
     if (config_.judge_messages && replica.held_out_available())
         replica.partner_checks().held_out_loss = [&replica](std::span<const float> weights) {
@@ -185,28 +193,36 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
                                                 std::span<const float> theta, uint64_t tokens,
                                                 RoundOutcome& outcome) {
     const bool split = config_.exchange.mode == MessageMode::Split;
-    const bool with_phi = config_.exchange.carries_phi(round);
+    const bool sampled = second_plan_.kind == codec::PlanKind::Sample;
+    const bool with_second = sampled || config_.exchange.carries_phi(round);
     const ParameterManifest& manifest = replica.manifest();
     const uint64_t id = replica.node_id();
     const uint64_t bytes =
-        codec::payload_bytes(plan_) + (with_phi ? codec::payload_bytes(phi_plan_) : 0);
+        codec::payload_bytes(plan_) + (with_second ? codec::payload_bytes(second_plan_) : 0);
     // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi, in
-    // the rounds that carry it.
+    // the rounds that carry it (split), or theta and then phi at the round's sampled coordinates
+    // (fused), exactly.
     float* residual =
         split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder first(
         plan_, {id, round, 0}, split ? replica.displacement().data() : theta.data(), residual,
         config_.exchange.zstd, split ? config_.delta_feedback_decay() : 1.0f);
+    if (sampled) {
+        sample_.clear();
+        for (const uint64_t i : sample_at_) sample_.push_back(theta[i]);
+        for (const uint64_t i : sample_at_) sample_.push_back(replica.phi()[i]);
+    }
     std::optional<codec::MessageEncoder> second;
-    if (with_phi)
-        second.emplace(phi_plan_, codec::RoundingKey{id, round, 1}, replica.phi().data(), nullptr,
+    if (with_second)
+        second.emplace(second_plan_, codec::RoundingKey{id, round, 1},
+                       sampled ? sample_.data() : replica.phi().data(), nullptr,
                        config_.exchange.zstd);
     // One partner's messages stream from the encoders as they go out; several partners get the
     // same messages, encoded once (error feedback updates the residual once).
     std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
     if (partners.size() > 1) {
         first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
-        if (with_phi)
+        if (with_second)
             second_whole =
                 std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
     }
@@ -223,8 +239,9 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         else
             own_in->accept_header(first.header_bytes());
     }
-    ensure_arenas(received_, partners.size());
-    if (with_phi) ensure_arenas(received_phi_, partners.size());
+    ensure_arenas(received_, partners.size(), size_);
+    if (with_second) ensure_arenas(received_second_, partners.size(), second_plan_.numel);
+    if (sampled) ensure_arenas(rounding_, partners.size(), sample_at_.size());
 
     std::vector<MemberValues> arrived;
     for (size_t k = 0; k < partners.size(); k++) {
@@ -236,8 +253,9 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
                          : own_in    ? streamed_and_kept(first, *own_in)
                                      : streamed_message(first),
                          first_in});
-        if (with_phi) {
-            second_in.emplace(manifest.fingerprint(), manifest, received_phi_[k].data(), size_);
+        if (with_second) {
+            second_in.emplace(manifest.fingerprint(), manifest, received_second_[k].data(),
+                              second_plan_.numel);
             parts.push_back(
                 {second_whole ? stored_message(second_whole) : streamed_message(*second),
                  *second_in});
@@ -256,17 +274,27 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         }
         if (k == 0) outcome.partner_tokens = said;
         if (!received) continue;
-        arrived.push_back(
-            {partners[k], received_[k],
-             with_phi ? std::span<const float>(received_phi_[k]) : std::span<const float>(),
-             static_cast<double>(said)});
+        MemberValues partner{
+            .node_id = partners[k], .values = received_[k], .weight = static_cast<double>(said)};
+        if (sampled) {
+            // Theta then phi at the sampled coordinates, and how far the decoded theta there may
+            // lie from the exact one by the codec's rounding, under the plan its header named.
+            const std::span<const float> sample(received_second_[k]);
+            partner.sample_theta = sample.first(sample_at_.size());
+            partner.sample_phi = sample.last(sample_at_.size());
+            rounding_[k] = codec::rounding_bounds(first_in.plan(), received_[k], sample_at_);
+            partner.sample_rounding = rounding_[k];
+        } else if (with_second) {
+            partner.phi = received_second_[k];
+        }
+        arrived.push_back(partner);
         if (k == 0) {
             // The partner's theta: as sent (fused), or phi + D (split; this member's phi where
             // the round carries none), next to this member's.
             std::span<const float> theirs = received_[k];
             if (split) {
                 const std::span<const float> phi =
-                    with_phi ? std::span<const float>(received_phi_[k]) : replica.phi();
+                    with_second ? std::span<const float>(received_second_[k]) : replica.phi();
                 for (size_t i = 0; i < size_; i++) scratch_a_[i] = phi[i] + received_[k][i];
                 theirs = scratch_a_;
             }
@@ -292,7 +320,7 @@ void MemberRound::diloco(RoundLink& link, Replica& replica, uint64_t round, uint
     if (std::find(quorum.begin(), quorum.end(), id) == quorum.end()) quorum.push_back(id);
     std::sort(quorum.begin(), quorum.end());
     const ParameterManifest& manifest = replica.manifest();
-    ensure_arenas(gathered_, quorum.size());
+    ensure_arenas(gathered_, quorum.size(), size_);
     std::vector<std::unique_ptr<codec::MessageDecoder>> decoders;
     for (size_t i = 0; i < quorum.size(); i++)
         decoders.push_back(std::make_unique<codec::MessageDecoder>(manifest.fingerprint(), manifest,

@@ -6,12 +6,13 @@
 // bits through either.
 //
 // NoLoCo: the member exchanges its message(s) with each partner the link names (fused: theta
-// under the state codec; split: D under the delta codec and phi under the state codec, at once),
-// then takes noloco_outer_step (optimizer/outer_round.h) with every partner's values that arrived
-// whole. DiLoCo: it publishes its D, gathers every quorum member's and takes DiLoCo's step with
-// the mean of every decoded D, its own decoded from what it sent, in node-id order, so members
-// that gathered the same messages land on the same bits. Weights are the tokens each member
-// said, where every member of the step said them; equal counts give the plain mean bit for bit.
+// under the state codec, and theta and phi at the round's sampled coordinates; split: D under the
+// delta codec and phi under the state codec, at once), then takes noloco_outer_step
+// (optimizer/outer_round.h) with every partner's values that arrived whole. DiLoCo: it publishes
+// its D, gathers every quorum member's and takes DiLoCo's step with the mean of every decoded D,
+// its own decoded from what it sent, in node-id order, so members that gathered the same messages
+// land on the same bits. Weights are the tokens each member said, where every member of the step
+// said them; equal counts give the plain mean bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -48,8 +49,10 @@ struct RoundOutcome {
 };
 
 // The plans of a round's messages: the first part's (theta under the state codec for fused
-// NoLoCo; D under the delta codec for split NoLoCo and DiLoCo) and, split NoLoCo only, the second
-// part's (phi under the state codec; empty otherwise).
+// NoLoCo; D under the delta codec for split NoLoCo and DiLoCo) and the second part's: phi under
+// the state codec (split NoLoCo), theta and then phi at [exchange].update_sample coordinates the
+// round draws, as F32 (fused NoLoCo; none where update_sample is 0), or none (DiLoCo: an empty
+// plan).
 struct RoundPlans {
     codec::MessagePlan first, second;
 };
@@ -86,13 +89,19 @@ private:
                                        RoundOutcome& outcome);
     void diloco(RoundLink& link, Replica& replica, uint64_t round, uint64_t tokens,
                 RoundOutcome& outcome);
-    // n floats each, grown to `count` (kept between rounds).
-    void ensure_arenas(std::vector<std::vector<float>>& arenas, size_t count) const;
+    // `floats` each, grown to `count` (kept between rounds).
+    static void ensure_arenas(std::vector<std::vector<float>>& arenas, size_t count, size_t floats);
 
     EngineConfig config_;
     size_t size_ = 0;
-    codec::MessagePlan plan_, phi_plan_;
-    std::vector<std::vector<float>> received_, received_phi_;  // NoLoCo: one per partner
+    // The second part's plan: phi (split NoLoCo), the update sample (fused NoLoCo with
+    // [exchange].update_sample: theta and phi at the round's sampled coordinates), or none
+    // (numel 0).
+    codec::MessagePlan plan_, second_plan_;
+    std::vector<std::vector<float>> received_, received_second_;  // NoLoCo: one per partner
+    std::vector<uint64_t> sample_at_;           // fused NoLoCo: the round's sampled coordinates,
+    std::vector<float> sample_;                 // this member's theta and phi there, as sent,
+    std::vector<std::vector<float>> rounding_;  // and each partner's rounding bounds there
     std::vector<float> sent_;  // NoLoCo, judging: own theta or D as partners decode it
     std::vector<std::vector<float>> gathered_;  // DiLoCo: one per quorum member
     std::vector<float> scratch_a_, scratch_b_;

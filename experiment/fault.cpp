@@ -10,6 +10,7 @@
 #include "common/random.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "optimizer/outer_round.h"
 
 namespace starling {
 
@@ -108,20 +109,32 @@ FaultyLink::FaultyLink(std::unique_ptr<RoundLink> inner, const FaultConfig& faul
 std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner,
                                                 std::vector<LinkPart> parts, uint64_t bytes,
                                                 uint64_t tokens) {
+    // What part 0 carries, before its encoding: fused NoLoCo's update sample holds theta there.
+    std::vector<float> theta;
+    const bool sampled = plans_.second.kind == codec::PlanKind::Sample;
     for (uint32_t part = 0; part < parts.size(); part++) {
         const codec::EncodedMessage own = drained_message(parts[part].outgoing);
         std::shared_ptr<const codec::EncodedMessage> theirs;
         if (fault_.kind == FaultKind::Echo && partner_message_)
             theirs = partner_message_(round, partner, part);
-        parts[part].outgoing = stored_message(theirs ? encoded(round, part, decoded(*theirs))
-                                                     : altered(round, part, own));
+        std::vector<float> values =
+            theirs ? decoded(part, *theirs) : altered_values(round, part, own);
+        // The faulty member's sample describes the theta it sends, as its own would: a sample
+        // of another theta is refused by its rounding alone (optimizer/outer_round.h).
+        if (sampled && part == 0) theta = values;
+        if (sampled && part == 1 && !theta.empty()) {
+            const size_t count = values.size() / 2;
+            const std::vector<uint64_t> at = sample_coordinates(round, theta.size(), count);
+            for (size_t j = 0; j < count; j++) values[j] = theta[at[j]];
+        }
+        parts[part].outgoing = stored_message(encoded(round, part, values));
     }
     return inner_->exchange(round, partner, std::move(parts), bytes, said(tokens));
 }
 
 void FaultyLink::publish(uint64_t round, std::shared_ptr<const codec::EncodedMessage> message,
                          uint64_t tokens) {
-    inner_->publish(round, altered(round, 0, *message), said(tokens));
+    inner_->publish(round, encoded(round, 0, altered_values(round, 0, *message)), said(tokens));
 }
 
 uint64_t FaultyLink::said(uint64_t tokens) const {
@@ -129,8 +142,8 @@ uint64_t FaultyLink::said(uint64_t tokens) const {
     return static_cast<uint64_t>(static_cast<double>(tokens) * fault_.scale);
 }
 
-std::vector<float> FaultyLink::decoded(const codec::EncodedMessage& message) const {
-    const size_t n = manifest_.total();
+std::vector<float> FaultyLink::decoded(uint32_t part, const codec::EncodedMessage& message) const {
+    const size_t n = (part == 0 ? plans_.first : plans_.second).numel;
     std::vector<float> values(n);
     codec::MessageDecoder decoder(manifest_.fingerprint(), manifest_, values.data(), n);
     codec::decode_to_end(message.header, message.chunks, decoder);
@@ -144,9 +157,9 @@ std::shared_ptr<const codec::EncodedMessage> FaultyLink::encoded(
     return std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(encoder));
 }
 
-std::shared_ptr<const codec::EncodedMessage> FaultyLink::altered(
-    uint64_t round, uint32_t part, const codec::EncodedMessage& message) {
-    std::vector<float> values = decoded(message);
+std::vector<float> FaultyLink::altered_values(uint64_t round, uint32_t part,
+                                              const codec::EncodedMessage& message) {
+    std::vector<float> values = decoded(part, message);
     const size_t n = values.size();
     const codec::MessagePlan& plan = part == 0 ? plans_.first : plans_.second;
     if (fault_.kind == FaultKind::Replay) {
@@ -163,7 +176,7 @@ std::shared_ptr<const codec::EncodedMessage> FaultyLink::altered(
         if (fused)
             for (size_t i = 0; i < n; i++) values[i] += phi_[i];
     }
-    return encoded(round, part, values);
+    return values;
 }
 
 void FaultyLink::alter_update(uint64_t round, const codec::MessagePlan& plan,

@@ -7,7 +7,8 @@
 // reports of a bad run.
 // Message faults leave the faulty replica's own training and outer step alone and change what its
 // link sends, through the real codec: the message is decoded, altered and encoded again, and the
-// honest members receive it like any other. With D the update the message carries (D itself in
+// honest members receive it like any other; fused NoLoCo's update sample then holds the theta
+// sent, as a faulty member's own sample would. With D the update the message carries (D itself in
 // split NoLoCo and DiLoCo; theta - phi in fused NoLoCo, sent as phi + D):
 //   non_finite  D = NaN in fp32 segments, +-3e38 elsewhere (what a codec lets through)
 //   scaled      D = scale * D                    sign_flip  D = -D
@@ -110,11 +111,11 @@ public:
     }
 
 private:
-    // The message of `part` as the fault makes it.
-    std::shared_ptr<const codec::EncodedMessage> altered(uint64_t round, uint32_t part,
-                                                         const codec::EncodedMessage& message);
+    // The values of `part` as the fault makes them, before their encoding.
+    std::vector<float> altered_values(uint64_t round, uint32_t part,
+                                      const codec::EncodedMessage& message);
     // `message`'s values, decoded whole.
-    std::vector<float> decoded(const codec::EncodedMessage& message) const;
+    std::vector<float> decoded(uint32_t part, const codec::EncodedMessage& message) const;
     // `values` encoded as this member's message of `part`.
     std::shared_ptr<const codec::EncodedMessage> encoded(uint64_t round, uint32_t part,
                                                          std::span<const float> values) const;

@@ -4,9 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <optional>
+#include <unordered_set>
 
 #include "common/error.h"
+#include "common/random.h"
 
 namespace starling {
 
@@ -85,7 +88,73 @@ Alignments alignments(std::span<const std::span<const float>> members,
     return result;
 }
 
+// A fused partner's update and this node's own at the round's sampled coordinates: theta - phi
+// from the partner's update sample, and from this node's exact values.
+struct SampledUpdates {
+    std::vector<float> partner, own;
+};
+SampledUpdates sampled_updates(const MemberValues& p, const MemberValues& self,
+                               std::span<const float> phi, std::span<const uint64_t> at) {
+    SampledUpdates d;
+    d.partner.reserve(at.size());
+    d.own.reserve(at.size());
+    for (size_t j = 0; j < at.size(); j++) {
+        d.partner.push_back(p.sample_theta[j] - p.sample_phi[j]);
+        d.own.push_back(self.values[at[j]] - phi[at[j]]);
+    }
+    return d;
+}
+
+// Why a partner's update sample cannot be read: values that are not finite, or a theta further
+// from the partner's decoded theta than the codec's rounding takes it.
+std::optional<std::string> unreadable_sample(const MemberValues& p, std::span<const uint64_t> at) {
+    if (p.sample_theta.size() != at.size() || p.sample_phi.size() != at.size() ||
+        p.sample_rounding.size() != at.size())
+        throw Error("NoLoCo step: an update sample of " + std::to_string(p.sample_theta.size()) +
+                    " values for " + std::to_string(at.size()) + " coordinates");
+    if (const auto i = first_non_finite(p.sample_theta))
+        return "its update sample's theta value " + std::to_string(*i) + " is not finite";
+    if (const auto i = first_non_finite(p.sample_phi))
+        return "its update sample's phi value " + std::to_string(*i) + " is not finite";
+    for (size_t j = 0; j < at.size(); j++) {
+        const float apart = std::abs(p.values[at[j]] - p.sample_theta[j]);
+        if (!(apart <= p.sample_rounding[j])) {
+            char text[224];
+            std::snprintf(text, sizeof text,
+                          "its update sample's theta at coordinate %llu is %g where its message "
+                          "decodes to %g, %g apart, past the codec's rounding (%g): the sample is "
+                          "not of the theta it sent",
+                          static_cast<unsigned long long>(at[j]), p.sample_theta[j],
+                          p.values[at[j]], apart, p.sample_rounding[j]);
+            return std::string(text);
+        }
+    }
+    return std::nullopt;
+}
+
 }  // namespace
+
+std::vector<uint64_t> sample_coordinates(uint64_t round, uint64_t size, uint64_t count) {
+    std::vector<uint64_t> at;
+    if (count >= size) {
+        at.resize(size);
+        std::iota(at.begin(), at.end(), uint64_t{0});
+        return at;
+    }
+    // Floyd's sampling: each j from size - count up adds a uniform draw from [0, j], or j itself
+    // where the draw was taken already; every subset of `count` comes out equally likely.
+    constexpr uint64_t kSampleSalt = 0x7570'645f'7361'6d70;  // "upd_samp"
+    const uint64_t seed = hash_index(kSampleSalt, round);
+    std::unordered_set<uint64_t> taken;
+    taken.reserve(count);
+    for (uint64_t j = size - count; j < size; j++) {
+        const uint64_t draw = hash_index(seed, j) % (j + 1);
+        taken.insert(taken.contains(draw) ? j : draw);
+    }
+    at.assign(taken.begin(), taken.end());
+    std::sort(at.begin(), at.end());
+    return at;
+}
 
 std::string_view message_mode_name(MessageMode mode) {
     return mode == MessageMode::Split ? "split" : "fused";
@@ -134,6 +203,20 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             problem = echoed_message(p.values, self.sent, own_update);
         if (!problem && !fused && p.weight >= self.weight)
             problem = idle_update(p.values, self.sent.empty() ? self.values : self.sent);
+        // A fused partner's update where its update sample says it: judged as a split D is.
+        std::optional<SampledUpdates> sample;
+        if (!problem && fused && !p.sample_theta.empty()) {
+            problem = unreadable_sample(p, checks.sample_at);
+            if (!problem) sample = sampled_updates(p, self, phi, checks.sample_at);
+        }
+        auto on_sample = [&](std::optional<std::string> why) {
+            if (why)
+                why = "at its update sample's " + std::to_string(sample->own.size()) +
+                      " coordinates, " + *why;
+            return why;
+        };
+        if (!problem && sample && p.weight >= self.weight)
+            problem = on_sample(idle_update(sample->partner, sample->own));
         // Direction tells only between members that trained alike: in token-budget rounds a
         // partner that trained three times this node's steps points away from its update as
         // often as a flipped one does (docs/security.md). The loss tells wherever the partner
@@ -142,12 +225,16 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // check only by claiming fewer tokens, which lowers its weight in the mean. A split D
         // is the partner's update itself, so its alignment is judged beside the loss, which
         // noise of a matched norm passes (not a sparse TOPK D's, whose alignment fades late in
-        // training: checks.judge_alignment); a fused theta - phi also holds the partner's drift
-        // from this node's phi, so its direction stands in only where there is no held-out
-        // batch: honest pico daemons at H 8 score down to -0.52 beside a decaying member.
+        // training: checks.judge_alignment), and so is a fused partner's theta - phi at the
+        // coordinates where its update sample says it. Without the sample a fused theta - phi also
+        // holds the partner's drift from this node's phi, so its direction stands in only where
+        // there is no held-out batch: honest pico daemons at H 8 score down to -0.52 beside a
+        // decaying member.
         if (!problem && p.weight == self.weight) {
             if (!fused && checks.judge_alignment)
                 problem = unaligned_update(p.values, self.values);
+            else if (sample)
+                problem = on_sample(unaligned_update(sample->partner, sample->own));
             else if (!checks.held_out_loss)
                 problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
         }

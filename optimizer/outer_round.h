@@ -39,6 +39,12 @@ struct MemberValues {
     // decoded D is set against weights made the same way; fused theta differs from what was sent
     // by a rounding step and is scored exactly. Empty: no echo test, and values exactly.
     std::span<const float> sent;
+    // Fused only, a partner's update sample: its exact theta and phi at the round's sampled
+    // coordinates (PartnerChecks::sample_at), from which its update theta - phi is judged there as
+    // a split D is, and how far its decoded theta there may lie from the exact one by the state
+    // codec's rounding alone (codec::rounding_bounds): a sample further from the message it came
+    // with does not describe it. Empty: none sent.
+    std::span<const float> sample_theta, sample_phi, sample_rounding;
 };
 
 // No member's tokens count for more than this many times a reference: the node's own in NoLoCo,
@@ -74,7 +80,16 @@ struct PartnerChecks {
     // check. What the cheaper tests cannot tell (a replica trained on garbage, an update whose
     // norm and direction look ordinary) shows as a worse model.
     std::function<double(std::span<const float>)> held_out_loss;
+    // Fused: the coordinates of this round's update sample (sample_coordinates), which partners'
+    // MemberValues::sample_theta and sample_phi hold theta and phi at.
+    std::span<const uint64_t> sample_at;
 };
+
+// The coordinates of fused NoLoCo's update sample in `round`: `count` distinct ones of `size`, in
+// increasing order (every one where count >= size). Drawn from the round alone, so that both
+// members of a pair, which exchange in the same round, draw the same ones; a new draw each round,
+// so that no part of the weights goes unjudged.
+std::vector<uint64_t> sample_coordinates(uint64_t round, uint64_t size, uint64_t count);
 
 // A partner's values the step left out.
 struct Refusal {
@@ -93,22 +108,24 @@ struct NoLoCoStep {
     std::vector<double> held_out_ratios;
 };
 
-// NoLoCo: a node whose own values (theta or D, and phi) are not finite, or whose weights score
-// a loss that is not finite on the held-out batch, leaves every partner out unjudged (own_fault)
-// and steps alone; otherwise partners whose values fail the sanity check or are this node's own
-// sent back (echoed_message, where self.sent is given) or, split, whose D barely moved though
-// it trained at least this node's tokens (idle_update) or is no more aligned with this node's own
-// D than random signs would be though both trained the same tokens (unaligned_update, where
-// checks.judge_alignment) are left out, and so is one that trained at least this node's tokens
-// (a weight at least its own: every H-step round, and a token-budget round's partner that claims
-// as many or more) whose weights score more than kMaxHeldOutLossRatio times this node's own as
-// its partners receive them (self.sent) on checks.held_out_loss (or, without one and where
-// alignment is not judged, whose update points away from this node's though both trained the
-// same tokens: opposed_update); the rest and the node's own exact values are averaged in node-id
-// order (split: phi over the members that sent it, and no pull where no partner did); with no
-// partner left the node takes a solo step (its own D only) and never waits. self.phi must be the
-// phi span being updated (split mode). scratch_a and scratch_b hold the group means (phi.size()
-// floats each).
+// NoLoCo: a node whose own values (theta or D, and phi) are not finite, or whose weights score a
+// loss that is not finite on the held-out batch, leaves every partner out unjudged (own_fault) and
+// steps alone; otherwise partners whose values fail the sanity check or are this node's own sent
+// back (echoed_message, where self.sent is given) or, split, whose D barely moved though it trained
+// at least this node's tokens (idle_update) or is no more aligned with this node's own D than
+// random signs would be though both trained the same tokens (unaligned_update, where
+// checks.judge_alignment), or, fused with an update sample (at checks.sample_at), whose sample is
+// not finite or further from its theta than rounding or whose theta - phi there fails the same two
+// tests against this node's, are left out, and
+// so is one that trained at least this node's tokens (a weight at least its own: every H-step
+// round, and a token-budget round's partner that claims as many or more) whose weights score more
+// than kMaxHeldOutLossRatio times this node's own as its partners receive them (self.sent) on
+// checks.held_out_loss (or, without one and where alignment is not judged and no update sample
+// came, whose update points away from this node's though both trained the same tokens:
+// opposed_update); the rest and the node's own exact values are averaged in node-id order (split:
+// phi over the members that sent it, and no pull where no partner did); with no partner left the
+// node takes a solo step (its own D only) and never waits. self.phi must be the phi span being
+// updated (split mode). scratch_a and scratch_b hold the group means (phi.size() floats each).
 NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const MemberValues& self,
                              std::span<const MemberValues> partners, PartnerChecks& checks,
                              std::span<float> phi, std::span<float> momentum,

@@ -145,6 +145,7 @@ TEST_CASE("experiment: NoLoCo fused and split messages give the same replicas wi
     split.exchange.delta_codec = codec::Codec::F32;
     split.exchange.error_feedback = false;
     fused.exchange.zstd = split.exchange.zstd = false;
+    fused.exchange.update_sample = 0;  // theta alone, for the bytes below
     const ExperimentSummary a = run_experiment(fused);
     const ExperimentSummary b = run_experiment(split);
     CHECK(a.final_loss_mean == Approx(b.final_loss_mean).epsilon(1e-5));
@@ -183,9 +184,13 @@ TEST_CASE("experiment: a state message costs what its layout says") {
             segments.push_back({t.numel, bytes});
         }
     }
-    CHECK(s.sent_per_round == Approx(message_bytes(segments)).epsilon(1e-12));
+    // Beside theta, theta and phi at 8192 coordinates: a header and one chunk of F32 values.
+    REQUIRE(c.exchange.update_sample == 8192);
+    const double sample_bytes = 64 + 48 + 2 * 4 * 8192;
+    CHECK(s.sent_per_round == Approx(message_bytes(segments) + sample_bytes).epsilon(1e-12));
     // docs/spec.md section 5's estimate for fused bf16 messages: about 2 bytes per parameter.
-    CHECK(s.sent_per_round / static_cast<double>(s.params) == Approx(2.0).epsilon(0.01));
+    CHECK((s.sent_per_round - sample_bytes) / static_cast<double>(s.params) ==
+          Approx(2.0).epsilon(0.01));
 }
 
 TEST_CASE("experiment: local-only replicas never send and drift apart") {

@@ -348,14 +348,17 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     if (method == "noloco") CHECK(check_logged_held_out_scores(run.logs) >= 1);
 }
 
-TEST_CASE("a NoLoCo member in split mode whose D is noise of its norm is refused as unaligned",
+TEST_CASE("a NoLoCo member whose update is noise of its norm is refused as unaligned",
           "[integration]") {
     // Its weights (phi + noise) score near an honest partner's on the held-out batch in most
-    // rounds, and its distance is an update's: only the alignment of its D with each node's own
-    // tells it (optimizer/sanity.h, unaligned_update).
+    // rounds, and its distance is an update's: only the alignment of its update with each node's
+    // own tells it (optimizer/sanity.h, unaligned_update): a split D whole, a fused theta - phi
+    // where the message's update sample says it.
+    const std::string mode = GENERATE(as<std::string>{}, "split", "fused");
+    INFO(mode);
     const FaultyRun run =
         run_with_faulty_member("noloco", {}, {faulty_starlingd_binary(), "--fault", "noise"},
-                               kRounds, true, {{"STARLING_EXCHANGE_MODE", "split"}});
+                               kRounds, true, {{"STARLING_EXCHANGE_MODE", mode}});
     check_named_and_quarantined(run);
     CHECK(!lines_with(run.logs, {"no more aligned"}).empty());
 }

@@ -367,6 +367,114 @@ TEST_CASE(
               .members == 2);
 }
 
+TEST_CASE("noloco_outer_step judges a fused update where the partner's update sample says it") {
+    // Without the sample, a fused theta - phi holds the partner's drift from this node's phi as
+    // well as its update: here the honest partner's phi lies 3 updates against this node's own
+    // D, so its theta - phi points away, and the noise partner's lies 3 updates along it, so its
+    // theta - phi points the same way, while its update at the sampled coordinates has signs
+    // that cancel exactly (+ on the first two of every four sampled coordinates, - on the next
+    // two). The sample tells each partner's update from its drift.
+    const size_t n = 512;
+    const uint64_t round = 3;
+    const std::vector<uint64_t> at = sample_coordinates(round, n, 128);
+    REQUIRE(at.size() == 128);
+    const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
+    // Values that are sums of quarters, so that every difference below is exact.
+    std::vector<float> phi0(n), own_d(n, 1.0f), noise_d(n, 1.0f);
+    for (size_t i = 0; i < n; i++) phi0[i] = 0.25f * static_cast<float>(i % 7);
+    for (size_t j = 0; j < at.size(); j++)
+        if (j % 4 >= 2) noise_d[at[j]] = -1.0f;
+    std::vector<float> theta(n), honest_phi(n), honest_theta(n), noise_phi(n), noise_theta(n),
+        idle_theta(n);
+    for (size_t i = 0; i < n; i++) {
+        theta[i] = phi0[i] + own_d[i];
+        honest_phi[i] = phi0[i] - 3.0f * own_d[i];
+        honest_theta[i] = honest_phi[i] + own_d[i];
+        noise_phi[i] = phi0[i] + 3.0f * own_d[i];
+        noise_theta[i] = noise_phi[i] + noise_d[i];
+        idle_theta[i] = noise_phi[i];
+    }
+    auto at_sample = [&](const std::vector<float>& values) {
+        std::vector<float> sampled;
+        for (const uint64_t i : at) sampled.push_back(values[i]);
+        return sampled;
+    };
+    // Each partner's theta and phi at the sample, exact (no rounding: bounds of 0).
+    struct Sample {
+        std::vector<float> theta, phi, rounding;
+    };
+    auto sample_of = [&](const std::vector<float>& t, const std::vector<float>& p) {
+        return Sample{at_sample(t), at_sample(p), std::vector<float>(at.size(), 0.0f)};
+    };
+    const Sample honest = sample_of(honest_theta, honest_phi),
+                 noise = sample_of(noise_theta, noise_phi), idle = sample_of(idle_theta, noise_phi);
+    PartnerChecks checks;
+    checks.held_out_loss = [](std::span<const float>) { return 1.0; };
+    checks.sample_at = at;
+    auto step_with = [&](std::vector<MemberValues> partners) {
+        std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
+        return noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0}, partners, checks,
+                                 phi, momentum, a, b);
+    };
+    auto partner = [](uint64_t id, std::span<const float> values, const Sample* sample) {
+        MemberValues p{.node_id = id, .values = values, .weight = 10.0};
+        if (sample) {
+            p.sample_theta = sample->theta;
+            p.sample_phi = sample->phi;
+            p.sample_rounding = sample->rounding;
+        }
+        return p;
+    };
+    const NoLoCoStep step =
+        step_with({partner(5, noise_theta, &noise), partner(9, honest_theta, &honest)});
+    CHECK_THAT(why_only_refused(step, 2, 5),
+               Catch::Contains("at its update sample's 128 coordinates") &&
+                   Catch::Contains("no more aligned") && Catch::Contains("(0 standard deviations"));
+    // Without its sample the noise partner's theta is taken, the held-out batch scoring alike.
+    CHECK(step_with({partner(5, noise_theta, nullptr)}).members == 2);
+    // A partner that sends its phi as theta did not train: idle, however far its phi drifted.
+    CHECK_THAT(why_only_refused(step_with({partner(7, idle_theta, &idle)}), 1, 7),
+               Catch::Contains("at its update sample's 128 coordinates") &&
+                   Catch::Contains("barely trained"));
+    // A sample whose theta is not the one its message carries (here an honest theta sent with
+    // noise's message) is refused, and so is one within rounding only where the bound allows it.
+    CHECK_THAT(why_only_refused(step_with({partner(5, noise_theta, &honest)}), 1, 5),
+               Catch::Contains("the sample is not of the theta it sent"));
+    Sample rounded = honest;
+    rounded.theta[40] += 0.25f;
+    CHECK(why_only_refused(step_with({partner(9, honest_theta, &rounded)}), 1, 9)
+              .find("its update sample's theta at coordinate " + std::to_string(at[40])) !=
+          std::string::npos);
+    rounded.rounding[40] = 0.25f;
+    CHECK(step_with({partner(9, honest_theta, &rounded)}).members == 2);
+    // A sample that is not finite is refused, not judged.
+    Sample broken = honest;
+    broken.phi[17] = NAN;
+    CHECK_THAT(why_only_refused(step_with({partner(9, honest_theta, &broken)}), 1, 9),
+               Catch::Contains("update sample's phi value 17 is not finite"));
+}
+
+TEST_CASE("sample_coordinates draws distinct coordinates from the round alone") {
+    const uint64_t size = 1000, count = 100;
+    const std::vector<uint64_t> a = sample_coordinates(7, size, count);
+    REQUIRE(a.size() == count);
+    CHECK(std::is_sorted(a.begin(), a.end()));
+    CHECK(std::adjacent_find(a.begin(), a.end()) == a.end());
+    CHECK(a.back() < size);
+    CHECK(sample_coordinates(7, size, count) == a);
+    CHECK(sample_coordinates(8, size, count) != a);
+    // Every coordinate where the sample is as large as the arena.
+    const std::vector<uint64_t> all = sample_coordinates(7, 10, 12);
+    CHECK(all == std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+    // Each coordinate is drawn with probability count / size: over 2,000 rounds each of the 1,000
+    // is drawn 200 times in expectation (binomial, standard deviation 13.4).
+    std::vector<int> drawn(size, 0);
+    for (uint64_t round = 0; round < 2000; round++)
+        for (const uint64_t i : sample_coordinates(round, size, count)) drawn[i]++;
+    CHECK(*std::min_element(drawn.begin(), drawn.end()) > 200 - 6 * 13.4);
+    CHECK(*std::max_element(drawn.begin(), drawn.end()) < 200 + 6 * 13.4);
+}
+
 TEST_CASE("noloco_outer_step in a split round without phi averages D's and takes no pull") {
     // Heavy-ball by hand: delta = 0.5 delta + 0.7 mean(D); phi += delta. The partner's phi would
     // have pulled this node's towards it; without one, nothing does.
