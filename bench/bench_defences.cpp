@@ -1,10 +1,10 @@
 // What each of the round's defences (docs/security.md) adds to a round, against the training the
-// round holds, measured on one replica in one run: NoLoCo's sane() distances and held-out check
-// of one partner (and with split messages the alignment of its D), DiLoCo's clip, direction and
-// staleness tests over the members' D's (the judged step less the plain mean), and the signature
-// each node makes of its message and checks of each message it takes. A round's training is H
-// times the median inner step measured here. Medians of --reps repetitions after one warm-up;
-// needs the config's data (train and validation shards).
+// round holds, measured on one replica in one run: NoLoCo's sane() distances, held-out check and
+// update sample of one partner (and with split messages the alignment of its D), DiLoCo's clip,
+// direction and staleness tests over the members' D's (the judged step less the plain mean), and
+// the signature each node makes of its message and checks of each message it takes. A round's
+// training is H times the median inner step measured here. Medians of --reps repetitions after one
+// warm-up; needs the config's data (train and validation shards).
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -109,11 +109,53 @@ int run(int argc, char** argv) {
     });
     engine.method = OuterMethod::NoLoCo;
     const double noloco_signature_s = signature_seconds(engine, replica.manifest(), theta, 1, reps);
+    // Fused messages carry theta and phi at coordinates the round draws: drawing them, gathering
+    // the sample, the rounding bounds of the partner's theta there and judging its update at them,
+    // as the outer step with the sample less the same step without it. The partner's phi is this
+    // node's, so its update is its D.
+    const RoundPlans plans = round_message_plans(engine, replica.manifest());
+    const OuterConfig outer;
+    auto fused_step_s = [&](bool sampled) {
+        return bench::median_seconds(reps, [&] {
+            std::vector<uint64_t> at;
+            std::vector<float> sample_theta, sample_phi, rounding;
+            if (sampled) {
+                at = sample_coordinates(1, n, plans.second.numel / 2);
+                rounding = codec::rounding_bounds(plans.first, partner, at);
+            }
+            for (const uint64_t i : at) {
+                sample_theta.push_back(partner[i]);
+                sample_phi.push_back(phi[i]);
+            }
+            PartnerChecks checks;
+            checks.sample_at = at;
+            std::vector<float> stepped = phi, momentum(n, 0.0f), a(n), b(n);
+            const MemberValues self{.node_id = 1, .values = theta};
+            const MemberValues other{.node_id = 2,
+                                     .values = partner,
+                                     .sample_theta = sample_theta,
+                                     .sample_phi = sample_phi,
+                                     .sample_rounding = rounding};
+            if (!noloco_outer_step(outer, MessageMode::Fused, self, {&other, 1}, checks, stepped,
+                                   momentum, a, b)
+                     .refused.empty())
+                throw Error("an ordinary partner was refused at its update sample");
+        });
+    };
+    const double sample_s = fused_step_s(true) - fused_step_s(false);
     print_row("sane(): the distances", sane_s, noloco_round);
     print_row("held-out check: own weights and the partner's", held_out_s, noloco_round);
     print_row("signature: own made, the partner's checked", noloco_signature_s, noloco_round);
-    print_row("all of them", sane_s + held_out_s + noloco_signature_s, noloco_round);
+    print_row("all of them", sane_s + held_out_s + noloco_signature_s + sample_s, noloco_round);
+    print_row("the update sample: drawn, gathered and judged", sample_s, noloco_round);
     print_row("split messages add: the alignment of D's", alignment_s, noloco_round);
+    std::printf(
+        "the update sample, theta and phi at %llu coordinates, adds %llu bytes to theta's "
+        "%llu (%.1f%%)\n",
+        static_cast<unsigned long long>(plans.second.numel / 2),
+        static_cast<unsigned long long>(codec::payload_bytes(plans.second)),
+        static_cast<unsigned long long>(codec::payload_bytes(plans.first)),
+        100.0 * codec::payload_bytes(plans.second) / codec::payload_bytes(plans.first));
 
     const double diloco_round = diloco_h * step_s;
     std::printf("\nDiLoCo, H %d (round's training %.3f s), %d members, Q8 D's:\n", diloco_h,
