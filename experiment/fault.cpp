@@ -126,6 +126,12 @@ std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner
             const size_t count = values.size() / 2;
             const std::vector<uint64_t> at = sample_coordinates(round, theta.size(), count);
             for (size_t j = 0; j < count; j++) values[j] = theta[at[j]];
+            // A replay's sample describes the update it replays: the phi of the round before.
+            if (fault_.kind == FaultKind::Replay) {
+                if (memory_.phi.empty()) memory_.phi.assign(phi_.begin(), phi_.end());
+                for (size_t j = 0; j < count; j++) values[count + j] = memory_.phi[at[j]];
+                memory_.phi.assign(phi_.begin(), phi_.end());
+            }
         }
         parts[part].outgoing = stored_message(encoded(round, part, values));
     }

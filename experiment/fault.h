@@ -13,7 +13,8 @@
 //   non_finite  D = NaN in fp32 segments, +-3e38 elsewhere (what a codec lets through)
 //   scaled      D = scale * D                    sign_flip  D = -D
 //   noise       D = Gaussian noise of D's norm   free_rider D = 0 (its phi, as if it trained not)
-//   replay      the message it sent the round before (the first round: its own)
+//   replay      the message it sent the round before (the first round: its own), its update
+//               sample drawn at this round's coordinates from that round's theta and phi
 //   bias        D = D + scale * |D| * u, u one fixed unit direction for every round
 //   tokens      the tokens it says it trained on, times scale
 //   echo        (NoLoCo) its partner's own message, sent back as its own: it takes the partner's
@@ -71,9 +72,10 @@ TrainConfig faulty_train_config(const FaultConfig& fault, TrainConfig train,
 void write_garbage_data(const TrainConfig& train, const std::string& dir);
 
 // What a faulty replica's links remember from round to round: the values of each part it sent
-// last (for a replay).
+// last and, with fused NoLoCo's update sample, the phi it sent them from (for a replay).
 struct FaultMemory {
     std::vector<std::vector<float>> last;
+    std::vector<float> phi;
 };
 
 // What an echoing member reads before it answers: the message `partner` sends it as part `part`
