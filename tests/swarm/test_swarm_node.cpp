@@ -73,6 +73,14 @@ uint64_t message_bytes(const codec::MessagePlan& plan) {
     return total;
 }
 
+// A fused NoLoCo round's messages: theta under the node's plan, and beside it the update sample
+// (theta and phi at update_sample coordinates, F32).
+uint64_t fused_round_bytes(const SwarmNode& node, const SwarmConfig& config) {
+    return message_bytes(node.message_plan()) +
+           message_bytes(codec::sample_plan(ParameterManifest(config.train.model),
+                                            2 * uint64_t{config.exchange.update_sample}));
+}
+
 // What a node's replica does alone, rebuilt from the same config and node id: the reference the
 // swarm's outer steps are checked against.
 struct ReferenceReplica {
@@ -147,10 +155,11 @@ std::vector<std::vector<SwarmRound>> run_paired_round(
 
 TEST_CASE("swarm: four nodes pair mutually, exchange BF16 theta of the planned size, and learn") {
     const int rounds = 5;
-    auto nodes = start_swarm(4, pico_swarm(rounds));
+    const SwarmConfig config = pico_swarm(rounds);
+    auto nodes = start_swarm(4, config);
     std::map<uint64_t, size_t> index_of;
     for (size_t i = 0; i < nodes.size(); i++) index_of[nodes[i]->node_id()] = i;
-    const uint64_t expected_bytes = message_bytes(nodes[0]->message_plan());
+    const uint64_t expected_bytes = fused_round_bytes(*nodes[0], config);
     // The plan really mixes codecs: norm gains as F32, matrices as BF16.
     CHECK(nodes[0]->message_plan().segments.size() > 1);
 
@@ -586,7 +595,7 @@ TEST_CASE(
     config.overlap = true;
     auto nodes = start_swarm(2, config);
     auto refs = references_of(nodes, config);
-    const uint64_t message = message_bytes(nodes[0]->message_plan());
+    const uint64_t message = fused_round_bytes(*nodes[0], config);
     const int h = config.inner_steps;
 
     // Round 0's inner phase; its exchange starts and stays in flight.
