@@ -71,8 +71,10 @@ struct SwarmConfig : EngineConfig {
     void validate() const;  // throws starling::Error naming the field
 };
 
-// How a node's rounds combine, said to its peers: "noloco fused", "noloco split", "diloco" or
-// "local". Nodes that differ cannot average each other's messages, so they are never paired.
+// How a node's rounds combine, said to its peers: "noloco fused, update sample 8192" (or
+// "noloco fused" without one), "noloco split", "diloco" or "local". Nodes that differ cannot
+// average each other's messages (a sample of another count is another message), so they are
+// never paired.
 std::string swarm_method(const SwarmConfig& config);
 
 // What one round did: its exchange and outer step (engine/member_round.h), and its inner phase.

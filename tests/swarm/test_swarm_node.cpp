@@ -234,6 +234,22 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("swarm_method names the mode and the update sample, which members must share") {
+    // Two fused members with samples of other counts send messages the other cannot read: the
+    // method they say keeps them from pairing, as it does a split member and a fused one.
+    SwarmConfig config = pico_swarm(1);
+    CHECK(swarm_method(config) == "noloco fused, update sample 8192");
+    config.exchange.update_sample = 4096;
+    CHECK(swarm_method(config) == "noloco fused, update sample 4096");
+    config.exchange.update_sample = 0;
+    CHECK(swarm_method(config) == "noloco fused");
+    config.exchange.update_sample = 8192;
+    config.exchange.mode = MessageMode::Split;
+    CHECK(swarm_method(config) == "noloco split");
+    config.method = OuterMethod::DiLoCo;
+    CHECK(swarm_method(config) == "diloco");
+}
+
 TEST_CASE(
     "swarm: split messages (D and phi at once) give NoLoCo's split step, with a pull unlike the lr") {
     SwarmConfig config = pico_swarm(2, codec::Codec::F32);
