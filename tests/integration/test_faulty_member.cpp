@@ -340,12 +340,17 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     const std::string method = GENERATE(as<std::string>{}, "noloco", "diloco");
     INFO(method);
     // Its own training is honest: only what it sends is flipped (faulty_starlingd), so neither
-    // sane() nor a norm bound can tell; NoLoCo's held-out check and DiLoCo's direction test do.
+    // sane() nor a norm bound can tell; NoLoCo's alignment test at the update sample and its
+    // held-out check, and DiLoCo's direction test, do.
     const FaultyRun run =
         run_with_faulty_member(method, {}, {faulty_starlingd_binary(), "--fault", "sign_flip"});
     check_named_and_quarantined(run);
-    // In NoLoCo the held-out check refused it: the round lines say by how much.
-    if (method == "noloco") CHECK(check_logged_held_out_scores(run.logs) >= 1);
+    // In NoLoCo the alignment test refused it, or the held-out check where the round lines say
+    // by how much (the alignment test judges first: a flipped update scores far below 0).
+    if (method == "noloco")
+        CHECK(check_logged_held_out_scores(run.logs) +
+                  lines_with(run.logs, {"at its update sample's", "no more aligned"}).size() >=
+              1);
 }
 
 TEST_CASE("a NoLoCo member whose update is noise of its norm is refused as unaligned",
