@@ -109,23 +109,18 @@ int run(int argc, char** argv) {
     });
     engine.method = OuterMethod::NoLoCo;
     const double noloco_signature_s = signature_seconds(engine, replica.manifest(), theta, 1, reps);
-    // Fused messages carry theta and phi at coordinates drawn from the theta message's digest:
-    // hashing the member's own theta message and its partner's (as long), drawing the
-    // coordinates, gathering the sample, the rounding bounds of the partner's theta there and
-    // judging its update at them, as the outer step with the sample less the same step without
-    // it. The partner's phi is this node's, so its update is its D.
+    // Fused messages carry theta and phi at coordinates the round draws: drawing them, gathering
+    // the sample, the rounding bounds of the partner's theta there and judging its update at them,
+    // as the outer step with the sample less the same step without it. The partner's phi is this
+    // node's, so its update is its D.
     const RoundPlans plans = round_message_plans(engine, replica.manifest());
-    codec::MessageEncoder encoder(plans.first, {2, 1, 0}, partner.data(), nullptr, false);
-    const codec::EncodedMessage partner_message = codec::encode_to_end(encoder);
     const OuterConfig outer;
     auto fused_step_s = [&](bool sampled) {
         return bench::median_seconds(reps, [&] {
             std::vector<uint64_t> at;
             std::vector<float> sample_theta, sample_phi, rounding;
             if (sampled) {
-                (void)codec::message_digest(partner_message);
-                at = sample_coordinates(codec::message_digest(partner_message), n,
-                                        plans.second.numel / 2);
+                at = sample_coordinates(1, n, plans.second.numel / 2);
                 rounding = codec::rounding_bounds(plans.first, partner, at);
             }
             for (const uint64_t i : at) {
@@ -133,11 +128,11 @@ int run(int argc, char** argv) {
                 sample_phi.push_back(phi[i]);
             }
             PartnerChecks checks;
+            checks.sample_at = at;
             std::vector<float> stepped = phi, momentum(n, 0.0f), a(n), b(n);
             const MemberValues self{.node_id = 1, .values = theta};
             const MemberValues other{.node_id = 2,
                                      .values = partner,
-                                     .sample_at = at,
                                      .sample_theta = sample_theta,
                                      .sample_phi = sample_phi,
                                      .sample_rounding = rounding};
@@ -152,7 +147,7 @@ int run(int argc, char** argv) {
     print_row("held-out check: own weights and the partner's", held_out_s, noloco_round);
     print_row("signature: own made, the partner's checked", noloco_signature_s, noloco_round);
     print_row("all of them", sane_s + held_out_s + noloco_signature_s + sample_s, noloco_round);
-    print_row("the update sample: hashed, drawn, gathered and judged", sample_s, noloco_round);
+    print_row("the update sample: drawn, gathered and judged", sample_s, noloco_round);
     print_row("split messages add: the alignment of D's", alignment_s, noloco_round);
     std::printf(
         "the update sample, theta and phi at %llu coordinates, adds %llu bytes to theta's "

@@ -422,7 +422,6 @@ void MessageDecoder::accept_header(std::span<const std::byte> bytes) {
         throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
     try {
         header_impl(bytes);
-        if (digest_) digest_->add_piece(bytes);
     } catch (const std::exception& e) {
         failed_ = true;
         first_error_ = e.what();
@@ -435,25 +434,11 @@ void MessageDecoder::accept_chunk(std::span<const std::byte> bytes) {
         throw Error("message decoder: refusing input after an error (" + first_error_ + ")");
     try {
         chunk_impl(bytes);
-        if (digest_) digest_->add_piece(bytes);
     } catch (const std::exception& e) {
         failed_ = true;
         first_error_ = e.what();
         throw;
     }
-}
-
-void MessageDecoder::keep_digest() {
-    if (has_header_ || failed_) throw Error("message decoder: keep_digest after the header");
-    digest_ = std::make_unique<Sha256>();
-}
-
-Sha256Digest MessageDecoder::digest() {
-    if (!digest_ || !complete_)
-        throw Error("message decoder: no digest of a whole message (keep_digest first)");
-    Sha256Digest digest = digest_->finish();
-    digest_.reset();
-    return digest;
 }
 
 void MessageDecoder::header_impl(std::span<const std::byte> bytes) {
@@ -705,13 +690,6 @@ EncodedMessage encode_to_end(MessageEncoder& encoder) {
     std::vector<std::byte> chunk;
     while (encoder.next_chunk(chunk)) message.chunks.push_back(chunk);
     return message;
-}
-
-Sha256Digest message_digest(const EncodedMessage& message) {
-    Sha256 sha;
-    sha.add_piece(message.header);
-    for (const std::vector<std::byte>& chunk : message.chunks) sha.add_piece(chunk);
-    return sha.finish();
 }
 
 void decode_to_end(std::span<const std::byte> header,

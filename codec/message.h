@@ -17,7 +17,6 @@
 #include <string_view>
 #include <vector>
 
-#include "common/sha256.h"
 #include "model/manifest.h"
 #include "codec/codec.h"
 #include "codec/sparse.h"
@@ -187,10 +186,6 @@ public:
     bool has_header() const { return has_header_; }
     const MessageHeader& header() const { return header_; }  // valid once accept_header returned
     const MessagePlan& plan() const { return plan_; }
-    // Hashes each piece accepted from here on (call it before the header) for digest(): the
-    // message_digest of the whole message, once it is complete; digest() may be called once.
-    void keep_digest();
-    Sha256Digest digest();
 
 private:
     void header_impl(std::span<const std::byte> bytes);
@@ -210,7 +205,6 @@ private:
     size_t segment_ = 0;
     uint64_t element_ = 0;
     std::vector<std::byte> scratch_;  // decompressed payload, never above kMaxChunkBytes
-    std::unique_ptr<Sha256> digest_;
     struct Zstd;
     std::unique_ptr<Zstd> zstd_;
 };
@@ -224,11 +218,6 @@ struct EncodedMessage {
 
 // Runs an encoder to its end.
 EncodedMessage encode_to_end(MessageEncoder& encoder);
-// The SHA-256 of a message as it goes on the wire: for each piece (the header, then each chunk)
-// its length as u64 little-endian and its bytes. Fused NoLoCo draws the coordinates of a theta
-// message's update sample from it (optimizer/outer_round.h), which its author cannot choose
-// without changing the message.
-Sha256Digest message_digest(const EncodedMessage& message);
 // Feeds a whole message to a decoder; throws starling::Error on any problem, including a message
 // that ends before it is complete.
 void decode_to_end(std::span<const std::byte> header,

@@ -154,7 +154,7 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
       "split NoLoCo: phi goes with D every this many rounds; the others send D alone, no pull",
       at_least(1));
     v("update_sample", x.update_sample,
-      "fused NoLoCo: theta and phi at this many coordinates drawn from theta's message go beside it "
+      "fused NoLoCo: theta and phi at this many coordinates drawn from the round go beside theta "
       "(8 bytes each), so that partners judge the update there (docs/security.md); 0: none");
     v("topk_chunk", x.topk_chunk, "TOPK: values per chunk", in_range(64, 32768));
     v("topk_density", x.topk_density, "TOPK: share of each chunk's values sent",

@@ -133,6 +133,9 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     outcome.pair_seconds = seconds_since(start);
     std::vector<MemberValues> arrived;
     sent_.clear();
+    sample_at_.clear();
+    if (!partners.empty() && second_plan_.kind == codec::PlanKind::Sample)
+        sample_at_ = sample_coordinates(round, size_, second_plan_.numel / 2);
     if (!partners.empty()) {
         outcome.partner = partners.front();
         const auto exchange_start = Clock::now();
@@ -157,6 +160,7 @@ void MemberRound::noloco(RoundLink& link, Replica& replica, uint64_t round,
     }
     replica.partner_checks().judge = config_.judge_messages;
     replica.partner_checks().judge_alignment = config_.exchange.delta_codec != codec::Codec::TOPK;
+    replica.partner_checks().sample_at = sample_at_;
     replica.partner_checks().held_out_loss = nullptr;
     if (config_.judge_messages && replica.held_out_available())
         replica.partner_checks().held_out_loss = [&replica](std::span<const float> weights) {
@@ -196,33 +200,32 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     const uint64_t bytes =
         codec::payload_bytes(plan_) + (with_second ? codec::payload_bytes(second_plan_) : 0);
     // Part 0: theta (fused), or D with error feedback when configured (split); part 1: phi, in
-    // the rounds that carry it (split), or theta and then phi exactly at coordinates drawn from
-    // the theta message's digest (fused).
+    // the rounds that carry it (split), or theta and then phi at the round's sampled coordinates
+    // (fused), exactly.
     float* residual =
         split && config_.exchange.error_feedback ? replica.residual().data() : nullptr;
     codec::MessageEncoder first(
         plan_, {id, round, 0}, split ? replica.displacement().data() : theta.data(), residual,
         config_.exchange.zstd, split ? config_.delta_feedback_decay() : 1.0f);
-    // One partner's messages stream from the encoders as they go out; several partners get the
-    // same messages, encoded once (error feedback updates the residual once). An update sample's
-    // coordinates come from the digest of the whole theta message, which is encoded first.
-    std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
-    if (partners.size() > 1 || sampled)
-        first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
     if (sampled) {
-        const std::vector<uint64_t> at =
-            sample_coordinates(codec::message_digest(*first_whole), size_, second_plan_.numel / 2);
         sample_.clear();
-        for (const uint64_t i : at) sample_.push_back(theta[i]);
-        for (const uint64_t i : at) sample_.push_back(replica.phi()[i]);
+        for (const uint64_t i : sample_at_) sample_.push_back(theta[i]);
+        for (const uint64_t i : sample_at_) sample_.push_back(replica.phi()[i]);
     }
     std::optional<codec::MessageEncoder> second;
     if (with_second)
         second.emplace(second_plan_, codec::RoundingKey{id, round, 1},
                        sampled ? sample_.data() : replica.phi().data(), nullptr,
                        config_.exchange.zstd);
-    if (partners.size() > 1 && with_second)
-        second_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
+    // One partner's messages stream from the encoders as they go out; several partners get the
+    // same messages, encoded once (error feedback updates the residual once).
+    std::shared_ptr<const codec::EncodedMessage> first_whole, second_whole;
+    if (partners.size() > 1) {
+        first_whole = std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(first));
+        if (with_second)
+            second_whole =
+                std::make_shared<const codec::EncodedMessage>(codec::encode_to_end(*second));
+    }
     // What its partners decode of this node's first message, decoded as it goes out: a partner's
     // values that close are an echo, and the held-out check scores this node's weights as its
     // partners will see them (phi + its D decoded), as it scores theirs: a sparse D leaves most
@@ -238,16 +241,12 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
     }
     ensure_arenas(received_, partners.size(), size_);
     if (with_second) ensure_arenas(received_second_, partners.size(), second_plan_.numel);
-    if (sampled) {
-        sample_at_.resize(partners.size());
-        rounding_.resize(partners.size());
-    }
+    if (sampled) ensure_arenas(rounding_, partners.size(), sample_at_.size());
 
     std::vector<MemberValues> arrived;
     for (size_t k = 0; k < partners.size(); k++) {
         codec::MessageDecoder first_in(manifest.fingerprint(), manifest, received_[k].data(),
                                        size_);
-        if (sampled) first_in.keep_digest();
         std::optional<codec::MessageDecoder> second_in;
         std::vector<LinkPart> parts;
         parts.push_back({first_whole ? stored_message(first_whole)
@@ -278,16 +277,12 @@ std::vector<MemberValues> MemberRound::exchange(RoundLink& link, Replica& replic
         MemberValues partner{
             .node_id = partners[k], .values = received_[k], .weight = static_cast<double>(said)};
         if (sampled) {
-            // Theta then phi at the coordinates its theta message names, and how far the decoded
-            // theta there may lie from the exact one by the codec's rounding, under the plan its
-            // header named.
+            // Theta then phi at the sampled coordinates, and how far the decoded theta there may
+            // lie from the exact one by the codec's rounding, under the plan its header named.
             const std::span<const float> sample(received_second_[k]);
-            const size_t count = sample.size() / 2;
-            sample_at_[k] = sample_coordinates(first_in.digest(), size_, count);
-            partner.sample_at = sample_at_[k];
-            partner.sample_theta = sample.first(count);
-            partner.sample_phi = sample.last(count);
-            rounding_[k] = codec::rounding_bounds(first_in.plan(), received_[k], sample_at_[k]);
+            partner.sample_theta = sample.first(sample_at_.size());
+            partner.sample_phi = sample.last(sample_at_.size());
+            rounding_[k] = codec::rounding_bounds(first_in.plan(), received_[k], sample_at_);
             partner.sample_rounding = rounding_[k];
         } else if (with_second) {
             partner.phi = received_second_[k];

@@ -99,11 +99,9 @@ private:
     // (numel 0).
     codec::MessagePlan plan_, second_plan_;
     std::vector<std::vector<float>> received_, received_second_;  // NoLoCo: one per partner
-    // Fused NoLoCo's update samples: this member's theta and phi, as sent, and, per partner,
-    // the coordinates its theta message names and its rounding bounds there.
-    std::vector<float> sample_;
-    std::vector<std::vector<uint64_t>> sample_at_;
-    std::vector<std::vector<float>> rounding_;
+    std::vector<uint64_t> sample_at_;           // fused NoLoCo: the round's sampled coordinates,
+    std::vector<float> sample_;                 // this member's theta and phi there, as sent,
+    std::vector<std::vector<float>> rounding_;  // and each partner's rounding bounds there
     std::vector<float> sent_;  // NoLoCo, judging: own theta or D as partners decode it
     std::vector<std::vector<float>> gathered_;  // DiLoCo: one per quorum member
     std::vector<float> scratch_a_, scratch_b_;

@@ -109,10 +109,8 @@ FaultyLink::FaultyLink(std::unique_ptr<RoundLink> inner, const FaultConfig& faul
 std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner,
                                                 std::vector<LinkPart> parts, uint64_t bytes,
                                                 uint64_t tokens) {
-    // What part 0 carries, before its encoding and as sent: fused NoLoCo's update sample holds
-    // theta at coordinates drawn from the message's digest.
+    // What part 0 carries, before its encoding: fused NoLoCo's update sample holds theta there.
     std::vector<float> theta;
-    std::shared_ptr<const codec::EncodedMessage> theta_message;
     const bool sampled = plans_.second.kind == codec::PlanKind::Sample;
     for (uint32_t part = 0; part < parts.size(); part++) {
         const codec::EncodedMessage own = drained_message(parts[part].outgoing);
@@ -123,10 +121,10 @@ std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner
             theirs ? decoded(part, *theirs) : altered_values(round, part, own);
         // The faulty member's sample describes the theta it sends, as its own would: a sample
         // of another theta is refused by its rounding alone (optimizer/outer_round.h).
-        if (sampled && part == 1 && theta_message) {
+        if (sampled && part == 0) theta = values;
+        if (sampled && part == 1 && !theta.empty()) {
             const size_t count = values.size() / 2;
-            const std::vector<uint64_t> at =
-                sample_coordinates(codec::message_digest(*theta_message), theta.size(), count);
+            const std::vector<uint64_t> at = sample_coordinates(round, theta.size(), count);
             for (size_t j = 0; j < count; j++) values[j] = theta[at[j]];
             // A replay's sample describes the update it replays: the phi of the round before.
             if (fault_.kind == FaultKind::Replay) {
@@ -135,12 +133,7 @@ std::vector<LinkExchanged> FaultyLink::exchange(uint64_t round, uint64_t partner
                 memory_.phi.assign(phi_.begin(), phi_.end());
             }
         }
-        const auto message = encoded(round, part, values);
-        if (sampled && part == 0) {
-            theta = std::move(values);
-            theta_message = message;
-        }
-        parts[part].outgoing = stored_message(message);
+        parts[part].outgoing = stored_message(encoded(round, part, values));
     }
     return inner_->exchange(round, partner, std::move(parts), bytes, said(tokens));
 }

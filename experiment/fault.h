@@ -14,7 +14,7 @@
 //   scaled      D = scale * D                    sign_flip  D = -D
 //   noise       D = Gaussian noise of D's norm   free_rider D = 0 (its phi, as if it trained not)
 //   replay      the message it sent the round before (the first round: its own), its update
-//               sample drawn at its message's coordinates from that round's theta and phi
+//               sample drawn at this round's coordinates from that round's theta and phi
 //   bias        D = D + scale * |D| * u, u one fixed unit direction for every round
 //   tokens      the tokens it says it trained on, times scale
 //   echo        (NoLoCo) its partner's own message, sent back as its own: it takes the partner's

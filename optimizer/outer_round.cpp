@@ -94,8 +94,7 @@ struct SampledUpdates {
     std::vector<float> partner, own;
 };
 SampledUpdates sampled_updates(const MemberValues& p, const MemberValues& self,
-                               std::span<const float> phi) {
-    const std::span<const uint64_t> at = p.sample_at;
+                               std::span<const float> phi, std::span<const uint64_t> at) {
     SampledUpdates d;
     d.partner.reserve(at.size());
     d.own.reserve(at.size());
@@ -108,8 +107,7 @@ SampledUpdates sampled_updates(const MemberValues& p, const MemberValues& self,
 
 // Why a partner's update sample cannot be read: values that are not finite, or a theta further
 // from the partner's decoded theta than the codec's rounding takes it.
-std::optional<std::string> unreadable_sample(const MemberValues& p) {
-    const std::span<const uint64_t> at = p.sample_at;
+std::optional<std::string> unreadable_sample(const MemberValues& p, std::span<const uint64_t> at) {
     if (p.sample_theta.size() != at.size() || p.sample_phi.size() != at.size() ||
         p.sample_rounding.size() != at.size())
         throw Error("NoLoCo step: an update sample of " + std::to_string(p.sample_theta.size()) +
@@ -136,8 +134,7 @@ std::optional<std::string> unreadable_sample(const MemberValues& p) {
 
 }  // namespace
 
-std::vector<uint64_t> sample_coordinates(const Sha256Digest& theta_message, uint64_t size,
-                                         uint64_t count) {
+std::vector<uint64_t> sample_coordinates(uint64_t round, uint64_t size, uint64_t count) {
     std::vector<uint64_t> at;
     if (count >= size) {
         at.resize(size);
@@ -147,7 +144,7 @@ std::vector<uint64_t> sample_coordinates(const Sha256Digest& theta_message, uint
     // Floyd's sampling: each j from size - count up adds a uniform draw from [0, j], or j itself
     // where the draw was taken already; every subset of `count` comes out equally likely.
     constexpr uint64_t kSampleSalt = 0x7570'645f'7361'6d70;  // "upd_samp"
-    const uint64_t seed = hash_index(kSampleSalt, digest_seed(theta_message));
+    const uint64_t seed = hash_index(kSampleSalt, round);
     std::unordered_set<uint64_t> taken;
     taken.reserve(count);
     for (uint64_t j = size - count; j < size; j++) {
@@ -209,8 +206,8 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // A fused partner's update where its update sample says it: judged as a split D is.
         std::optional<SampledUpdates> sample;
         if (!problem && fused && !p.sample_theta.empty()) {
-            problem = unreadable_sample(p);
-            if (!problem) sample = sampled_updates(p, self, phi);
+            problem = unreadable_sample(p, checks.sample_at);
+            if (!problem) sample = sampled_updates(p, self, phi, checks.sample_at);
         }
         auto on_sample = [&](std::optional<std::string> why) {
             if (why)

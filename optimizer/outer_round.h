@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "common/sha256.h"
 #include "optimizer/outer.h"
 #include "optimizer/sanity.h"
 
@@ -40,12 +39,11 @@ struct MemberValues {
     // decoded D is set against weights made the same way; fused theta differs from what was sent
     // by a rounding step and is scored exactly. Empty: no echo test, and values exactly.
     std::span<const float> sent;
-    // Fused only, a partner's update sample: its exact theta and phi at the coordinates
-    // `sample_at` (sample_coordinates of its theta message), from which its update theta - phi is
-    // judged there as a split D is, and how far its decoded theta there may lie from the exact one
-    // by the state codec's rounding alone (codec::rounding_bounds): a sample further from the
-    // message it came with does not describe it. Empty: none sent.
-    std::span<const uint64_t> sample_at;
+    // Fused only, a partner's update sample: its exact theta and phi at the round's sampled
+    // coordinates (PartnerChecks::sample_at), from which its update theta - phi is judged there as
+    // a split D is, and how far its decoded theta there may lie from the exact one by the state
+    // codec's rounding alone (codec::rounding_bounds): a sample further from the message it came
+    // with does not describe it. Empty: none sent.
     std::span<const float> sample_theta, sample_phi, sample_rounding;
 };
 
@@ -82,16 +80,16 @@ struct PartnerChecks {
     // check. What the cheaper tests cannot tell (a replica trained on garbage, an update whose
     // norm and direction look ordinary) shows as a worse model.
     std::function<double(std::span<const float>)> held_out_loss;
+    // Fused: the coordinates of this round's update sample (sample_coordinates), which partners'
+    // MemberValues::sample_theta and sample_phi hold theta and phi at.
+    std::span<const uint64_t> sample_at;
 };
 
-// The coordinates of the update sample that comes with a fused NoLoCo theta message: `count`
-// distinct ones of `size`, in increasing order (every one where count >= size), drawn from the
-// message's digest (codec::message_digest), which its receiver computes as the bytes arrive. A
-// sender cannot know them before its message is fixed, so it cannot send honest values where they
-// fall and others elsewhere; to hide changes to a share f of theta it must try about (1-f)^-count
-// messages (count 8192: 3,600 tries for f = 0.1%, 10^6 for 0.17%), each hashed whole.
-std::vector<uint64_t> sample_coordinates(const Sha256Digest& theta_message, uint64_t size,
-                                         uint64_t count);
+// The coordinates of fused NoLoCo's update sample in `round`: `count` distinct ones of `size`, in
+// increasing order (every one where count >= size). Drawn from the round alone, so that both
+// members of a pair, which exchange in the same round, draw the same ones; a new draw each round,
+// so that no part of the weights goes unjudged.
+std::vector<uint64_t> sample_coordinates(uint64_t round, uint64_t size, uint64_t count);
 
 // A partner's values the step left out.
 struct Refusal {
@@ -116,7 +114,7 @@ struct NoLoCoStep {
 // back (echoed_message, where self.sent is given) or, split, whose D barely moved though it trained
 // at least this node's tokens (idle_update) or is no more aligned with this node's own D than
 // random signs would be though both trained the same tokens (unaligned_update, where
-// checks.judge_alignment), or, fused with an update sample (at its sample_at), whose sample is
+// checks.judge_alignment), or, fused with an update sample (at checks.sample_at), whose sample is
 // not finite or further from its theta than rounding or whose theta - phi there fails the same two
 // tests against this node's, are left out, and
 // so is one that trained at least this node's tokens (a weight at least its own: every H-step

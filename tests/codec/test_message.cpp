@@ -698,48 +698,6 @@ TEST_CASE("sample messages carry F32 values exactly into an arena of the sample'
                       Catch::Matchers::Contains("a state message of 1000 elements"));
 }
 
-TEST_CASE("message_digest hashes a message as sent, and the decoder the same as it arrives") {
-    const ParameterManifest& m = nano();
-    std::vector<float> x = normal_arena(m.total(), 6);
-    const MessagePlan plan = make_plan(m, PlanKind::State, Codec::BF16SR);
-    auto encoded = [&] {
-        MessageEncoder encoder(plan, kKey, x.data(), nullptr, /*try_zstd=*/true);
-        return encode_to_end(encoder);
-    };
-    const EncodedMessage message = encoded();
-    // By hand: each piece's length as 8 little-endian bytes, then its bytes.
-    Bytes laid_out;
-    auto lay = [&](const Bytes& piece) {
-        for (int i = 0; i < 8; i++)
-            laid_out.push_back(static_cast<std::byte>(uint64_t{piece.size()} >> (8 * i)));
-        laid_out.insert(laid_out.end(), piece.begin(), piece.end());
-    };
-    lay(message.header);
-    for (const Bytes& chunk : message.chunks) lay(chunk);
-    Sha256 whole;
-    whole.add(laid_out);
-    const Sha256Digest digest = message_digest(message);
-    CHECK(digest == whole.finish());
-
-    std::vector<float> out(m.total());
-    MessageDecoder decoder(m.fingerprint(), m, out.data(), out.size());
-    decoder.keep_digest();
-    decode_to_end(message.header, message.chunks, decoder);
-    CHECK(decoder.digest() == digest);
-    // One value changed anywhere makes another message and another digest.
-    x[m.total() - 1] += 1.0f;
-    CHECK(message_digest(encoded()) != digest);
-    // Asked of a decoder that kept none, before the message is whole, or once the header came.
-    MessageDecoder plain(m.fingerprint(), m, out.data(), out.size());
-    decode_to_end(message.header, message.chunks, plain);
-    CHECK_THROWS_WITH(plain.digest(), Catch::Matchers::Contains("keep_digest first"));
-    CHECK_THROWS_WITH(plain.keep_digest(), Catch::Matchers::Contains("after the header"));
-    MessageDecoder partial(m.fingerprint(), m, out.data(), out.size());
-    partial.keep_digest();
-    partial.accept_header(message.header);
-    CHECK_THROWS_WITH(partial.digest(), Catch::Matchers::Contains("no digest of a whole message"));
-}
-
 TEST_CASE("rounding_bounds hold every decoded value within reach of the one encoded") {
     // State messages of nano under each state codec: at every index the decoded value lies within
     // its bound of the encoded one, and the bounds are not slack (the largest error comes within

@@ -58,13 +58,6 @@ std::vector<double> staleness_by_hand(const std::vector<std::vector<float>>& ds,
     return staleness;
 }
 
-// A digest standing in for a message's (sample_coordinates takes any).
-Sha256Digest digest_of(uint64_t k) {
-    Sha256 sha;
-    sha.add_u64(k);
-    return sha.finish();
-}
-
 }  // namespace
 
 TEST_CASE("noloco_outer_step: a partner with a NaN is refused and the node steps alone") {
@@ -382,7 +375,8 @@ TEST_CASE("noloco_outer_step judges a fused update where the partner's update sa
     // that cancel exactly (+ on the first two of every four sampled coordinates, - on the next
     // two). The sample tells each partner's update from its drift.
     const size_t n = 512;
-    const std::vector<uint64_t> at = sample_coordinates(digest_of(3), n, 128);
+    const uint64_t round = 3;
+    const std::vector<uint64_t> at = sample_coordinates(round, n, 128);
     REQUIRE(at.size() == 128);
     const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
     // Values that are sums of quarters, so that every difference below is exact.
@@ -416,15 +410,15 @@ TEST_CASE("noloco_outer_step judges a fused update where the partner's update sa
                  noise = sample_of(noise_theta, noise_phi), idle = sample_of(idle_theta, noise_phi);
     PartnerChecks checks;
     checks.held_out_loss = [](std::span<const float>) { return 1.0; };
+    checks.sample_at = at;
     auto step_with = [&](std::vector<MemberValues> partners) {
         std::vector<float> phi = phi0, momentum(n, 0.0f), a(n), b(n);
         return noloco_outer_step(config, MessageMode::Fused, {3, theta, {}, 10.0}, partners, checks,
                                  phi, momentum, a, b);
     };
-    auto partner = [&at](uint64_t id, std::span<const float> values, const Sample* sample) {
+    auto partner = [](uint64_t id, std::span<const float> values, const Sample* sample) {
         MemberValues p{.node_id = id, .values = values, .weight = 10.0};
         if (sample) {
-            p.sample_at = at;
             p.sample_theta = sample->theta;
             p.sample_phi = sample->phi;
             p.sample_rounding = sample->rounding;
@@ -460,23 +454,23 @@ TEST_CASE("noloco_outer_step judges a fused update where the partner's update sa
                Catch::Contains("update sample's phi value 17 is not finite"));
 }
 
-TEST_CASE("sample_coordinates draws distinct coordinates from a message's digest alone") {
+TEST_CASE("sample_coordinates draws distinct coordinates from the round alone") {
     const uint64_t size = 1000, count = 100;
-    const std::vector<uint64_t> a = sample_coordinates(digest_of(7), size, count);
+    const std::vector<uint64_t> a = sample_coordinates(7, size, count);
     REQUIRE(a.size() == count);
     CHECK(std::is_sorted(a.begin(), a.end()));
     CHECK(std::adjacent_find(a.begin(), a.end()) == a.end());
     CHECK(a.back() < size);
-    CHECK(sample_coordinates(digest_of(7), size, count) == a);
-    CHECK(sample_coordinates(digest_of(8), size, count) != a);
+    CHECK(sample_coordinates(7, size, count) == a);
+    CHECK(sample_coordinates(8, size, count) != a);
     // Every coordinate where the sample is as large as the arena.
-    const std::vector<uint64_t> all = sample_coordinates(digest_of(7), 10, 12);
+    const std::vector<uint64_t> all = sample_coordinates(7, 10, 12);
     CHECK(all == std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-    // Each coordinate is drawn with probability count / size: over 2,000 digests each of the
-    // 1,000 is drawn 200 times in expectation (binomial, standard deviation 13.4).
+    // Each coordinate is drawn with probability count / size: over 2,000 rounds each of the 1,000
+    // is drawn 200 times in expectation (binomial, standard deviation 13.4).
     std::vector<int> drawn(size, 0);
-    for (uint64_t k = 0; k < 2000; k++)
-        for (const uint64_t i : sample_coordinates(digest_of(k), size, count)) drawn[i]++;
+    for (uint64_t round = 0; round < 2000; round++)
+        for (const uint64_t i : sample_coordinates(round, size, count)) drawn[i]++;
     CHECK(*std::min_element(drawn.begin(), drawn.end()) > 200 - 6 * 13.4);
     CHECK(*std::max_element(drawn.begin(), drawn.end()) < 200 + 6 * 13.4);
 }
