@@ -43,7 +43,8 @@ struct MemberValues {
     // coordinates (PartnerChecks::sample_at), from which its update theta - phi is judged there as
     // a split D is, and how far its decoded theta there may lie from the exact one by the state
     // codec's rounding alone (codec::rounding_bounds): a sample further from the message it came
-    // with does not describe it. Empty: none sent.
+    // with does not describe it. Its phi is the partner's word, which nothing here can check: a
+    // member that rewrites its sample passes (docs/security.md). Empty: none sent.
     std::span<const float> sample_theta, sample_phi, sample_rounding;
 };
 
