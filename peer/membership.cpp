@@ -465,8 +465,19 @@ std::vector<Member> MemberTable::sample_reachable(size_t k, uint64_t excluded,
         std::vector<size_t> drawn;
         drawn.reserve(k);
         std::uniform_int_distribution<size_t> place(0, others_.size() - 1);
+        // The first k draws, which are always made, are made at once and their entries and cards
+        // fetched together: in a large table each is a cache miss, and one after another they
+        // were a sixth of a simulated 1,000-node swarm's time (each node's table is cold when it
+        // gossips).
+        std::vector<size_t> first(k);
+        for (size_t& i : first) {
+            i = place(rng);
+            __builtin_prefetch(&others_[i].card);
+            __builtin_prefetch(&others_[i].state);
+        }
+        for (const size_t i : first) __builtin_prefetch(others_[i].card.get());
         for (size_t tries = 0; chosen.size() < k && tries < 8 * k; ++tries) {
-            const size_t i = place(rng);
+            const size_t i = tries < k ? first[tries] : place(rng);
             if (!usable(others_[i]) || std::find(drawn.begin(), drawn.end(), i) != drawn.end())
                 continue;
             drawn.push_back(i);
