@@ -33,10 +33,9 @@ double seconds_since(Clock::time_point start) {
 
 std::string swarm_method(const SwarmConfig& config) {
     std::string method(outer_method_name(config.method));
-    if (config.method == OuterMethod::NoLoCo)
-        method += " " + std::string(message_mode_name(config.exchange.mode));
-    if (config.method == OuterMethod::NoLoCo && config.exchange.mode == MessageMode::Fused &&
-        config.exchange.update_sample > 0)
+    if (config.method != OuterMethod::NoLoCo) return method;
+    method += " " + std::string(message_mode_name(config.exchange.mode));
+    if (config.exchange.mode == MessageMode::Fused && config.exchange.update_sample > 0)
         method += ", update sample " + std::to_string(config.exchange.update_sample);
     return method;
 }
