@@ -1,11 +1,11 @@
 #include "peer/pairing.h"
 
 #include <algorithm>
+#include <bit>
 #include <random>
 #include <tuple>
 
 #include "common/random.h"
-#include "peer/partners.h"
 
 namespace starling {
 namespace {
@@ -32,35 +32,111 @@ std::vector<uint64_t> shuffled_in_turn(std::initializer_list<std::vector<uint64_
 
 }  // namespace
 
+namespace {
+
+// A member's place in a round's matching: its key orders the view and sets the buckets it starts.
+struct Placed {
+    uint64_t key = 0;
+    uint64_t id = 0;
+    bool is_private = false;
+    auto operator<=>(const Placed&) const = default;
+};
+
+// The highest level at which the member starts a bucket: its key's zero base-4 digits from the low
+// end (kMatchingBucketsPerLevel is 4).
+int landmark_level(const Placed& p) { return p.key == 0 ? 64 : std::countr_zero(p.key) / 2; }
+
+// Pairs one bucket's members, in key order, at one level: each private member with the next public
+// one while there are both; then public ones left over as neighbours, and private ones left over
+// as neighbours only at the top level (below, they go on to meet public ones left over elsewhere).
+// Returns self's partner when self is paired here; appends those left over to `left`.
+std::optional<uint64_t> match_bucket(std::span<const Placed* const> bucket, uint64_t self, bool top,
+                                     std::vector<const Placed*>& left) {
+    std::vector<const Placed*> hidden, open;
+    for (const Placed* p : bucket) (p->is_private ? hidden : open).push_back(p);
+    std::optional<uint64_t> partner;
+    const auto pair = [&](const Placed* a, const Placed* b) {
+        if (a->id == self) partner = b->id;
+        if (b->id == self) partner = a->id;
+    };
+    const size_t crossed = std::min(hidden.size(), open.size());
+    for (size_t i = 0; i < crossed; i++) pair(hidden[i], open[i]);
+    const auto& rest = hidden.size() > crossed ? hidden : open;
+    if (&rest == &hidden && !top) {
+        left.insert(left.end(), rest.begin() + static_cast<std::ptrdiff_t>(crossed), rest.end());
+        return partner;
+    }
+    size_t i = crossed;
+    for (; i + 1 < rest.size(); i += 2) pair(rest[i], rest[i + 1]);
+    if (i < rest.size()) left.push_back(rest[i]);
+    return partner;
+}
+
+// The matching level by level: at each, the members still alone, in key order, are cut into
+// buckets at the members (of the whole view) that start one at that level, and each bucket pairs
+// its own; at the first level where nobody starts a bucket, all that are left pair as one
+// (`one_bucket`: at once).
+std::optional<uint64_t> match_by_levels(std::vector<Placed> placed, uint64_t self,
+                                        bool one_bucket) {
+    std::sort(placed.begin(), placed.end());
+    std::vector<const Placed*> alone;
+    for (const Placed& p : placed) alone.push_back(&p);
+    for (int level = 1; alone.size() > 1; level++) {
+        // Each member's bucket at this level: how many members start one up to it.
+        std::vector<uint32_t> bucket_of(placed.size());
+        uint32_t starts = 0;
+        for (size_t i = 0; i < placed.size(); i++) {
+            starts += !one_bucket && landmark_level(placed[i]) >= level;
+            bucket_of[i] = starts;
+        }
+        const bool top = starts == 0;
+        const auto bucket = [&](const Placed* p) { return bucket_of[p - placed.data()]; };
+        std::vector<const Placed*> left;
+        for (auto first = alone.begin(); first != alone.end();) {
+            const auto last = std::find_if(
+                first, alone.end(), [&](const Placed* p) { return bucket(p) != bucket(*first); });
+            if (const auto partner = match_bucket({first, last}, self, top, left)) return partner;
+            first = last;
+        }
+        if (top) return std::nullopt;
+        alone.swap(left);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self,
                                               std::span<const uint64_t> unreachable) {
     if (std::find(view.begin(), view.end(), self) == view.end()) return std::nullopt;
-    const auto order = deterministic_order(round, view, 2);
-    const auto is_private = [&](uint64_t id) {
-        return std::find(unreachable.begin(), unreachable.end(), id) != unreachable.end();
-    };
-    if (std::none_of(view.begin(), view.end(), is_private)) {
-        const size_t place =
-            static_cast<size_t>(std::find(order.begin(), order.end(), self) - order.begin());
-        const size_t other = place ^ 1;  // the other place of its pair
-        if (other >= order.size()) return std::nullopt;
-        return order[other];
+    std::vector<uint64_t> hidden(unreachable.begin(), unreachable.end());
+    std::sort(hidden.begin(), hidden.end());
+    const uint64_t seed = hash_index(round, kMatchingSalt);
+    std::vector<Placed> placed;
+    placed.reserve(view.size());
+    for (const uint64_t id : view)
+        placed.push_back(
+            {hash_index(seed, id), id, std::binary_search(hidden.begin(), hidden.end(), id)});
+    if (placed.size() <= kMatchingBucketedPast)
+        return match_by_levels(std::move(placed), self, true);
+    // Most members pair in their first-level bucket, found in one pass without sorting the view.
+    const Placed own =
+        *std::find_if(placed.begin(), placed.end(), [&](const Placed& p) { return p.id == self; });
+    std::optional<Placed> from, to;  // the members that start self's bucket and the next one
+    for (const Placed& p : placed) {
+        if (landmark_level(p) < 1) continue;
+        if (p <= own && (!from || *from < p)) from = p;
+        if (own < p && (!to || p < *to)) to = p;
     }
-    std::vector<uint64_t> hidden, open;  // in the groups' order
-    for (const uint64_t id : order) (is_private(id) ? hidden : open).push_back(id);
-    const size_t crossed = std::min(hidden.size(), open.size());
-    for (size_t i = 0; i < crossed; i++) {
-        if (hidden[i] == self) return open[i];
-        if (open[i] == self) return hidden[i];
-    }
-    // What is left is of one kind: public members pair direct, private ones through a relay.
-    const auto& left = hidden.size() > crossed ? hidden : open;
-    for (size_t i = crossed; i + 1 < left.size(); i += 2) {
-        if (left[i] == self) return left[i + 1];
-        if (left[i + 1] == self) return left[i];
-    }
-    return std::nullopt;
+    std::vector<Placed> bucket;
+    for (const Placed& p : placed)
+        if ((!from || *from <= p) && (!to || p < *to)) bucket.push_back(p);
+    std::sort(bucket.begin(), bucket.end());
+    std::vector<const Placed*> members, left;
+    for (const Placed& p : bucket) members.push_back(&p);
+    if (const auto partner = match_bucket(members, self, false, left)) return partner;
+    return match_by_levels(std::move(placed), self, false);
 }
 
 bool done_with(const PairingFacts& m, uint64_t round) {
@@ -241,13 +317,15 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
     }
     if (proposal.mode == PairMode::Deterministic) {
         const DeterministicView ours = view.deterministic();
-        if (proposal.membership_digest != ours.membership_digest)
-            return declined("membership views differ (this node's digest is " +
-                            format_node_id(ours.membership_digest) + ")");
+        // Views that differ still pair the members their difference leaves alone
+        // (deterministic_partner): only the partner must agree.
         if (ours.partner != proposal.from)
             return declined(
                 "this node's deterministic partner for " + round_text(proposal.round) + " is " +
-                (ours.partner ? "node " + format_node_id(*ours.partner) : std::string("nobody")));
+                (ours.partner ? "node " + format_node_id(*ours.partner) : std::string("nobody")) +
+                (proposal.membership_digest != ours.membership_digest
+                     ? " (the membership views differ)"
+                     : ""));
     }
     if (state.proposal) {
         if (state.proposal->to != proposal.from)

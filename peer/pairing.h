@@ -50,8 +50,9 @@ struct PairProposal {
     uint64_t membership_digest = 0;  // of the proposer's pairable view
 };
 
-// What a deterministic proposal is set against: the callee's pairable view's digest and its
-// deterministic partner for the proposal's round (none: solo).
+// What a deterministic proposal is set against: the callee's deterministic partner for the
+// proposal's round (none: solo), and its pairable view's digest, which a decline's reason compares
+// with the proposer's.
 struct DeterministicView {
     uint64_t membership_digest = 0;
     std::optional<uint64_t> partner;
@@ -60,9 +61,9 @@ struct DeterministicView {
 // What the callee's own view says, for judging a proposal.
 struct PairingView {
     uint64_t round = 0;  // the callee's current round
-    // Called only for a deterministic proposal that gets that far: it is a pass over the whole
-    // view and a shuffle of it, which at thousands of members cost more than the rest of
-    // answering, while most proposals are random or declined first.
+    // Called only for a deterministic proposal that gets that far: it is a pass or two over the
+    // whole view, which at thousands of members cost more than the rest of answering, while most
+    // proposals are random or declined first.
     std::function<DeterministicView()> deterministic;
 };
 
@@ -73,12 +74,24 @@ struct PairAnswer {
     std::string reason;      // why not, when declined
 };
 
-// The partner that deterministic_groups(round, view, 2) gives self; none when self is alone in
-// its group or not in the view. With members that cannot dial each other (`unreachable`, the
-// private ones in the view) the pairs are drawn so that as many as can connect direct: in the
-// order deterministic_groups gives the view, each private member with the next public one, and
-// those left over among themselves (private ones through a relay, peer/exchange_relay.h). Without
-// any, the same pairs as deterministic_groups.
+// The deterministic matching's buckets (deterministic_partner): a member whose round key ends in
+// j zero base-4 digits starts a bucket at levels 1 to j, so a bucket holds about 4^j members.
+// Views of up to kMatchingBucketedPast members are one bucket.
+inline constexpr size_t kMatchingBucketedPast = 64;
+inline constexpr uint64_t kMatchingSalt = 0x6d61746368696e67;  // "matching"
+
+// Self's partner in the round's deterministic matching of `view`; none when self is left alone or
+// not in the view. Each member's key is a hash of (round, id), which orders the view. At level 1
+// the view is cut into buckets of about 4 members; each bucket pairs in key order, each private
+// member (`unreachable`) with the next public one while there are both, then the public ones left
+// as neighbours. Those still alone (at most one public member a bucket, and the private ones left)
+// go on to level 2, whose buckets hold about 16 members, and so on, until a level with one bucket
+// pairs all that are left, private ones with each other through a relay (peer/exchange_relay.h);
+// at most one member ends alone. Two views that differ in a few members give the same partners
+// except to a few members near each difference at each level, where a matching drawn from the
+// whole view's digest would differ everywhere: at thousands of members two nodes' views seldom
+// agree exactly. In a view of up to kMatchingBucketedPast members, where they do, private members
+// meet public ones as often as the numbers allow.
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self,
                                               std::span<const uint64_t> unreachable = {});

@@ -223,14 +223,16 @@ TEST_CASE("sim: an exchange slower than its timeout is counted, from TCP's rate 
 // it, a joiner that landed a round behind stayed there, out of the others' wait and short of a
 // catch-up (10 choices to its first pairing); now it skips to the swarm's round (catch_up), and a
 // copy goes on from the round after the median, beside the members' next phase
-// (round_after_copy): every joiner paired in its first choice.
+// (round_after_copy): every joiner paired in its first choice. (Since the matching is drawn from
+// each member's own key rather than the view's digest, the seed's run differs: 17 joiners, all
+// paired in their first choice, one more too late to choose.)
 TEST_CASE("sim: seed 3, joiners pair within a few rounds of their state copy") {
     SimConfig c = small_rounds(40, 1800);
     c.seed = 3;
     c.network.loss = 0.01;
     c.churn.joins_per_hour = 60;
     const Figures f = simulate_swarm(c);
-    REQUIRE(f.first_pair_rounds.count >= 20);
+    REQUIRE(f.first_pair_rounds.count >= 15);
     REQUIRE(f.first_pair_rounds.max <= 2);
     // None stuck: one still unpaired at the end joined in the last few rounds.
     REQUIRE(f.unpaired_joiner_choices_max <= 2);
