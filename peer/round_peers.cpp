@@ -750,13 +750,17 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
         return open_tracked_exchange(channels_.get(partner->address, ChannelUse::Exchange), slot,
                                      deadline);
     }();
-    const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
     const bool whole = result.received && result.delivered;
-    if (whole || (moved > 0 && SteadyClock::now() >= deadline)) {
+    if (whole || (result.bytes_received > 0 && SteadyClock::now() >= deadline)) {
         // The rate this link gave, waiting for the partner included: an underestimate, which only
         // lengthens the next budget. A transfer its deadline cut off counts too, so a link slower
-        // than min_link_bytes_per_s gets the time it needs from the next round on; one that failed
-        // early for another reason says nothing about the link.
+        // than min_link_bytes_per_s gets the time it needs from the next round on, but only by
+        // what arrived: bytes sent to a partner that never sent any may lie in buffers, and a
+        // partner gone or never there says nothing about the link. Counting them once gave a node
+        // a budget twice the timeout with a partner that was then killed. One that failed early
+        // for another reason says nothing either.
+        const uint64_t moved =
+            whole ? std::max(result.bytes_sent, result.bytes_received) : result.bytes_received;
         const double seconds =
             std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
         MutexLock lock(rates_mutex_);

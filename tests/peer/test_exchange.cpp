@@ -472,6 +472,23 @@ TEST_CASE(
           ceiling);  // a rate of 0 is taken as 1 B/s
 }
 
+TEST_CASE("a partner that never sends leaves the next exchange's budget as it was") {
+    // The opening side writes its whole message into the stream, but the partner never posts its
+    // own: nothing arrives, so the timed-out exchange teaches nothing about the link.
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    Side side(one_chunk_model(), codec::Codec::Q8, lower->node_id(), 1, 8);
+    const ExchangeResult result = lower->rounds().exchange(side.slot(higher->node_id()));
+    INFO(result.error);
+    CHECK_FALSE(result.received);
+    CHECK(result.bytes_received == 0);
+    const PeerConfig& config = cluster.base();
+    const uint64_t bytes = 10'000'000;
+    CHECK(lower->rounds().exchange_budget_with(higher->node_id(), bytes) ==
+          exchange_budget(bytes, std::nullopt, config.min_link_bytes_per_s, config.exchange_timeout,
+                          config.exchange_timeout_max));
+}
+
 TEST_CASE("an exchanged message whose signature is not its sender's is refused, naming it") {
     const std::string sent =
         GENERATE(as<std::string>{}, "honestly signed", "signed by another key",
