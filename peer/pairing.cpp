@@ -43,63 +43,78 @@ struct Placed {
 };
 
 // The highest level at which the member starts a bucket: its key's zero base-4 digits from the low
-// end (kMatchingBucketsPerLevel is 4).
+// end.
 int landmark_level(const Placed& p) { return p.key == 0 ? 64 : std::countr_zero(p.key) / 2; }
 
-// Pairs one bucket's members, in key order, at one level: each private member with the next public
-// one while there are both; then public ones left over as neighbours, and private ones left over
-// as neighbours only at the top level (below, they go on to meet public ones left over elsewhere).
-// Returns self's partner when self is paired here; appends those left over to `left`.
-std::optional<uint64_t> match_bucket(std::span<const Placed* const> bucket, uint64_t self, bool top,
-                                     std::vector<const Placed*>& left) {
-    std::vector<const Placed*> hidden, open;
-    for (const Placed* p : bucket) (p->is_private ? hidden : open).push_back(p);
+// The two passes of the matching: private members with public ones, then those left as neighbours.
+enum class Pass { Cross, Neighbours };
+
+// One bucket's members, in key order, at one level of a pass: Cross pairs each private member with
+// the next public one while there are both and leaves the rest (all of one kind) alone; Neighbours
+// pairs them in turn and leaves at most one. Returns self's partner when self is paired here;
+// appends those left alone to `left`.
+std::optional<uint64_t> match_bucket(std::span<const Placed* const> bucket, uint64_t self,
+                                     Pass pass, std::vector<const Placed*>& left) {
     std::optional<uint64_t> partner;
     const auto pair = [&](const Placed* a, const Placed* b) {
         if (a->id == self) partner = b->id;
         if (b->id == self) partner = a->id;
     };
+    if (pass == Pass::Neighbours) {
+        size_t i = 0;
+        for (; i + 1 < bucket.size(); i += 2) pair(bucket[i], bucket[i + 1]);
+        if (i < bucket.size()) left.push_back(bucket[i]);
+        return partner;
+    }
+    std::vector<const Placed*> hidden, open;
+    for (const Placed* p : bucket) (p->is_private ? hidden : open).push_back(p);
     const size_t crossed = std::min(hidden.size(), open.size());
     for (size_t i = 0; i < crossed; i++) pair(hidden[i], open[i]);
     const auto& rest = hidden.size() > crossed ? hidden : open;
-    if (&rest == &hidden && !top) {
-        left.insert(left.end(), rest.begin() + static_cast<std::ptrdiff_t>(crossed), rest.end());
-        return partner;
-    }
-    size_t i = crossed;
-    for (; i + 1 < rest.size(); i += 2) pair(rest[i], rest[i + 1]);
-    if (i < rest.size()) left.push_back(rest[i]);
+    left.insert(left.end(), rest.begin() + static_cast<std::ptrdiff_t>(crossed), rest.end());
     return partner;
 }
 
-// The matching level by level: at each, the members still alone, in key order, are cut into
-// buckets at the members (of the whole view) that start one at that level, and each bucket pairs
-// its own; at the first level where nobody starts a bucket, all that are left pair as one
-// (`one_bucket`: at once).
+// The matching level by level, Cross first and then Neighbours over the members Cross left: at
+// each level the members still alone, in key order, are cut into buckets at the members (of the
+// whole view) that start one at that level, and each bucket pairs its own; the first level at
+// which nobody starts a bucket (`one_bucket`: level 1) takes all that are left as one bucket and
+// ends the pass.
 std::optional<uint64_t> match_by_levels(std::vector<Placed> placed, uint64_t self,
                                         bool one_bucket) {
     std::sort(placed.begin(), placed.end());
+    std::vector<std::vector<uint32_t>> bucket_of;  // [level - 1][member]: its bucket there
+    const auto buckets_at = [&](size_t level) -> const std::vector<uint32_t>& {
+        while (bucket_of.size() < level) {
+            // A member's bucket: how many members start one at this level up to it.
+            std::vector<uint32_t>& of = bucket_of.emplace_back(placed.size());
+            uint32_t starts = 0;
+            for (size_t i = 0; i < placed.size(); i++) {
+                starts += !one_bucket && landmark_level(placed[i]) >= static_cast<int>(level);
+                of[i] = starts;
+            }
+        }
+        return bucket_of[level - 1];
+    };
     std::vector<const Placed*> alone;
     for (const Placed& p : placed) alone.push_back(&p);
-    for (int level = 1; alone.size() > 1; level++) {
-        // Each member's bucket at this level: how many members start one up to it.
-        std::vector<uint32_t> bucket_of(placed.size());
-        uint32_t starts = 0;
-        for (size_t i = 0; i < placed.size(); i++) {
-            starts += !one_bucket && landmark_level(placed[i]) >= level;
-            bucket_of[i] = starts;
+    for (const Pass pass : {Pass::Cross, Pass::Neighbours}) {
+        for (size_t level = 1; alone.size() > 1; level++) {
+            const auto& of = buckets_at(level);
+            const bool top = of.back() == 0;
+            const auto bucket = [&](const Placed* p) { return of[p - placed.data()]; };
+            std::vector<const Placed*> left;
+            for (auto first = alone.begin(); first != alone.end();) {
+                const auto last = std::find_if(first, alone.end(), [&](const Placed* p) {
+                    return bucket(p) != bucket(*first);
+                });
+                if (const auto partner = match_bucket({first, last}, self, pass, left))
+                    return partner;
+                first = last;
+            }
+            alone.swap(left);
+            if (top) break;
         }
-        const bool top = starts == 0;
-        const auto bucket = [&](const Placed* p) { return bucket_of[p - placed.data()]; };
-        std::vector<const Placed*> left;
-        for (auto first = alone.begin(); first != alone.end();) {
-            const auto last = std::find_if(
-                first, alone.end(), [&](const Placed* p) { return bucket(p) != bucket(*first); });
-            if (const auto partner = match_bucket({first, last}, self, top, left)) return partner;
-            first = last;
-        }
-        if (top) return std::nullopt;
-        alone.swap(left);
     }
     return std::nullopt;
 }
@@ -135,7 +150,12 @@ std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const ui
     std::sort(bucket.begin(), bucket.end());
     std::vector<const Placed*> members, left;
     for (const Placed& p : bucket) members.push_back(&p);
-    if (const auto partner = match_bucket(members, self, false, left)) return partner;
+    // Where nobody is private, Cross leaves everyone alone and this is Neighbours' first level.
+    const bool any_private =
+        std::any_of(placed.begin(), placed.end(), [](const Placed& p) { return p.is_private; });
+    if (const auto partner =
+            match_bucket(members, self, any_private ? Pass::Cross : Pass::Neighbours, left))
+        return partner;
     return match_by_levels(std::move(placed), self, false);
 }
 

@@ -81,17 +81,18 @@ inline constexpr size_t kMatchingBucketedPast = 64;
 inline constexpr uint64_t kMatchingSalt = 0x6d61746368696e67;  // "matching"
 
 // Self's partner in the round's deterministic matching of `view`; none when self is left alone or
-// not in the view. Each member's key is a hash of (round, id), which orders the view. At level 1
-// the view is cut into buckets of about 4 members; each bucket pairs in key order, each private
-// member (`unreachable`) with the next public one while there are both, then the public ones left
-// as neighbours. Those still alone (at most one public member a bucket, and the private ones left)
-// go on to level 2, whose buckets hold about 16 members, and so on, until a level with one bucket
-// pairs all that are left, private ones with each other through a relay (peer/exchange_relay.h);
-// at most one member ends alone. Two views that differ in a few members give the same partners
-// except to a few members near each difference at each level, where a matching drawn from the
-// whole view's digest would differ everywhere: at thousands of members two nodes' views seldom
-// agree exactly. In a view of up to kMatchingBucketedPast members, where they do, private members
-// meet public ones as often as the numbers allow.
+// not in the view. Each member's key is a hash of (round, id), which orders the view. The matching
+// runs in two passes, each level by level. At level 1 the view is cut into buckets of about 4
+// members, at level 2 of about 16, and so on. The first pass pairs, in each bucket, each private
+// member (`unreachable`) with the next public one while there are both; the rest (all of one
+// kind) go on to the next level, until a level with one bucket. The second pass takes those left
+// and pairs them as neighbours in each bucket, the one a bucket may leave going on to the next
+// level (private ones through a relay, peer/exchange_relay.h); at most one member ends alone. So
+// private members meet public ones as often as the numbers allow, and two views that differ in a
+// few members give the same partners except to a few members near each difference at each level,
+// where a matching drawn from the whole view's digest would differ everywhere: at thousands of
+// members two nodes' views seldom agree exactly. A view of up to kMatchingBucketedPast members is
+// one bucket.
 std::optional<uint64_t> deterministic_partner(uint64_t round, std::span<const uint64_t> view,
                                               uint64_t self,
                                               std::span<const uint64_t> unreachable = {});
