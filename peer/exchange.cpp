@@ -126,6 +126,7 @@ public:
         switch (frame.body_case()) {
             case v1::ExchangeFrame::kHeader:
                 bytes_received_ += frame.header().size();
+                header_at_ = SteadyClock::now();
                 partner_tokens_ = frame.tokens();
                 return decode([&] {
                     slot_.incoming.accept_header(bytes_of(frame.header()));
@@ -181,6 +182,7 @@ public:
         result.bytes_sent = bytes_sent_;
         result.bytes_received = bytes_received_;
         result.partner_tokens = partner_tokens_;
+        result.partner_header_at = header_at_;
         std::vector<std::string> problems;
         if (!result.received) problems.push_back("their message: " + incoming_error_);
         if (!result.delivered) {
@@ -283,6 +285,7 @@ private:
     std::string outgoing_error_;
     // Reading thread's.
     uint64_t bytes_received_ = 0;
+    std::optional<SteadyClock::time_point> header_at_;
     uint64_t partner_tokens_ = 0;
     uint32_t chunks_received_ = 0;
     std::optional<MessageDigest> digest_;  // from the header on

@@ -80,6 +80,8 @@ struct ExchangeResult {
     std::string error;            // what went wrong, when either of the two is false
     bool refused = false;  // this node refused the partner's message (malformed or mismatched)
     uint64_t partner_tokens = 0;  // what the partner said it trained on; 0: nothing said
+    // When the partner's message header arrived: the transfer ran from then on, both sides there.
+    std::optional<SteadyClock::time_point> partner_header_at;
 };
 
 // How long an exchange of `bytes` (both messages of a round, if two share the link) may take: four

@@ -751,18 +751,20 @@ ExchangeResult RoundPeers::exchange(ExchangeSlot slot) {
                                      deadline);
     }();
     const bool whole = result.received && result.delivered;
-    if (whole || (result.bytes_received > 0 && SteadyClock::now() >= deadline)) {
-        // The rate this link gave, waiting for the partner included: an underestimate, which only
-        // lengthens the next budget. A transfer its deadline cut off counts too, so a link slower
-        // than min_link_bytes_per_s gets the time it needs from the next round on, but only by
-        // what arrived: bytes sent to a partner that never sent any may lie in buffers, and a
-        // partner gone or never there says nothing about the link. Counting them once gave a node
-        // a budget twice the timeout with a partner that was then killed. One that failed early
-        // for another reason says nothing either.
+    if (result.partner_header_at &&
+        (whole || (result.bytes_received > 0 && SteadyClock::now() >= deadline))) {
+        // The rate this link gave from the partner's header on, when both sides were there: the
+        // time before it is the partner's lateness, not the link's, and counting it gave budgets
+        // of twice the timeout after one late partner, which the next partner that never came
+        // then cost in full. A transfer its deadline cut off counts too, so a link slower than
+        // min_link_bytes_per_s gets the time it needs from the next round on, but only by what
+        // arrived: bytes sent may lie in buffers. One that failed early for another reason, or
+        // in which the partner sent nothing, says nothing about the link.
         const uint64_t moved =
             whole ? std::max(result.bytes_sent, result.bytes_received) : result.bytes_received;
-        const double seconds =
-            std::max(std::chrono::duration<double>(SteadyClock::now() - started).count(), 1e-3);
+        const double seconds = std::max(
+            std::chrono::duration<double>(SteadyClock::now() - *result.partner_header_at).count(),
+            1e-3);
         MutexLock lock(rates_mutex_);
         exchange_bytes_per_s_[slot.partner] = static_cast<double>(moved) / seconds;
     }

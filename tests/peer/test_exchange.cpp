@@ -489,6 +489,42 @@ TEST_CASE("a partner that never sends leaves the next exchange's budget as it wa
                           config.exchange_timeout_max));
 }
 
+TEST_CASE("a partner late to the exchange does not lengthen the next budget by its lateness") {
+    // The answering side posts its slot 2.5 s after the opening side started: the link moved the
+    // messages in moments, and the next budget follows that, not the 2.5 s.
+    const bool opener_late = GENERATE(false, true);
+    INFO((opener_late ? "the opening side" : "the answering side") << " comes late");
+    LocalCluster cluster(2);
+    const auto [lower, higher] = pair_two(cluster, 1);
+    PeerNode& early = opener_late ? *higher : *lower;
+    PeerNode& late = opener_late ? *lower : *higher;
+    Side early_side(one_chunk_model(), codec::Codec::Q8, early.node_id(), 1, 9);
+    Side late_side(one_chunk_model(), codec::Codec::Q8, late.node_id(), 1, 10);
+    std::thread late_thread([&] {
+        std::this_thread::sleep_for(2500ms);
+        late.rounds().exchange(late_side.slot(early.node_id()));
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const ExchangeResult result = early.rounds().exchange(early_side.slot(late.node_id()));
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    late_thread.join();
+    INFO(result.error);
+    REQUIRE(result.received);
+    REQUIRE(result.delivered);
+    REQUIRE(took > 2.0);
+    // The budget a rate with the wait counted would give, for 50 times the bytes moved: about
+    // 200 times the wait, below the ceiling.
+    const PeerConfig& config = cluster.base();
+    const uint64_t moved = std::max(result.bytes_sent, result.bytes_received);
+    const uint64_t bytes = 50 * moved;
+    const auto with_wait =
+        exchange_budget(bytes, static_cast<double>(moved) / took, config.min_link_bytes_per_s,
+                        config.exchange_timeout, config.exchange_timeout_max);
+    REQUIRE(with_wait < config.exchange_timeout_max);
+    CHECK(early.rounds().exchange_budget_with(late.node_id(), bytes) * 2 < with_wait);
+}
+
 TEST_CASE("an exchanged message whose signature is not its sender's is refused, naming it") {
     const std::string sent =
         GENERATE(as<std::string>{}, "honestly signed", "signed by another key",
