@@ -30,10 +30,6 @@ std::vector<uint64_t> shuffled_in_turn(std::initializer_list<std::vector<uint64_
     return out;
 }
 
-}  // namespace
-
-namespace {
-
 // A member's place in a round's matching: its key orders the view and sets the buckets it starts.
 struct Placed {
     uint64_t key = 0;
@@ -337,8 +333,8 @@ PairAnswer PairingBook::consider(const PairProposal& proposal, const PairingView
     }
     if (proposal.mode == PairMode::Deterministic) {
         const DeterministicView ours = view.deterministic();
-        // Views that differ still pair the members their difference leaves alone
-        // (deterministic_partner): only the partner must agree.
+        // Views that differ name the same partners for most members (deterministic_partner):
+        // only the partner must agree.
         if (ours.partner != proposal.from)
             return declined(
                 "this node's deterministic partner for " + round_text(proposal.round) + " is " +
