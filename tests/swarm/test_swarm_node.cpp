@@ -74,11 +74,12 @@ uint64_t message_bytes(const codec::MessagePlan& plan) {
 }
 
 // A fused NoLoCo round's messages: theta under the node's plan, and beside it the update sample
-// (theta and phi at update_sample coordinates, F32).
+// where one is configured (theta and phi at update_sample coordinates, F32).
 uint64_t fused_round_bytes(const SwarmNode& node, const SwarmConfig& config) {
-    return message_bytes(node.message_plan()) +
-           message_bytes(codec::sample_plan(ParameterManifest(config.train.model),
-                                            2 * uint64_t{config.exchange.update_sample}));
+    const uint64_t theta = message_bytes(node.message_plan());
+    if (config.exchange.update_sample == 0) return theta;
+    return theta + message_bytes(codec::sample_plan(ParameterManifest(config.train.model),
+                                                    2 * uint64_t{config.exchange.update_sample}));
 }
 
 // What a node's replica does alone, rebuilt from the same config and node id: the reference the
@@ -238,6 +239,8 @@ TEST_CASE("swarm_method names the mode and the update sample, which members must
     // Two fused members with samples of other counts send messages the other cannot read: the
     // method they say keeps them from pairing, as it does a split member and a fused one.
     SwarmConfig config = pico_swarm(1);
+    CHECK(swarm_method(config) == "noloco fused");  // no sample by default
+    config.exchange.update_sample = 8192;
     CHECK(swarm_method(config) == "noloco fused, update sample 8192");
     config.exchange.update_sample = 4096;
     CHECK(swarm_method(config) == "noloco fused, update sample 4096");
