@@ -229,14 +229,20 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // coordinates where its update sample says it. Without the sample a fused theta - phi also
         // holds the partner's drift from this node's phi, so its direction stands in only where
         // there is no held-out batch: honest pico daemons at H 8 score down to -0.52 beside a
-        // decaying member.
+        // decaying member. Late in training honest updates stop sharing a direction, and the
+        // alignment test then stands aside (AlignmentPower).
+        std::optional<double> alignment;
         if (!problem && p.weight == self.weight) {
             if (!fused && checks.judge_alignment)
-                problem = unaligned_update(p.values, self.values);
+                alignment = alignment_score(p.values, self.values);
             else if (sample)
-                problem = on_sample(unaligned_update(sample->partner, sample->own));
+                alignment = alignment_score(sample->partner, sample->own);
             else if (!checks.held_out_loss)
                 problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
+            if (alignment && checks.alignment_power.judging()) {
+                problem = unaligned_score(*alignment);
+                if (sample) problem = on_sample(problem);
+            }
         }
         if (!problem && p.weight >= self.weight && checks.held_out_loss) {
             if (!own_loss) {
@@ -263,6 +269,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             continue;
         }
         members.push_back(&p);
+        if (alignment) checks.alignment_power.taken(*alignment);
     }
     std::sort(members.begin(), members.end(),
               [](const MemberValues* a, const MemberValues* b) { return a->node_id < b->node_id; });

@@ -77,6 +77,8 @@ struct PartnerChecks {
     // steps honest ones scored -3.1 to 3.9 in 10 of 320 judgements of its last 16 rounds, where
     // dense Q8 D's scored under 4 in 2 of 240 (docs/security.md).
     bool judge_alignment = true;
+    // Whether the alignment test can still part honest partners from noise.
+    AlignmentPower alignment_power;
     // The loss of whole weights (theta) on a batch neither member trained on; empty: no such
     // check. What the cheaper tests cannot tell (a replica trained on garbage, an update whose
     // norm and direction look ordinary) shows as a worse model.

@@ -72,8 +72,7 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
     return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
 }
 
-std::optional<std::string> unaligned_update(std::span<const float> partner,
-                                            std::span<const float> own) {
+std::optional<double> alignment_score(std::span<const float> partner, std::span<const float> own) {
     double sum = 0.0, spread_squared = 0.0;
     size_t terms = 0;
     for (size_t i = 0; i < own.size(); i++) {
@@ -82,11 +81,35 @@ std::optional<std::string> unaligned_update(std::span<const float> partner,
         spread_squared += term * term;
         terms += term != 0.0;
     }
-    const double spread = std::sqrt(spread_squared);
-    if (terms < kMinAlignmentTerms || sum >= kMinUpdateAlignment * spread) return std::nullopt;
+    if (terms < kMinAlignmentTerms) return std::nullopt;
+    return sum / std::sqrt(spread_squared);
+}
+
+std::optional<std::string> unaligned_score(double score) {
+    if (score >= kMinUpdateAlignment) return std::nullopt;
     return "its D is no more aligned with this node's than random signs would be (" +
-           short_number(spread > 0.0 ? sum / spread : 0.0) + " standard deviations, under " +
+           short_number(score) + " standard deviations, under " +
            short_number(kMinUpdateAlignment) + ")";
+}
+
+std::optional<std::string> unaligned_update(std::span<const float> partner,
+                                            std::span<const float> own) {
+    const auto score = alignment_score(partner, own);
+    return score ? unaligned_score(*score) : std::nullopt;
+}
+
+bool AlignmentPower::judging() const {
+    if (scores_.size() < kAlignmentPowerMinScores) return true;
+    // The lower median: at least half the scores must reach the bar.
+    std::vector<double> sorted(scores_.begin(), scores_.end());
+    const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
+    std::nth_element(sorted.begin(), middle, sorted.end());
+    return *middle >= kMinAlignmentPower;
+}
+
+void AlignmentPower::taken(double score) {
+    scores_.push_back(score);
+    if (scores_.size() > kAlignmentPowerWindow) scores_.pop_front();
 }
 
 std::optional<std::string> idle_update(std::span<const float> partner, std::span<const float> own) {

@@ -49,20 +49,46 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
 // A split NoLoCo partner's D no more aligned with this node's own D than one of random signs
 // would be: with s the sum of p_i d_i over the coordinates and sigma = sqrt(sum of p_i^2 d_i^2),
 // the spread s would have if each p_i's sign were a coin toss (a D independent of this node's,
-// sparse or heavy-tailed alike), refused when s < kMinUpdateAlignment * sigma. Noise of a matched
-// norm scores within 2 of 0, a replica trained on random bytes within 5 past its first rounds;
-// honest partners that trained the same tokens scored 75 to 248 in the swarm experiment (split,
-// H 25, 123,200 values, 400 steps) and 35 to 276 among pico daemons at H 8; a flipped D scores
-// below -19. Late in training honest D's align less: TOPK D's sent with error feedback fell under
-// 4 often enough that they are not judged (PartnerChecks::judge_alignment). A node can tell only
-// because split messages carry D itself: a fused theta holds the partner's phi too, whose drift
-// from this node's sets the sign (docs/security.md). Empty when aligned, or when fewer than
-// kMinAlignmentTerms coordinates are nonzero in both D's (s is at most sqrt of their count times
-// sigma, so even equal D's could not pass; a zero D is idle_update's); otherwise why not.
+// sparse or heavy-tailed alike), refused when the score s / sigma is under kMinUpdateAlignment.
+// Noise of a matched norm scores within 2 of 0, a replica trained on random bytes within 5 past
+// its first rounds; honest partners that trained the same tokens scored 75 to 248 in the swarm
+// experiment (split, H 25, 123,200 values, 400 steps) and 35 to 276 among pico daemons at H 8; a
+// flipped D scores below -19. Late in training honest D's align less, and at times not at all:
+// AlignmentPower says when the test can still part them, and TOPK D's sent with error feedback
+// are not judged (PartnerChecks::judge_alignment). A node can tell only because split messages
+// carry D itself: a fused theta holds the partner's phi too, whose drift from this node's sets
+// the sign (docs/security.md). alignment_score is empty when fewer than kMinAlignmentTerms
+// coordinates are nonzero in both D's (s is at most sqrt of their count times sigma, so even
+// equal D's could not pass; a zero D is idle_update's); unaligned_update is empty when aligned
+// or not scored, otherwise why not.
 inline constexpr double kMinUpdateAlignment = 4.0;
 inline constexpr size_t kMinAlignmentTerms = 64;
+std::optional<double> alignment_score(std::span<const float> partner, std::span<const float> own);
 std::optional<std::string> unaligned_update(std::span<const float> partner,
                                             std::span<const float> own);
+std::optional<std::string> unaligned_score(double score);
+
+// Whether the alignment test can part honest partners from noise now. Noise scores within 2 of
+// 0 whatever the swarm does, but honest scores fall as the members' updates stop sharing a
+// direction: among 4 pico daemons at the learning rate's peak the correlation of two honest D's
+// fell from 0.24 at the median to 0.10, at or under 0 in 5% of rounds (docs/security.md), where
+// a bar of 4 refused a third of them. The test judges while the lower median of the last
+// kAlignmentPowerWindow scores of partners taken is at least kMinAlignmentPower (and while fewer
+// than kAlignmentPowerMinScores are known: from the first round), and stands aside below it. Over
+// those daemons' 830 judgements it judged 143 and refused one honest partner; a bar of 4 on all
+// refused 154. Only scores of partners taken join, so a member whose messages the test refuses
+// cannot lower the median that keeps it judging.
+inline constexpr double kMinAlignmentPower = 16.0;
+inline constexpr size_t kAlignmentPowerWindow = 8;
+inline constexpr size_t kAlignmentPowerMinScores = 4;
+class AlignmentPower {
+public:
+    bool judging() const;
+    void taken(double score);
+
+private:
+    std::deque<double> scores_;
+};
 
 // A split NoLoCo partner's D under kMinUpdateRatio times this node's own as it sent it, where
 // the partner trained at least this node's tokens: a replica that barely moved (one whose every
