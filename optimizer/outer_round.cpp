@@ -231,7 +231,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
         // there is no held-out batch: honest pico daemons at H 8 score down to -0.52 beside a
         // decaying member. Late in training honest updates stop sharing a direction, and the
         // alignment test then stands aside (AlignmentPower).
-        std::optional<double> alignment;
+        std::optional<Alignment> alignment;
         if (!problem && p.weight == self.weight) {
             if (!fused && checks.judge_alignment)
                 alignment = alignment_score(p.values, self.values);
@@ -240,7 +240,7 @@ NoLoCoStep noloco_outer_step(const OuterConfig& config, MessageMode mode, const 
             else if (!checks.held_out_loss)
                 problem = opposed_update(p.values, self.values, fused ? phi : std::span<float>());
             if (alignment && checks.alignment_power.judging()) {
-                problem = unaligned_score(*alignment);
+                problem = unaligned_score(alignment->score);
                 if (sample) problem = on_sample(problem);
             }
         }

@@ -72,7 +72,8 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
     return "its update points away from this node's (cosine " + short_number(dot / norms) + ")";
 }
 
-std::optional<double> alignment_score(std::span<const float> partner, std::span<const float> own) {
+std::optional<Alignment> alignment_score(std::span<const float> partner,
+                                         std::span<const float> own) {
     double sum = 0.0, spread_squared = 0.0;
     size_t terms = 0;
     for (size_t i = 0; i < own.size(); i++) {
@@ -82,7 +83,7 @@ std::optional<double> alignment_score(std::span<const float> partner, std::span<
         terms += term != 0.0;
     }
     if (terms < kMinAlignmentTerms) return std::nullopt;
-    return sum / std::sqrt(spread_squared);
+    return Alignment{sum / std::sqrt(spread_squared), terms};
 }
 
 std::optional<std::string> unaligned_score(double score) {
@@ -94,22 +95,22 @@ std::optional<std::string> unaligned_score(double score) {
 
 std::optional<std::string> unaligned_update(std::span<const float> partner,
                                             std::span<const float> own) {
-    const auto score = alignment_score(partner, own);
-    return score ? unaligned_score(*score) : std::nullopt;
+    const auto alignment = alignment_score(partner, own);
+    return alignment ? unaligned_score(alignment->score) : std::nullopt;
 }
 
 bool AlignmentPower::judging() const {
-    if (scores_.size() < kAlignmentPowerMinScores) return true;
-    // The lower median: at least half the scores must reach the bar.
-    std::vector<double> sorted(scores_.begin(), scores_.end());
+    if (per_root_term_.size() < kAlignmentPowerMinScores) return true;
+    // The lower median: at least half the partners must reach the bar.
+    std::vector<double> sorted(per_root_term_.begin(), per_root_term_.end());
     const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
     std::nth_element(sorted.begin(), middle, sorted.end());
     return *middle >= kMinAlignmentPower;
 }
 
-void AlignmentPower::taken(double score) {
-    scores_.push_back(score);
-    if (scores_.size() > kAlignmentPowerWindow) scores_.pop_front();
+void AlignmentPower::taken(const Alignment& alignment) {
+    per_root_term_.push_back(alignment.score / std::sqrt(static_cast<double>(alignment.terms)));
+    if (per_root_term_.size() > kAlignmentPowerWindow) per_root_term_.pop_front();
 }
 
 std::optional<std::string> idle_update(std::span<const float> partner, std::span<const float> own) {

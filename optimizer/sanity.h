@@ -63,7 +63,12 @@ std::optional<std::string> opposed_update(std::span<const float> partner,
 // or not scored, otherwise why not.
 inline constexpr double kMinUpdateAlignment = 4.0;
 inline constexpr size_t kMinAlignmentTerms = 64;
-std::optional<double> alignment_score(std::span<const float> partner, std::span<const float> own);
+struct Alignment {
+    double score = 0.0;  // s / sigma
+    size_t terms = 0;    // coordinates nonzero in both D's
+};
+std::optional<Alignment> alignment_score(std::span<const float> partner,
+                                         std::span<const float> own);
 std::optional<std::string> unaligned_update(std::span<const float> partner,
                                             std::span<const float> own);
 std::optional<std::string> unaligned_score(double score);
@@ -72,22 +77,25 @@ std::optional<std::string> unaligned_score(double score);
 // 0 whatever the swarm does, but honest scores fall as the members' updates stop sharing a
 // direction: among 4 pico daemons at the learning rate's peak the correlation of two honest D's
 // fell from 0.24 at the median to 0.10, at or under 0 in 5% of rounds (docs/security.md), where
-// a bar of 4 refused a third of them. The test judges while the lower median of the last
-// kAlignmentPowerWindow scores of partners taken is at least kMinAlignmentPower (and while fewer
-// than kAlignmentPowerMinScores are known: from the first round), and stands aside below it. Over
-// those daemons' 830 judgements it judged 143 and refused one honest partner; a bar of 4 on all
-// refused 154. Only scores of partners taken join, so a member whose messages the test refuses
-// cannot lower the median that keeps it judging.
-inline constexpr double kMinAlignmentPower = 16.0;
+// a bar of 4 refused a third of them. A score grows with the root of its terms, and a swarm's
+// honest spread with it, so what says whether the test can tell is the score over that root
+// (about the correlation of two D's of normal values). The test judges while the lower median of
+// it over the last kAlignmentPowerWindow partners taken is at least kMinAlignmentPower (and while
+// fewer than kAlignmentPowerMinScores are known: from the first round), and stands aside below
+// it. Over those daemons' 830 judgements at the update sample (8192 coordinates, where 0.18 is a
+// score of 16) it judged 132 and refused no honest partner; a bar of 4 on all refused 154. Only
+// partners taken join, so a member whose messages the test refuses cannot lower the median that
+// keeps it judging.
+inline constexpr double kMinAlignmentPower = 0.18;
 inline constexpr size_t kAlignmentPowerWindow = 8;
 inline constexpr size_t kAlignmentPowerMinScores = 4;
 class AlignmentPower {
 public:
     bool judging() const;
-    void taken(double score);
+    void taken(const Alignment& alignment);
 
 private:
-    std::deque<double> scores_;
+    std::deque<double> per_root_term_;
 };
 
 // A split NoLoCo partner's D under kMinUpdateRatio times this node's own as it sent it, where

@@ -370,8 +370,9 @@ TEST_CASE(
 TEST_CASE(
     "noloco_outer_step's alignment test stands aside while honest partners score near its bar") {
     // Own D is 1 on 1024 coordinates; a partner's D of 1 with k coordinates at -1 scores
-    // (1024 - 2k) / 32 by hand: k = 512 is noise (0), k = 416 an honest partner of a late round
-    // (6: above the bar of 4, under the 16 the test needs to part honest from noise), k = 0 32.
+    // (1024 - 2k) / 32 by hand, (1024 - 2k) / 1024 over the root of its 1024 terms: k = 512 is
+    // noise (0), k = 432 an honest partner of a late round (5: above the bar of 4, but 0.156 over
+    // the root, under the 0.18 the test needs to part honest from noise), k = 0 32 (1).
     const size_t n = 1024;
     const OuterConfig config{0.0f, 0.7f, 0.7f, MomentumForm::HeavyBall};
     const std::vector<float> phi0(n, 0.0f), own_d(n, 1.0f);
@@ -380,7 +381,7 @@ TEST_CASE(
         std::fill(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(k), -1.0f);
         return d;
     };
-    const std::vector<float> noise = scoring(512), late = scoring(416), aligned = scoring(0);
+    const std::vector<float> noise = scoring(512), late = scoring(432), aligned = scoring(0);
     std::vector<float> phi(n), momentum(n), a(n), b(n);
     PartnerChecks checks;
     checks.held_out_loss = [](std::span<const float>) { return 1.0; };
@@ -395,15 +396,15 @@ TEST_CASE(
     // the scores that say whether the test can tell.
     for (int round = 0; round < 12; round++)
         CHECK_THAT(why_only_refused(step_with(noise), 1, 5), Catch::Contains("(0 standard"));
-    // Four late-round partners taken at 6: their median is under 16, and the test stands aside.
+    // Four late-round partners taken at 5: their median is under 0.18, and the test stands aside.
     for (int round = 0; round < 4; round++) CHECK(step_with(late).members == 2);
     CHECK_FALSE(checks.alignment_power.judging());
     CHECK(step_with(noise).members == 2);
-    // Aligned partners bring the median of the last 8 back to 16 or more: judged again.
+    // Aligned partners bring the lower median of the last 8 back to 0.18 or more: judged again.
     for (int round = 0; round < 4; round++) CHECK(step_with(aligned).members == 2);
-    CHECK_FALSE(checks.alignment_power.judging());  // 6 6 6 0 32 32 32 32: the median is 6
+    CHECK_FALSE(checks.alignment_power.judging());  // 5 5 5 0 32 32 32 32 (scores): 5
     CHECK(step_with(aligned).members == 2);
-    CHECK(checks.alignment_power.judging());  // 6 6 0 32 32 32 32 32: 32
+    CHECK(checks.alignment_power.judging());  // 5 5 0 32 32 32 32 32: 32
     CHECK_THAT(why_only_refused(step_with(noise), 1, 5), Catch::Contains("(0 standard"));
 }
 
