@@ -92,11 +92,9 @@ struct ExchangeConfig {
     // Fused NoLoCo: theta and phi at this many coordinates drawn from the round go beside theta
     // (fp32, 8 bytes a coordinate), so that a partner reads the update theta - phi there exactly,
     // apart from the drift between the two phis and the state codec's rounding, and judges it as a
-    // split D (optimizer/outer_round.h, docs/security.md); 0: none. 64 KB a message at 8192: 26.5%
-    // of a pico model's BF16SR theta, 0.03% of a 124M one's. Off by default: late in training the
-    // alignment test at the sample refuses honest members (10-28 rounds in 100 among 4 pico
-    // daemons, and the quarantines that follow left 38-50 rounds in 100 with no partner).
-    uint32_t update_sample = 0;
+    // split D (optimizer/outer_round.h, docs/security.md); 0: none. 64 KB a message: 26.5% of a
+    // pico model's BF16SR theta, 0.03% of a 124M one's.
+    uint32_t update_sample = 8192;
 
     // Throws starling::Error naming the problem where the topk keys make no format.
     codec::SparseFormat topk_format() const;

@@ -155,8 +155,7 @@ void visit_exchange_keys(V& v, ExchangeConfig& x) {
       at_least(1));
     v("update_sample", x.update_sample,
       "fused NoLoCo: theta and phi at this many coordinates drawn from the round go beside theta "
-      "(8 bytes each), so that partners judge the update there; 0: none. Off by default: late in "
-      "training the alignment test there refuses honest members (docs/security.md)");
+      "(8 bytes each), so that partners judge the update there (docs/security.md); 0: none");
     v("topk_chunk", x.topk_chunk, "TOPK: values per chunk", in_range(64, 32768));
     v("topk_density", x.topk_density, "TOPK: share of each chunk's values sent",
       in_range_open_min(0, 1));
