@@ -392,11 +392,11 @@ TEST_CASE(
         return noloco_outer_step(config, MessageMode::Split, {3, own_d, phi0, 10.0}, partner,
                                  checks, phi, momentum, a, b);
     };
-    // From the first round, and however many noise messages come: refused scores never join
-    // the scores that say whether the test can tell.
+    // From the first round, and however many noise messages come: refused partners never join
+    // those that say whether the test can tell.
     for (int round = 0; round < 12; round++)
         CHECK_THAT(why_only_refused(step_with(noise), 1, 5), Catch::Contains("(0 standard"));
-    // Four late-round partners taken at 5: their median is under 0.18, and the test stands aside.
+    // Four late-round partners taken at 5, 0.156 over the root: under 0.18, the test stands aside.
     for (int round = 0; round < 4; round++) CHECK(step_with(late).members == 2);
     CHECK_FALSE(checks.alignment_power.judging());
     CHECK(step_with(noise).members == 2);
