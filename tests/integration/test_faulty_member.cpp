@@ -340,8 +340,8 @@ TEST_CASE("a member whose messages are sign-flipped is refused, quarantined and 
     const std::string method = GENERATE(as<std::string>{}, "noloco", "diloco");
     INFO(method);
     // Its own training is honest: only what it sends is flipped (faulty_starlingd), so neither
-    // sane() nor a norm bound can tell; NoLoCo's held-out check (and the alignment test at an
-    // update sample, where one is configured), and DiLoCo's direction test, do.
+    // sane() nor a norm bound can tell; NoLoCo's held-out check and its alignment test at the
+    // update sample (while honest partners align), and DiLoCo's direction test, do.
     const FaultyRun run =
         run_with_faulty_member(method, {}, {faulty_starlingd_binary(), "--fault", "sign_flip"});
     check_named_and_quarantined(run);
